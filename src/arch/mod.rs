@@ -1,0 +1,5 @@
+//! Our own model code over candle tensors: llama-family decoders and T5.
+//!
+//! Models know nothing of tasks: they take token batches (with padding masks and, for
+//! decoders, caller-owned key/value caches) and return hidden states or logits at the
+//! positions asked for.

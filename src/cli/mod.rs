@@ -1,0 +1,38 @@
+//! Command-line front end: clap argument structs, and one module per subcommand.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Evaluate generated text with local open language models.
+#[derive(Debug, Parser)]
+#[command(name = "nlg-judge", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+/// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "nlg_judge=debug",
+        _ => "nlg_judge=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {}
+}

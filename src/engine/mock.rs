@@ -1,0 +1,337 @@
+//! A scripted [`Scorer`] for testing methods without a model.
+//!
+//! The mock renders prompts the way a decoder-only model without chat template would
+//! (user text, then the answer prefix; with `chat`, simple tags around the turns),
+//! "tokenises" text as one id per byte, and answers every request from closures the test
+//! provides. It counts the calls so that tests can assert caching and reuse.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+
+use super::request::{
+    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest,
+    Label, LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+};
+use super::scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
+
+/// `(rendered prompt text, label texts) -> log-prob per label`.
+pub type LabelScript = Box<dyn FnMut(&str, &[String]) -> Result<Vec<f64>> + Send>;
+/// `(rendered prompt text, continuation) -> log-prob per continuation byte`.
+pub type ContinuationScript = Box<dyn FnMut(&str, &str) -> Result<Vec<f64>> + Send>;
+/// `(rendered prompt text) -> generated text`.
+pub type GenerationScript = Box<dyn FnMut(&str) -> Result<String> + Send>;
+
+/// Call counters shared with the test (clone before moving the mock away).
+#[derive(Debug, Clone, Default)]
+pub struct MockCalls {
+    pub label_requests: Arc<AtomicUsize>,
+    pub continuation_requests: Arc<AtomicUsize>,
+    pub generations: Arc<AtomicUsize>,
+}
+
+impl MockCalls {
+    pub fn labels(&self) -> usize {
+        self.label_requests.load(Ordering::SeqCst)
+    }
+    pub fn continuations(&self) -> usize {
+        self.continuation_requests.load(Ordering::SeqCst)
+    }
+    pub fn generations(&self) -> usize {
+        self.generations.load(Ordering::SeqCst)
+    }
+}
+
+/// A scorer whose answers come from closures.
+pub struct MockScorer {
+    info: ModelInfo,
+    labels: LabelScript,
+    continuation: ContinuationScript,
+    generation: GenerationScript,
+    calls: MockCalls,
+}
+
+impl MockScorer {
+    /// A mock that gives every label log-prob `ln(0.5)`, every continuation byte
+    /// log-prob `-1`, and generates an empty string. Replace the answers with the
+    /// `with_*` methods.
+    pub fn new() -> Self {
+        Self {
+            info: ModelInfo {
+                name: "mock".to_string(),
+                architecture: "mock".to_string(),
+                kind: ModelKind::DecoderOnly,
+                fingerprint: "mock".to_string(),
+                context_window: 1 << 20,
+                conventions: Conventions::default(),
+            },
+            labels: Box::new(|_, labels| Ok(vec![(0.5f64).ln(); labels.len()])),
+            continuation: Box::new(|_, text| Ok(vec![-1.0; text.len()])),
+            generation: Box::new(|_| Ok(String::new())),
+            calls: MockCalls::default(),
+        }
+    }
+
+    pub fn with_info(mut self, info: ModelInfo) -> Self {
+        self.info = info;
+        self
+    }
+
+    pub fn with_conventions(mut self, conventions: Conventions) -> Self {
+        self.info.conventions = conventions;
+        self
+    }
+
+    pub fn with_labels(
+        mut self,
+        script: impl FnMut(&str, &[String]) -> Result<Vec<f64>> + Send + 'static,
+    ) -> Self {
+        self.labels = Box::new(script);
+        self
+    }
+
+    pub fn with_continuation(
+        mut self,
+        script: impl FnMut(&str, &str) -> Result<Vec<f64>> + Send + 'static,
+    ) -> Self {
+        self.continuation = Box::new(script);
+        self
+    }
+
+    pub fn with_generation(
+        mut self,
+        script: impl FnMut(&str) -> Result<String> + Send + 'static,
+    ) -> Self {
+        self.generation = Box::new(script);
+        self
+    }
+
+    /// The call counters (shared: keep a clone before handing the mock away).
+    pub fn calls(&self) -> MockCalls {
+        self.calls.clone()
+    }
+
+    fn text_of(&self, prompt: &Prompt) -> Result<String> {
+        let rendered = self.render(prompt)?;
+        Ok(rendered.input + &rendered.decoder_prefix)
+    }
+
+    fn label_text(label: &Label) -> Result<String> {
+        match label {
+            Label::Text(text) if text.is_empty() => bail!("empty label"),
+            Label::Text(text) => Ok(text.clone()),
+            Label::Tokens(ids) if ids.is_empty() => bail!("empty label"),
+            Label::Tokens(ids) => bytes_to_text(ids),
+        }
+    }
+}
+
+impl Default for MockScorer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn bytes_to_text(ids: &[u32]) -> Result<String> {
+    let bytes = ids
+        .iter()
+        .map(|&id| u8::try_from(id).map_err(|_| anyhow::anyhow!("mock token id {id} is not a byte")))
+        .collect::<Result<Vec<u8>>>()?;
+    Ok(String::from_utf8(bytes)?)
+}
+
+impl Scorer for MockScorer {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt> {
+        match prompt {
+            Prompt::Text { text, chat } => {
+                let input = if *chat {
+                    let system = text
+                        .system
+                        .as_ref()
+                        .map(|s| format!("<system>{s}</system>"))
+                        .unwrap_or_default();
+                    format!(
+                        "{system}<user>{}</user><assistant>{}",
+                        text.user, text.answer_prefix
+                    )
+                } else {
+                    format!("{}{}", text.user, text.answer_prefix)
+                };
+                Ok(RenderedPrompt {
+                    input,
+                    decoder_prefix: String::new(),
+                })
+            }
+            Prompt::Tokens(tokens) => Ok(RenderedPrompt {
+                input: bytes_to_text(&tokens.input)?,
+                decoder_prefix: bytes_to_text(&tokens.decoder_prefix)?,
+            }),
+        }
+    }
+
+    fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt> {
+        match prompt {
+            Prompt::Tokens(tokens) => Ok(tokens.clone()),
+            Prompt::Text { .. } => {
+                let rendered = self.render(prompt)?;
+                Ok(TokenPrompt {
+                    input: rendered.input.bytes().map(u32::from).collect(),
+                    decoder_prefix: vec![],
+                })
+            }
+        }
+    }
+
+    fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
+        Ok(Self::label_text(label)?.bytes().map(u32::from).collect())
+    }
+
+    fn label_logprobs_each(
+        &mut self,
+        requests: &[LabelRequest],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        for (index, request) in requests.iter().enumerate() {
+            let text = self.text_of(&request.prompt)?;
+            let label_texts = request
+                .labels
+                .iter()
+                .map(Self::label_text)
+                .collect::<Result<Vec<_>>>()?;
+            self.calls.label_requests.fetch_add(1, Ordering::SeqCst);
+            let logprobs = (self.labels)(&text, &label_texts)?;
+            if logprobs.len() != label_texts.len() {
+                bail!(
+                    "mock label script returned {} log-probs for {} labels",
+                    logprobs.len(),
+                    label_texts.len()
+                );
+            }
+            let labels = label_texts
+                .iter()
+                .zip(logprobs)
+                .map(|(label, logprob)| LabelScore {
+                    tokens: label.bytes().map(u32::from).collect(),
+                    logprob,
+                })
+                .collect();
+            on_result(
+                index,
+                LabelResult {
+                    labels,
+                    prompt_tokens: text.len(),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn continuation_logprobs(
+        &mut self,
+        requests: &[ContinuationRequest],
+    ) -> Result<Vec<ContinuationResult>> {
+        requests
+            .iter()
+            .map(|request| {
+                let text = self.text_of(&request.prompt)?;
+                self.calls
+                    .continuation_requests
+                    .fetch_add(1, Ordering::SeqCst);
+                let token_logprobs = (self.continuation)(&text, &request.continuation)?;
+                Ok(ContinuationResult {
+                    tokens: request.continuation.bytes().map(u32::from).collect(),
+                    token_logprobs,
+                })
+            })
+            .collect()
+    }
+
+    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
+        let text = self.text_of(&request.prompt)?;
+        self.calls.generations.fetch_add(1, Ordering::SeqCst);
+        let mut output = (self.generation)(&text)?;
+        let mut finish = FinishReason::EndOfSequence;
+        if let Some(cut) = request
+            .stop
+            .iter()
+            .filter_map(|stop| output.find(stop.as_str()))
+            .min()
+        {
+            output.truncate(cut);
+            finish = FinishReason::Stop;
+        }
+        if output.len() > request.max_tokens {
+            let mut end = request.max_tokens;
+            while !output.is_char_boundary(end) {
+                end -= 1;
+            }
+            output.truncate(end);
+            finish = FinishReason::MaxTokens;
+        }
+        Ok(Generation {
+            tokens: output.bytes().map(u32::from).collect(),
+            text: output,
+            finish,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::request::{Sampling, TextPrompt};
+
+    #[test]
+    fn scripted_labels_reach_the_caller_and_are_counted() {
+        let mut mock = MockScorer::new().with_labels(|text, labels| {
+            assert!(text.ends_with("Answer"));
+            Ok(labels
+                .iter()
+                .map(|l| if l == " A" { (0.3f64).ln() } else { (0.1f64).ln() })
+                .collect())
+        });
+        let calls = mock.calls();
+        let request = LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user("Q?").with_answer_prefix(" Answer")),
+            labels: vec![" A".into(), " B".into()],
+        };
+        let results = mock.label_logprobs(&[request.clone(), request]).unwrap();
+        assert_eq!(calls.labels(), 2);
+        let p = results[0].normalised();
+        assert!((p[0] - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn empty_label_is_an_error() {
+        let mut mock = MockScorer::new();
+        let request = LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user("Q?")),
+            labels: vec!["".into()],
+        };
+        assert!(mock.label_logprobs(&[request]).is_err());
+    }
+
+    #[test]
+    fn generation_honours_stop_strings_and_max_tokens() {
+        let mut mock = MockScorer::new().with_generation(|_| Ok("one two\nthree".to_string()));
+        let mut request = GenerationRequest {
+            prompt: Prompt::plain(TextPrompt::user("go")),
+            max_tokens: 100,
+            sampling: Sampling::Greedy,
+            stop: vec!["\n".to_string()],
+        };
+        let out = mock.generate(&request).unwrap();
+        assert_eq!(out.text, "one two");
+        assert_eq!(out.finish, FinishReason::Stop);
+        request.stop.clear();
+        request.max_tokens = 3;
+        let out = mock.generate(&request).unwrap();
+        assert_eq!(out.text, "one");
+        assert_eq!(out.finish, FinishReason::MaxTokens);
+    }
+}

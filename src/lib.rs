@@ -1,0 +1,20 @@
+//! nlg-judge: evaluate generated text with local open language models.
+//!
+//! Layers, from the bottom up (see `SPEC.md` §3 of the design):
+//! - [`arch`]: our own model code (llama-family, T5) over candle tensors;
+//! - [`runtime`]: devices, model cards, weight sources, tokenisers, chat templates;
+//! - [`engine`]: the [`engine::Scorer`] interface, batching and prefix sharing;
+//! - [`judge`]: the evaluation methods (pairwise, absolute, G-Eval, GPTScore);
+//! - [`rank`]: from pairwise outcomes to scores and ranks, positional bias;
+//! - [`stats`]: correlations and tests, pure functions over slices;
+//! - [`data`]: the generic JSONL format and readers for the shared data sets;
+//! - [`cli`]: the command-line front end.
+
+pub mod arch;
+pub mod cli;
+pub mod data;
+pub mod engine;
+pub mod judge;
+pub mod rank;
+pub mod runtime;
+pub mod stats;

@@ -1,0 +1,20 @@
+//! The `nlg-judge` command: parse arguments, run, print the error chain, exit.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = nlg_judge::cli::Cli::parse();
+    nlg_judge::cli::init_logging(cli.verbose);
+    match nlg_judge::cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            for cause in error.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

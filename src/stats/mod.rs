@@ -1,0 +1,2 @@
+//! Statistics for meta-evaluation and discernment: correlations, tests, bootstrap.
+//! Pure functions over plain slices.
