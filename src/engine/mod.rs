@@ -3,10 +3,15 @@
 //! Methods build requests; scorers turn them into model calls (tokenisation, chat
 //! templates, batching, prefix sharing) and return log-probabilities or text.
 
+pub mod decoder;
 pub mod mock;
 pub mod request;
 pub mod scorer;
+pub mod tree_eval;
+pub mod trie;
 
+pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
 pub use mock::MockScorer;
 pub use request::*;
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
+pub use tree_eval::{BatchBudget, EvalStats};

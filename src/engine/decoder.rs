@@ -1,0 +1,521 @@
+//! The [`Scorer`] for llama-family decoders.
+//!
+//! Text prompts go through the chat template and the tokeniser; every label request
+//! becomes token sequences with queries (one per label token, teacher-forced), and all
+//! sequences of a call are evaluated as one prefix trie (or, for baselines, one prompt at
+//! a time). Generation runs a prefill and then one token at a time over a caller-owned
+//! cache.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use super::request::{
+    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
+    LabelRequest, LabelResult, LabelScore, Prompt, Sampling, TokenPrompt,
+};
+use super::scorer::{ModelInfo, RenderedPrompt, Scorer};
+use super::tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
+use super::trie::{QueryAt, TokenTrie};
+use crate::arch::llama::LlamaModel;
+use crate::arch::KvCache;
+use crate::runtime::TextTokenizer;
+
+/// Renders `(system, user, answer_prefix)` with a model's chat template.
+pub type ChatRenderer = Arc<dyn Fn(Option<&str>, &str, &str) -> String + Send + Sync>;
+
+/// How label requests are evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Strategy {
+    /// All prompts of a call in one prefix trie: shared prefixes computed once.
+    #[default]
+    Tree,
+    /// Every prompt on its own (labels of one prompt still share it): the baseline.
+    Naive,
+}
+
+/// Engine settings of a decoder scorer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecoderSettings {
+    pub strategy: Strategy,
+    pub budget: BatchBudget,
+}
+
+/// A llama-family model behind the [`Scorer`] interface.
+pub struct DecoderScorer {
+    model: LlamaModel,
+    tokenizer: TextTokenizer,
+    chat: Option<ChatRenderer>,
+    info: ModelInfo,
+    settings: DecoderSettings,
+    stop_ids: Vec<u32>,
+    stats: EvalStats,
+}
+
+/// Token sequences of one request with the query (request, label, token) of each label
+/// token.
+struct Expanded {
+    sequences: Vec<(Vec<u32>, Vec<QueryAt>)>,
+    /// Per query: (request, label, target token).
+    queries: Vec<(usize, usize, u32)>,
+    /// Per request: label token ids.
+    labels: Vec<Vec<Vec<u32>>>,
+    prompt_lengths: Vec<usize>,
+}
+
+impl DecoderScorer {
+    pub fn new(
+        model: LlamaModel,
+        tokenizer: TextTokenizer,
+        chat: Option<ChatRenderer>,
+        info: ModelInfo,
+        settings: DecoderSettings,
+    ) -> Result<Self> {
+        let vocab = model.config().vocab_size;
+        if tokenizer.vocab_size() > vocab {
+            bail!(
+                "the tokeniser has {} tokens but the model only {vocab}",
+                tokenizer.vocab_size()
+            );
+        }
+        let mut stop_ids: Vec<u32> = tokenizer.special().eos.into_iter().collect();
+        for tag in ["<|im_end|>", "<|endoftext|>", "</s>"] {
+            if let Some(id) = tokenizer.token_id(tag) {
+                stop_ids.push(id);
+            }
+        }
+        stop_ids.sort_unstable();
+        stop_ids.dedup();
+        Ok(Self {
+            model,
+            tokenizer,
+            chat,
+            info,
+            settings,
+            stop_ids,
+            stats: EvalStats::default(),
+        })
+    }
+
+    pub fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    pub fn settings(&self) -> DecoderSettings {
+        self.settings
+    }
+
+    pub fn set_settings(&mut self, settings: DecoderSettings) {
+        self.settings = settings;
+    }
+
+    /// Work done by label and continuation scoring since the last reset.
+    pub fn stats(&self) -> EvalStats {
+        self.stats
+    }
+
+    pub fn reset_stats(&mut self) {
+        self.stats = EvalStats::default();
+    }
+
+    fn render_text(&self, prompt: &Prompt) -> Result<String> {
+        match prompt {
+            Prompt::Text { text, chat: false } => Ok(format!("{}{}", text.user, text.answer_prefix)),
+            Prompt::Text { text, chat: true } => {
+                let render = self.chat.as_ref().ok_or_else(|| {
+                    anyhow!("model '{}' has no chat template; use a plain prompt", self.info.name)
+                })?;
+                Ok(render(text.system.as_deref(), &text.user, &text.answer_prefix))
+            }
+            Prompt::Tokens(tokens) => self.tokenizer.decode(&tokens.input, false),
+        }
+    }
+
+    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        let tokens = self.encode_prompt(prompt)?;
+        if tokens.input.is_empty() {
+            bail!("empty prompt");
+        }
+        Ok(tokens.input)
+    }
+
+    fn check_length(&self, index: usize, length: usize) -> Result<()> {
+        let window = self.model.config().context_length;
+        if length > window {
+            bail!(
+                "request {index}: prompt and label need {length} tokens, more than the model's context window of {window}"
+            );
+        }
+        Ok(())
+    }
+
+    fn expand(&self, requests: &[(Vec<u32>, Vec<Vec<u32>>)]) -> Result<Expanded> {
+        let mut out = Expanded {
+            sequences: Vec::new(),
+            queries: Vec::new(),
+            labels: Vec::new(),
+            prompt_lengths: Vec::new(),
+        };
+        for (index, (prompt, labels)) in requests.iter().enumerate() {
+            for (label_index, label) in labels.iter().enumerate() {
+                self.check_length(index, prompt.len() + label.len())?;
+                let mut tokens = prompt.clone();
+                tokens.extend_from_slice(&label[..label.len() - 1]);
+                let queries = label
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &target)| {
+                        out.queries.push((index, label_index, target));
+                        QueryAt {
+                            position: prompt.len() - 1 + t,
+                            query: out.queries.len() - 1,
+                        }
+                    })
+                    .collect();
+                out.sequences.push((tokens, queries));
+            }
+            out.labels.push(labels.clone());
+            out.prompt_lengths.push(prompt.len());
+        }
+        Ok(out)
+    }
+
+    /// Evaluate tokenised requests, reporting each finished request's per-label
+    /// log-probabilities.
+    fn evaluate(
+        &mut self,
+        requests: &[(Vec<u32>, Vec<Vec<u32>>)],
+        on_done: &mut dyn FnMut(usize, Vec<Vec<f64>>) -> Result<()>,
+    ) -> Result<()> {
+        let groups: Vec<Vec<usize>> = match self.settings.strategy {
+            Strategy::Tree => vec![(0..requests.len()).collect()],
+            Strategy::Naive => (0..requests.len()).map(|i| vec![i]).collect(),
+        };
+        let evaluator = TreeEvaluator::new(&self.model, self.settings.budget)?;
+        for group in groups {
+            let subset: Vec<(Vec<u32>, Vec<Vec<u32>>)> =
+                group.iter().map(|&i| requests[i].clone()).collect();
+            let expanded = self.expand(&subset)?;
+            let trie = TokenTrie::build(&expanded.sequences)?;
+            let targets: Vec<u32> = expanded.queries.iter().map(|q| q.2).collect();
+            let mut token_logprobs: Vec<Vec<Vec<f64>>> = expanded
+                .labels
+                .iter()
+                .map(|labels| labels.iter().map(|l| Vec::with_capacity(l.len())).collect())
+                .collect();
+            let mut remaining: Vec<usize> = expanded
+                .labels
+                .iter()
+                .map(|labels| labels.iter().map(Vec::len).sum())
+                .collect();
+            // Queries of one label arrive in position order (depth-first walk).
+            let stats = evaluator.evaluate(&trie, &targets, &mut |query, logprob| {
+                let (request, label, _) = expanded.queries[query];
+                token_logprobs[request][label].push(logprob);
+                remaining[request] -= 1;
+                if remaining[request] == 0 {
+                    on_done(group[request], std::mem::take(&mut token_logprobs[request]))?;
+                }
+                Ok(())
+            })?;
+            self.stats.add(&stats);
+        }
+        Ok(())
+    }
+
+    /// Logits of the next token after `ids` (prefill in budget-sized pieces), with the
+    /// cache of all of `ids`.
+    fn prefill(&self, ids: &[u32]) -> Result<(Vec<f32>, KvCache)> {
+        let piece = self.settings.budget.max_batch_tokens.max(1);
+        let mut cache: Option<KvCache> = None;
+        let mut last_hidden = None;
+        for chunk in ids.chunks(piece) {
+            let out = self.model.forward(&[chunk], cache.as_ref(), true)?;
+            let kv = out.kv.context("forward pass returned no cache")?;
+            cache = Some(match cache {
+                Some(c) => c.append(&kv)?,
+                None => kv,
+            });
+            last_hidden = Some(LlamaModel::select_positions(&out.hidden, &[(0, chunk.len() - 1)])?);
+        }
+        let hidden = last_hidden.context("empty prompt")?;
+        let logits = self.model.full_logits(&hidden)?.squeeze(0)?.to_vec1()?;
+        Ok((logits, cache.context("empty prompt")?))
+    }
+}
+
+/// Pick the next token: the argmax (lowest id on ties) or a nucleus sample.
+pub fn choose_token(logits: &[f32], sampling: Sampling, rng: &mut StdRng) -> Result<u32> {
+    match sampling {
+        Sampling::Greedy => {
+            let mut best = 0usize;
+            for (i, &v) in logits.iter().enumerate() {
+                if v > logits[best] {
+                    best = i;
+                }
+            }
+            Ok(best as u32)
+        }
+        Sampling::TopP {
+            temperature,
+            top_p,
+            ..
+        } => {
+            if !(temperature > 0.0) || !(top_p > 0.0 && top_p <= 1.0) {
+                bail!("sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})");
+            }
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let mut probs: Vec<(u32, f64)> = logits
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as u32, ((v as f64 - max) / temperature).exp()))
+                .collect();
+            let total: f64 = probs.iter().map(|p| p.1).sum();
+            probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut kept = 0.0;
+            let mut cut = probs.len();
+            for (i, p) in probs.iter().enumerate() {
+                kept += p.1 / total;
+                if kept >= top_p {
+                    cut = i + 1;
+                    break;
+                }
+            }
+            let nucleus = &probs[..cut];
+            let mass: f64 = nucleus.iter().map(|p| p.1).sum();
+            let mut draw = rng.gen::<f64>() * mass;
+            for &(id, p) in nucleus {
+                if draw < p {
+                    return Ok(id);
+                }
+                draw -= p;
+            }
+            Ok(nucleus[nucleus.len() - 1].0)
+        }
+    }
+}
+
+impl Scorer for DecoderScorer {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt> {
+        if let Prompt::Tokens(t) = prompt {
+            if !t.decoder_prefix.is_empty() {
+                bail!("decoder-only models take no decoder prefix");
+            }
+        }
+        Ok(RenderedPrompt {
+            input: self.render_text(prompt)?,
+            decoder_prefix: String::new(),
+        })
+    }
+
+    fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt> {
+        match prompt {
+            Prompt::Tokens(tokens) => {
+                if !tokens.decoder_prefix.is_empty() {
+                    bail!("decoder-only models take no decoder prefix");
+                }
+                for &id in &tokens.input {
+                    self.tokenizer.check_id(id)?;
+                }
+                Ok(tokens.clone())
+            }
+            Prompt::Text { .. } => Ok(TokenPrompt {
+                input: self.tokenizer.encode_prompt(&self.render_text(prompt)?)?,
+                decoder_prefix: vec![],
+            }),
+        }
+    }
+
+    fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
+        let ids = match label {
+            Label::Text(text) => self.tokenizer.encode(text)?,
+            Label::Tokens(ids) => {
+                for &id in ids {
+                    self.tokenizer.check_id(id)?;
+                }
+                ids.clone()
+            }
+        };
+        if ids.is_empty() {
+            bail!("empty label: a label needs at least one token");
+        }
+        Ok(ids)
+    }
+
+    fn label_logprobs_each(
+        &mut self,
+        requests: &[LabelRequest],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        let tokenised = requests
+            .iter()
+            .enumerate()
+            .map(|(index, request)| {
+                if request.labels.is_empty() {
+                    bail!("request {index} has no labels");
+                }
+                let prompt = self
+                    .prompt_ids(&request.prompt)
+                    .with_context(|| format!("request {index}"))?;
+                let labels = request
+                    .labels
+                    .iter()
+                    .map(|l| self.encode_label(l))
+                    .collect::<Result<Vec<_>>>()
+                    .with_context(|| format!("request {index}"))?;
+                Ok((prompt, labels))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let shapes = tokenised.clone();
+        self.evaluate(&tokenised, &mut |index, per_label| {
+            let (prompt, labels) = &shapes[index];
+            let result = LabelResult {
+                labels: labels
+                    .iter()
+                    .zip(per_label)
+                    .map(|(tokens, logprobs)| LabelScore {
+                        tokens: tokens.clone(),
+                        logprob: logprobs.iter().sum(),
+                    })
+                    .collect(),
+                prompt_tokens: prompt.len(),
+            };
+            on_result(index, result)
+        })
+    }
+
+    fn continuation_logprobs(
+        &mut self,
+        requests: &[ContinuationRequest],
+    ) -> Result<Vec<ContinuationResult>> {
+        let tokenised = requests
+            .iter()
+            .enumerate()
+            .map(|(index, request)| {
+                let prompt = self
+                    .prompt_ids(&request.prompt)
+                    .with_context(|| format!("request {index}"))?;
+                let continuation = self.tokenizer.encode(&request.continuation)?;
+                if continuation.is_empty() {
+                    bail!("request {index}: empty continuation");
+                }
+                Ok((prompt, vec![continuation]))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut results: Vec<Option<ContinuationResult>> = vec![None; requests.len()];
+        self.evaluate(&tokenised, &mut |index, mut per_label| {
+            results[index] = Some(ContinuationResult {
+                tokens: tokenised[index].1[0].clone(),
+                token_logprobs: per_label.remove(0),
+            });
+            Ok(())
+        })?;
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or_else(|| anyhow!("no result for continuation {i}")))
+            .collect()
+    }
+
+    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
+        let prompt = self.prompt_ids(&request.prompt)?;
+        let window = self.model.config().context_length;
+        if prompt.len() >= window {
+            bail!(
+                "prompt of {} tokens leaves no room in the context window of {window}",
+                prompt.len()
+            );
+        }
+        let seed = match request.sampling {
+            Sampling::TopP { seed, .. } => seed,
+            Sampling::Greedy => 0,
+        };
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut logits, mut cache) = self.prefill(&prompt)?;
+        let mut tokens: Vec<u32> = Vec::new();
+        let mut finish = FinishReason::MaxTokens;
+        let mut text = String::new();
+        while tokens.len() < request.max_tokens && prompt.len() + tokens.len() < window {
+            let next = choose_token(&logits, request.sampling, &mut rng)?;
+            if self.stop_ids.contains(&next) {
+                finish = FinishReason::EndOfSequence;
+                break;
+            }
+            tokens.push(next);
+            text = self.tokenizer.decode(&tokens, true)?;
+            if let Some(cut) = request
+                .stop
+                .iter()
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| text.find(s.as_str()))
+                .min()
+            {
+                text.truncate(cut);
+                finish = FinishReason::Stop;
+                break;
+            }
+            if tokens.len() == request.max_tokens {
+                break;
+            }
+            let out = self.model.forward(&[&[next]], Some(&cache), true)?;
+            cache = cache.append(&out.kv.context("forward pass returned no cache")?)?;
+            logits = self.model.full_logits(&out.hidden.squeeze(0)?)?.squeeze(0)?.to_vec1()?;
+        }
+        Ok(Generation {
+            text,
+            tokens,
+            finish,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_the_first_maximum() -> Result<()> {
+        let mut rng = StdRng::seed_from_u64(0);
+        assert_eq!(choose_token(&[0.0, 2.0, 2.0, -1.0], Sampling::Greedy, &mut rng)?, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn nucleus_sampling_stays_inside_the_nucleus_and_is_seeded() -> Result<()> {
+        let logits = [5.0f32, 4.9, -10.0, -10.0];
+        let sampling = Sampling::TopP {
+            temperature: 1.0,
+            top_p: 0.9,
+            seed: 7,
+        };
+        let draw = |seed| -> Result<Vec<u32>> {
+            let mut rng = StdRng::seed_from_u64(seed);
+            (0..50).map(|_| choose_token(&logits, sampling, &mut rng)).collect()
+        };
+        let a = draw(7)?;
+        assert_eq!(a, draw(7)?);
+        assert!(a.iter().all(|&t| t < 2), "{a:?}");
+        assert!(a.contains(&0) && a.contains(&1));
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_sampling_parameters_are_refused() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let bad = Sampling::TopP {
+            temperature: 0.0,
+            top_p: 0.9,
+            seed: 0,
+        };
+        assert!(choose_token(&[1.0, 2.0], bad, &mut rng).is_err());
+    }
+}
