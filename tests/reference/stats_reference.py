@@ -155,4 +155,5 @@ if len(sys.argv) > 1:
         corr3([np.mean(sp[s]) for s in ss], [np.mean(sh[s]) for s in ss]),
     )
     show("summeval coherence~relevance pooled", corr3([r[2] for r in srows], [r[3] for r in srows]))
-    show("summeval coherence~coherence summary authors", summary([(g, s, h, h) for g, s, _p, h in [(a, b, c, c) for a, b, c, _ in srows]], "authors"))
+    self_rows = [(g, s, coh, coh) for g, s, coh, _rel in srows]
+    show("summeval coherence~coherence summary authors", summary(self_rows, "authors"))
