@@ -1,5 +1,7 @@
 //! Command-line front end: clap argument structs, and one module per subcommand.
 
+pub mod correlate;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -16,7 +18,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Correlate a metric's predictions with human scores (meta-evaluation).
+    Correlate(correlate::CorrelateArgs),
+}
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
 pub fn init_logging(verbose: u8) {
@@ -34,5 +39,7 @@ pub fn init_logging(verbose: u8) {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Correlate(args) => correlate::run(args),
+    }
 }
