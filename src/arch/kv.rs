@@ -141,7 +141,10 @@ mod tests {
         let row = batch.row(1, 2)?;
         assert_eq!((row.rows(), row.len()), (1, 2));
         let expected = batch.layer(0).0.narrow(0, 1, 1)?.narrow(2, 0, 2)?;
-        let diff = (row.layer(0).0.clone() - expected)?.abs()?.sum_all()?.to_scalar::<f32>()?;
+        let diff = (row.layer(0).0.clone() - expected)?
+            .abs()?
+            .sum_all()?
+            .to_scalar::<f32>()?;
         assert_eq!(diff, 0.0);
         Ok(())
     }
@@ -153,7 +156,10 @@ mod tests {
         let joined = a.append(&b)?;
         assert_eq!(joined.len(), 5);
         let tail = joined.layer(0).1.narrow(2, 2, 3)?;
-        let diff = (tail - &b.layer(0).1)?.abs()?.sum_all()?.to_scalar::<f32>()?;
+        let diff = (tail - &b.layer(0).1)?
+            .abs()?
+            .sum_all()?
+            .to_scalar::<f32>()?;
         assert_eq!(diff, 0.0);
         Ok(())
     }

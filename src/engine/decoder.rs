@@ -125,12 +125,21 @@ impl DecoderScorer {
 
     fn render_text(&self, prompt: &Prompt) -> Result<String> {
         match prompt {
-            Prompt::Text { text, chat: false } => Ok(format!("{}{}", text.user, text.answer_prefix)),
+            Prompt::Text { text, chat: false } => {
+                Ok(format!("{}{}", text.user, text.answer_prefix))
+            }
             Prompt::Text { text, chat: true } => {
                 let render = self.chat.as_ref().ok_or_else(|| {
-                    anyhow!("model '{}' has no chat template; use a plain prompt", self.info.name)
+                    anyhow!(
+                        "model '{}' has no chat template; use a plain prompt",
+                        self.info.name
+                    )
                 })?;
-                Ok(render(text.system.as_deref(), &text.user, &text.answer_prefix))
+                Ok(render(
+                    text.system.as_deref(),
+                    &text.user,
+                    &text.answer_prefix,
+                ))
             }
             Prompt::Tokens(tokens) => self.tokenizer.decode(&tokens.input, false),
         }
@@ -241,7 +250,10 @@ impl DecoderScorer {
                 Some(c) => c.append(&kv)?,
                 None => kv,
             });
-            last_hidden = Some(LlamaModel::select_positions(&out.hidden, &[(0, chunk.len() - 1)])?);
+            last_hidden = Some(LlamaModel::select_positions(
+                &out.hidden,
+                &[(0, chunk.len() - 1)],
+            )?);
         }
         let hidden = last_hidden.context("empty prompt")?;
         let logits = self.model.full_logits(&hidden)?.squeeze(0)?.to_vec1()?;
@@ -262,9 +274,7 @@ pub fn choose_token(logits: &[f32], sampling: Sampling, rng: &mut StdRng) -> Res
             Ok(best as u32)
         }
         Sampling::TopP {
-            temperature,
-            top_p,
-            ..
+            temperature, top_p, ..
         } => {
             if !(temperature > 0.0) || !(top_p > 0.0 && top_p <= 1.0) {
                 bail!("sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})");
@@ -468,7 +478,11 @@ impl Scorer for DecoderScorer {
             }
             let out = self.model.forward(&[&[next]], Some(&cache), true)?;
             cache = cache.append(&out.kv.context("forward pass returned no cache")?)?;
-            logits = self.model.full_logits(&out.hidden.squeeze(0)?)?.squeeze(0)?.to_vec1()?;
+            logits = self
+                .model
+                .full_logits(&out.hidden.squeeze(0)?)?
+                .squeeze(0)?
+                .to_vec1()?;
         }
         Ok(Generation {
             text,
@@ -485,7 +499,10 @@ mod tests {
     #[test]
     fn greedy_picks_the_first_maximum() -> Result<()> {
         let mut rng = StdRng::seed_from_u64(0);
-        assert_eq!(choose_token(&[0.0, 2.0, 2.0, -1.0], Sampling::Greedy, &mut rng)?, 1);
+        assert_eq!(
+            choose_token(&[0.0, 2.0, 2.0, -1.0], Sampling::Greedy, &mut rng)?,
+            1
+        );
         Ok(())
     }
 
@@ -499,7 +516,9 @@ mod tests {
         };
         let draw = |seed| -> Result<Vec<u32>> {
             let mut rng = StdRng::seed_from_u64(seed);
-            (0..50).map(|_| choose_token(&logits, sampling, &mut rng)).collect()
+            (0..50)
+                .map(|_| choose_token(&logits, sampling, &mut rng))
+                .collect()
         };
         let a = draw(7)?;
         assert_eq!(a, draw(7)?);

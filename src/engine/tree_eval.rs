@@ -115,7 +115,8 @@ impl<'m> TreeEvaluator<'m> {
                     None => own,
                 };
                 walk.live_cache_bytes += path.memory_bytes();
-                walk.stats.peak_cache_bytes = walk.stats.peak_cache_bytes.max(walk.live_cache_bytes);
+                walk.stats.peak_cache_bytes =
+                    walk.stats.peak_cache_bytes.max(walk.live_cache_bytes);
                 self.children(walk, child, Some(&path))?;
                 walk.live_cache_bytes -= path.memory_bytes();
             }
@@ -150,7 +151,10 @@ impl<'m> TreeEvaluator<'m> {
         prefix: Option<&KvCache>,
     ) -> Result<Vec<(usize, Option<KvCache>)>> {
         let trie = walk.trie;
-        let rows: Vec<&[u32]> = nodes.iter().map(|&n| trie.node(n).tokens.as_slice()).collect();
+        let rows: Vec<&[u32]> = nodes
+            .iter()
+            .map(|&n| trie.node(n).tokens.as_slice())
+            .collect();
         let keep_kv = nodes.iter().any(|&n| !trie.node(n).children.is_empty());
         let out = self.model.forward(&rows, prefix, keep_kv)?;
         let max_len = rows.iter().map(|r| r.len()).max().unwrap_or(0);

@@ -204,7 +204,8 @@ mod tests {
 
     #[test]
     fn a_sequence_that_is_a_prefix_of_another_reads_inside_a_node() -> anyhow::Result<()> {
-        let trie = TokenTrie::build(&[(vec![1, 2, 3], vec![q(2, 0)]), (vec![1, 2], vec![q(1, 1)])])?;
+        let trie =
+            TokenTrie::build(&[(vec![1, 2, 3], vec![q(2, 0)]), (vec![1, 2], vec![q(1, 1)])])?;
         assert_eq!(trie.len(), 2);
         assert_eq!(trie.node(1).queries, vec![(1, 1), (2, 0)]);
         Ok(())

@@ -74,7 +74,10 @@ impl LlamaConfig {
             );
         }
         if self.head_dim % 2 != 0 {
-            bail!("rotary embeddings need an even head size, got {}", self.head_dim);
+            bail!(
+                "rotary embeddings need an even head size, got {}",
+                self.head_dim
+            );
         }
         Ok(())
     }
@@ -232,7 +235,10 @@ mod tests {
         let gpt2 = SMOL_CONFIG.replace("\"llama\"", "\"gpt2\"");
         let err = LlamaConfig::from_json(&gpt2).unwrap_err().to_string();
         assert!(err.contains("unknown architecture 'gpt2'"), "{err}");
-        let scaled = SMOL_CONFIG.replace("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
+        let scaled = SMOL_CONFIG.replace(
+            "\"rope_scaling\": null",
+            "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
+        );
         assert!(LlamaConfig::from_json(&scaled).is_err());
     }
 

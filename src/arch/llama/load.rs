@@ -82,7 +82,10 @@ pub fn from_gguf(path: &Path, policy: WeightPolicy, device: &Device) -> Result<L
         };
         let (q_bias, k_bias, v_bias) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
         if config.variant == LlamaVariant::Qwen2 && (q_bias.is_none() || k_bias.is_none()) {
-            bail!("{}: qwen2 layer {index} lacks its query/key biases", path.display());
+            bail!(
+                "{}: qwen2 layer {index} lacks its query/key biases",
+                path.display()
+            );
         }
         let mut linear = |name: &str, bias: Option<Tensor>| -> Result<Linear> {
             Linear::from_qtensor(tensor(&format!("{p}.{name}.weight"))?, bias, policy, device)

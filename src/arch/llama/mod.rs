@@ -141,11 +141,19 @@ impl LlamaModel {
             );
         }
         if head.in_features() != config.hidden_size {
-            bail!("output head reads {} features, expected {}", head.in_features(), config.hidden_size);
+            bail!(
+                "output head reads {} features, expected {}",
+                head.in_features(),
+                config.hidden_size
+            );
         }
         let head_rows = head.dense_weight()?;
-        let (rope_cos, rope_sin) =
-            rope_tables(config.head_dim, config.rope_theta, config.context_length, device)?;
+        let (rope_cos, rope_sin) = rope_tables(
+            config.head_dim,
+            config.rope_theta,
+            config.context_length,
+            device,
+        )?;
         Ok(Self {
             final_norm: final_norm.to_dtype(DType::F32)?,
             device: device.clone(),
@@ -211,10 +219,11 @@ impl LlamaModel {
             ids.extend(std::iter::repeat(0).take(max_len - row.len()));
         }
         let ids = Tensor::from_vec(ids, batch * max_len, &self.device)?;
-        let mut x = self
-            .embedding
-            .index_select(&ids, 0)?
-            .reshape((batch, max_len, self.config.hidden_size))?;
+        let mut x = self.embedding.index_select(&ids, 0)?.reshape((
+            batch,
+            max_len,
+            self.config.hidden_size,
+        ))?;
         let mask = attention_mask(&lengths, prefix_len, max_len, &self.device)?;
         let cos = self.rope_cos.narrow(0, prefix_len, max_len)?;
         let sin = self.rope_sin.narrow(0, prefix_len, max_len)?;
@@ -230,8 +239,13 @@ impl LlamaModel {
                 new_kv.push(kv);
             }
         }
-        let hidden = candle_nn::ops::rms_norm(&x, &self.final_norm, self.config.rms_norm_eps as f32)?;
-        let kv = if keep_kv { Some(KvCache::new(new_kv)?) } else { None };
+        let hidden =
+            candle_nn::ops::rms_norm(&x, &self.final_norm, self.config.rms_norm_eps as f32)?;
+        let kv = if keep_kv {
+            Some(KvCache::new(new_kv)?)
+        } else {
+            None
+        };
         Ok(ForwardOutput { hidden, kv })
     }
 
@@ -258,9 +272,11 @@ impl LlamaModel {
                     all.narrow(2, q_width + kv_width, kv_width)?,
                 )
             }
-            QkvProjection::Separate { q, k, v } => {
-                (q.forward(&normed)?, k.forward(&normed)?, v.forward(&normed)?)
-            }
+            QkvProjection::Separate { q, k, v } => (
+                q.forward(&normed)?,
+                k.forward(&normed)?,
+                v.forward(&normed)?,
+            ),
         };
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             Ok(t.reshape((batch, len, n, c.head_dim))?
@@ -290,8 +306,12 @@ impl LlamaModel {
         let scores = (q.matmul(&keys.t()?)? * scale)?
             .reshape((batch, c.num_kv_heads, group, len, keys_len))?
             .broadcast_add(mask)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?
-            .reshape((batch, c.num_kv_heads, group * len, keys_len))?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
+            batch,
+            c.num_kv_heads,
+            group * len,
+            keys_len,
+        ))?;
         let attended = weights
             .matmul(&values)?
             .reshape((batch, c.num_heads, len, c.head_dim))?
@@ -309,15 +329,19 @@ impl LlamaModel {
     }
 
     fn feed_forward(&self, layer: &DecoderLayer, x: &Tensor) -> Result<Tensor> {
-        let normed =
-            candle_nn::ops::rms_norm(x, &layer.mlp_norm, self.config.rms_norm_eps as f32)?;
+        let normed = candle_nn::ops::rms_norm(x, &layer.mlp_norm, self.config.rms_norm_eps as f32)?;
         let width = self.config.intermediate_size;
         let (gate, up) = match &layer.gate_up {
             GateUpProjection::Fused(both) => {
                 let both = both.forward(&normed)?;
-                (both.narrow(D::Minus1, 0, width)?, both.narrow(D::Minus1, width, width)?)
+                (
+                    both.narrow(D::Minus1, 0, width)?,
+                    both.narrow(D::Minus1, width, width)?,
+                )
             }
-            GateUpProjection::Separate { gate, up } => (gate.forward(&normed)?, up.forward(&normed)?),
+            GateUpProjection::Separate { gate, up } => {
+                (gate.forward(&normed)?, up.forward(&normed)?)
+            }
         };
         let activated = (candle_nn::ops::silu(&gate)? * up)?;
         layer.down.forward(&activated)
@@ -335,7 +359,9 @@ impl LlamaModel {
             flat.push((row * len + pos) as u32);
         }
         let index = Tensor::from_vec(flat, positions.len(), hidden.device())?;
-        Ok(hidden.reshape((rows * len, width))?.index_select(&index, 0)?)
+        Ok(hidden
+            .reshape((rows * len, width))?
+            .index_select(&index, 0)?)
     }
 
     /// Logits of the given token ids only: `(n, hidden)` -> `(n, ids.len())`, a gather of
@@ -367,7 +393,12 @@ impl LlamaModel {
 
 /// Additive attention mask `(B, 1, 1, T, P + T)`: every row sees the whole shared prefix,
 /// then its own positions causally, never its padding.
-fn attention_mask(lengths: &[usize], prefix_len: usize, max_len: usize, device: &Device) -> Result<Tensor> {
+fn attention_mask(
+    lengths: &[usize],
+    prefix_len: usize,
+    max_len: usize,
+    device: &Device,
+) -> Result<Tensor> {
     let keys = prefix_len + max_len;
     let mut mask = vec![0f32; lengths.len() * max_len * keys];
     for (row, &length) in lengths.iter().enumerate() {
@@ -380,11 +411,20 @@ fn attention_mask(lengths: &[usize], prefix_len: usize, max_len: usize, device: 
             }
         }
     }
-    Ok(Tensor::from_vec(mask, (lengths.len(), 1, 1, max_len, keys), device)?)
+    Ok(Tensor::from_vec(
+        mask,
+        (lengths.len(), 1, 1, max_len, keys),
+        device,
+    )?)
 }
 
 /// Cosine and sine tables `(positions, head_dim / 2)` for rotary embeddings.
-fn rope_tables(head_dim: usize, theta: f64, positions: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+fn rope_tables(
+    head_dim: usize,
+    theta: f64,
+    positions: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
     let mut cos = Vec::with_capacity(positions * half);
     let mut sin = Vec::with_capacity(positions * half);
