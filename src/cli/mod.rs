@@ -3,6 +3,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub mod models;
+
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]
 #[command(name = "nlg-judge", version, about, long_about = None)]
@@ -16,7 +18,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Model cards and model files: list, fetch into the cache, show paths, verify.
+    Models(models::ModelsArgs),
+}
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
 pub fn init_logging(verbose: u8) {
@@ -34,5 +39,7 @@ pub fn init_logging(verbose: u8) {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Models(args) => models::run(args),
+    }
 }

@@ -170,6 +170,14 @@ impl ModelCache {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create directory {}", parent.display()))?;
         }
+        // Temporary files are created owner-only; a cached model file is readable by all,
+        // like any downloaded file.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o644))
+                .with_context(|| format!("cannot set permissions of {}", temp.display()))?;
+        }
         temp.persist(dest)
             .with_context(|| format!("cannot move a finished download to {}", dest.display()))?;
         self.remember_sha256(dest, hash)

@@ -214,8 +214,18 @@ fn fetch_file(
             Ok((actual, origin))
         });
         match outcome {
-            Ok((actual, origin)) => return fetched(dest, actual, origin),
-            Err(error) => failures.push(format!("{} source: {error:#}", source.kind_name())),
+            Ok((actual, origin)) => {
+                tracing::debug!("{name} of {}: from {origin:?}", card.name);
+                return fetched(dest, actual, origin);
+            }
+            Err(error) => {
+                tracing::info!(
+                    "{name} of {}: {} source failed: {error:#}",
+                    card.name,
+                    source.kind_name()
+                );
+                failures.push(format!("{} source: {error:#}", source.kind_name()));
+            }
         }
     }
     bail!(

@@ -1,0 +1,39 @@
+//! Helpers shared by the integration tests that need real model files.
+//!
+//! Files come from the nlg-judge cache (`$NLG_JUDGE_CACHE`, else the user cache dir). CI
+//! fills it with `nlg-judge models fetch <card>` before the tests; a missing file is
+//! fetched here through the card's sources (which needs the network once).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use nlg_judge::runtime::{fetch_card, CardCatalog, FetchOptions, ResolveOptions};
+
+/// Fetch options from the environment, without progress bars.
+pub fn fetch_options() -> FetchOptions {
+    let mut options = FetchOptions::from_env().expect("fetch options from the environment");
+    options.progress = false;
+    options
+}
+
+/// Resolve options from the environment with the built-in cards only.
+pub fn resolve_options() -> ResolveOptions {
+    ResolveOptions {
+        fetch: fetch_options(),
+        catalog: CardCatalog::builtin().expect("built-in cards"),
+    }
+}
+
+/// The path of the first file of a built-in card, fetched and verified.
+pub fn card_file(card: &str) -> PathBuf {
+    let catalog = CardCatalog::builtin().expect("built-in cards");
+    let card = catalog.get(card).expect("a built-in card");
+    let files = fetch_card(card, &fetch_options()).unwrap_or_else(|error| {
+        panic!(
+            "cannot get the files of {}: {error:#}\n(run `nlg-judge models fetch {}`)",
+            card.name, card.name
+        )
+    });
+    files[0].path.clone()
+}
