@@ -114,7 +114,11 @@ fn round_trips() {
         let tokenizer = gguf_tokenizer(card);
         for text in texts {
             let ids = tokenizer.encode(text).unwrap();
-            assert_eq!(tokenizer.decode(&ids, false).unwrap(), text, "{card}: {text:?}");
+            assert_eq!(
+                tokenizer.decode(&ids, false).unwrap(),
+                text,
+                "{card}: {text:?}"
+            );
         }
     }
 }
@@ -129,7 +133,10 @@ fn chat_templates_match_the_gguf_templates() {
         let header =
             nlg_judge::runtime::checkpoint::GgufHeader::read(&common::card_file(card)).unwrap();
         let from_gguf = ChatTemplate::detect(header.chat_template().unwrap().unwrap());
-        assert_eq!(from_card, from_gguf, "{card}: card and GGUF template disagree");
+        assert_eq!(
+            from_card, from_gguf,
+            "{card}: card and GGUF template disagree"
+        );
         for chat in reference["models"][key]["chats"].as_array().unwrap() {
             let system = chat["system"].as_str();
             let user = chat["user"].as_str().unwrap();
@@ -176,7 +183,9 @@ fn non_t5_tokenizer_json_is_refused_as_t5() {
       "normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,
       "model":{"type":"WordLevel","vocab":{"</s>":0,"<pad>":1,"a":2},"unk_token":"a"}}"#;
     std::fs::write(&path, json).unwrap();
-    let error = TextTokenizer::t5_from_json_file(&path).unwrap_err().to_string();
+    let error = TextTokenizer::t5_from_json_file(&path)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("not a T5 tokenizer"), "{error}");
     assert!(error.contains("tokenizer.json"), "{error}");
 }

@@ -147,7 +147,11 @@ fn verify(card: &ModelCard, options: &FetchOptions) -> Result<()> {
         if actual.eq_ignore_ascii_case(&file.sha256) {
             println!("ok       {}", file.path.display());
         } else {
-            println!("MISMATCH {} (expected {}, found {actual})", file.path.display(), file.sha256);
+            println!(
+                "MISMATCH {} (expected {}, found {actual})",
+                file.path.display(),
+                file.sha256
+            );
             bad.push(file.name.clone());
         }
     }

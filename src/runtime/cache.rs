@@ -53,9 +53,8 @@ impl ModelCache {
         if let Some(root) = std::env::var_os(CACHE_ENV) {
             return Ok(Self::new(root));
         }
-        let base = dirs::cache_dir().with_context(|| {
-            format!("no user cache directory on this system: set {CACHE_ENV}")
-        })?;
+        let base = dirs::cache_dir()
+            .with_context(|| format!("no user cache directory on this system: set {CACHE_ENV}"))?;
         Ok(Self::new(base.join("nlg-judge")))
     }
 
@@ -222,14 +221,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// sha256 (hex) of a whole file.
 pub fn hash_file(path: &Path, show_progress: bool) -> Result<String> {
-    let mut file =
-        File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let bar = progress::bytes_bar(show_progress && size > BUFFER as u64, size, format!("hashing {name}"));
+    let bar = progress::bytes_bar(
+        show_progress && size > BUFFER as u64,
+        size,
+        format!("hashing {name}"),
+    );
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; BUFFER];
     loop {

@@ -38,8 +38,14 @@ const BUILTIN_CARDS: &[(&str, &str)] = &[
         "flan-t5-large.toml",
         include_str!("../../models/flan-t5-large.toml"),
     ),
-    ("flan-t5-xl.toml", include_str!("../../models/flan-t5-xl.toml")),
-    ("flan-t5-xxl.toml", include_str!("../../models/flan-t5-xxl.toml")),
+    (
+        "flan-t5-xl.toml",
+        include_str!("../../models/flan-t5-xl.toml"),
+    ),
+    (
+        "flan-t5-xxl.toml",
+        include_str!("../../models/flan-t5-xxl.toml"),
+    ),
     (
         "llama-2-7b-chat.toml",
         include_str!("../../models/llama-2-7b-chat.toml"),
@@ -48,7 +54,10 @@ const BUILTIN_CARDS: &[(&str, &str)] = &[
         "llama-2-13b-chat.toml",
         include_str!("../../models/llama-2-13b-chat.toml"),
     ),
-    ("t5-tokenizer.toml", include_str!("../../models/t5-tokenizer.toml")),
+    (
+        "t5-tokenizer.toml",
+        include_str!("../../models/t5-tokenizer.toml"),
+    ),
 ];
 
 /// Environment variable naming a directory of user model cards.
@@ -324,8 +333,7 @@ impl ModelCard {
             bail!("field 'files' is empty");
         }
         for (index, file) in self.files.iter().enumerate() {
-            check_file_name(&file.name)
-                .with_context(|| format!("field 'files[{index}].name'"))?;
+            check_file_name(&file.name).with_context(|| format!("field 'files[{index}].name'"))?;
             if let Some(hash) = &file.sha256 {
                 if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
                     bail!("field 'files[{index}].sha256': '{hash}' is not 64 hex digits");
@@ -375,9 +383,11 @@ impl ModelCard {
         for (index, source) in self.sources.iter().enumerate() {
             match source {
                 Source::Hub(hub) => {
-                    if hub.repo.split('/').count() != 2 || hub.repo.contains(char::is_whitespace)
-                    {
-                        bail!("field 'sources[{index}].repo': '{}' is not owner/name", hub.repo);
+                    if hub.repo.split('/').count() != 2 || hub.repo.contains(char::is_whitespace) {
+                        bail!(
+                            "field 'sources[{index}].repo': '{}' is not owner/name",
+                            hub.repo
+                        );
                     }
                     if hub.revision.is_empty() {
                         bail!("field 'sources[{index}].revision' is empty");

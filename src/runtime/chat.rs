@@ -102,9 +102,7 @@ fn literal_chatml_system(jinja: &str) -> Option<String> {
     let mut rest = jinja;
     while let Some(start) = rest.find(OPEN) {
         rest = &rest[start + OPEN.len()..];
-        let body = rest
-            .strip_prefix('\n')
-            .or_else(|| rest.strip_prefix("\\n"));
+        let body = rest.strip_prefix('\n').or_else(|| rest.strip_prefix("\\n"));
         let Some(body) = body else { continue };
         let Some(end) = body.find("<|im_end|>") else {
             continue;
@@ -156,9 +154,7 @@ mod tests {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
         // A given system message replaces the default.
-        assert!(!template
-            .render(Some("S"), "Hi", "")
-            .contains("SmolLM"));
+        assert!(!template.render(Some("S"), "Hi", "").contains("SmolLM"));
     }
 
     #[test]
@@ -168,7 +164,8 @@ mod tests {
             ChatTemplate::detect(jinja).default_system(),
             Some("You are Qwen.\nBe kind.")
         );
-        let no_default = "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
+        let no_default =
+            "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
         assert_eq!(
             ChatTemplate::detect(no_default),
             ChatTemplate::ChatMl {
@@ -188,7 +185,8 @@ mod tests {
         );
         assert_eq!(
             template.render(Some("You judge."), " Q ", ""),
-            "[INST] <<SYS>>\nYou judge.\n<</SYS>>\n\nQ [/INST]"
+            // Only the ends of the whole message are stripped, as in Meta's template.
+            "[INST] <<SYS>>\nYou judge.\n<</SYS>>\n\n Q [/INST]"
         );
         assert_eq!(
             ChatTemplate::detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),

@@ -207,8 +207,7 @@ impl GgufHeader {
         let name = self
             .string("general.architecture")?
             .context("GGUF metadata has no 'general.architecture'")?;
-        name.parse()
-            .context("GGUF metadata 'general.architecture'")
+        name.parse().context("GGUF metadata 'general.architecture'")
     }
 
     /// `<architecture>.context_length`.
@@ -265,7 +264,10 @@ mod tests {
         let config = dir.path().join("config.json");
         std::fs::write(&config, r#"{"model_type": "gpt_neox"}"#).unwrap();
         let error = format!("{:#}", read_config(&config).unwrap_err());
-        assert!(error.contains("gpt_neox") && error.contains("model_type"), "{error}");
+        assert!(
+            error.contains("gpt_neox") && error.contains("model_type"),
+            "{error}"
+        );
         std::fs::write(&config, r#"{"model_type": "t5", "n_positions": 512}"#).unwrap();
         let summary = read_config(&config).unwrap();
         assert_eq!(summary.architecture, Architecture::T5);

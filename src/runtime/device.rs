@@ -34,7 +34,9 @@ impl FromStr for DeviceSpec {
                 Some(ordinal) => ordinal.parse().map(DeviceSpec::Cuda).with_context(|| {
                     format!("invalid device '{text}': the CUDA ordinal must be a number")
                 }),
-                None => bail!("unknown device '{text}' (expected auto, cpu, cuda, cuda:N or metal)"),
+                None => {
+                    bail!("unknown device '{text}' (expected auto, cpu, cuda, cuda:N or metal)")
+                }
             },
         }
     }
@@ -104,7 +106,12 @@ mod tests {
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
         assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
         assert_eq!("metal".parse::<DeviceSpec>().unwrap(), DeviceSpec::Metal);
-        for spec in [DeviceSpec::Auto, DeviceSpec::Cpu, DeviceSpec::Cuda(2), DeviceSpec::Metal] {
+        for spec in [
+            DeviceSpec::Auto,
+            DeviceSpec::Cpu,
+            DeviceSpec::Cuda(2),
+            DeviceSpec::Metal,
+        ] {
             assert_eq!(spec.to_string().parse::<DeviceSpec>().unwrap(), spec);
         }
     }

