@@ -266,12 +266,6 @@ impl<W: Write> HashingWriter<W> {
         }
     }
 
-    /// Replace the progress bar (one per part of a multi-part file).
-    pub fn set_bar(&mut self, bar: indicatif::ProgressBar) {
-        self.bar.finish_and_clear();
-        self.bar = bar;
-    }
-
     pub fn written(&self) -> u64 {
         self.written
     }
