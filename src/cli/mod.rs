@@ -5,6 +5,8 @@ pub mod correlate;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub mod models;
+
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]
 #[command(name = "nlg-judge", version, about, long_about = None)]
@@ -19,6 +21,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Model cards and model files: list, fetch into the cache, show paths, verify.
+    Models(models::ModelsArgs),
     /// Correlate a metric's predictions with human scores (meta-evaluation).
     Correlate(correlate::CorrelateArgs),
 }
@@ -40,6 +44,7 @@ pub fn init_logging(verbose: u8) {
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),
     }
 }

@@ -1,6 +1,30 @@
 //! From a model name to a loaded model: devices, model cards, weight sources (local path,
 //! hub, PyPI wheel), the file cache, tokenisers and chat templates.
+//!
+//! Entry points: [`resolve_model`] turns a `--model` argument into a [`ResolvedModel`]
+//! (verified files, architecture, chat template, conventions); [`load_tokenizer`] gives
+//! its [`TextTokenizer`]; [`DeviceSpec`] picks the device.
 
+pub mod cache;
+pub mod card;
+pub mod chat;
+pub mod checkpoint;
+pub mod device;
+pub mod fetch;
+pub mod gguf_tokenizer;
+pub mod hub;
+pub mod progress;
+pub mod resolve;
 pub mod tokenizer;
+pub mod wheel;
 
+pub use cache::ModelCache;
+pub use card::{Architecture, CardCatalog, ModelCard, WeightFormat};
+pub use chat::ChatTemplate;
+pub use device::{select_device, DeviceSpec};
+pub use fetch::{fetch_card, FetchOptions, FetchedFile};
+pub use hub::HubSettings;
+pub use resolve::{
+    load_tokenizer, resolve_card, resolve_model, ResolveOptions, ResolvedModel, TokenizerSource,
+};
 pub use tokenizer::{SpecialTokens, TextTokenizer};

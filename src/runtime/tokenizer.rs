@@ -8,6 +8,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::card::TokenizerSpec;
+
 /// Special ids and encoding rules of a checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
@@ -18,6 +20,13 @@ pub struct SpecialTokens {
     pub add_bos: bool,
     /// Append `eos` to every prompt (T5 encoder inputs: yes).
     pub append_eos: bool,
+}
+
+impl SpecialTokens {
+    /// The token an encoder-decoder's decoder starts from: T5 starts from `pad`.
+    pub fn decoder_start(&self) -> Option<u32> {
+        self.pad
+    }
 }
 
 /// A tokeniser with its special tokens.
@@ -52,6 +61,62 @@ impl TextTokenizer {
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("cannot read tokenizer {}", path.display()))?;
         Self::new(inner, special)
+    }
+
+    /// Load a `tokenizer.json` whose special tokens are named as strings (a model card's
+    /// `[tokenizer]` table); a named token missing from the vocabulary is an error.
+    pub fn from_json_file_with_spec(path: &Path, spec: &TokenizerSpec) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("cannot read tokenizer {}", path.display()))?;
+        let lookup = |field: &str, token: &Option<String>| -> Result<Option<u32>> {
+            match token {
+                None => Ok(None),
+                Some(token) => inner.token_to_id(token).map(Some).with_context(|| {
+                    format!(
+                        "{} token '{token}' is not in the vocabulary of {}",
+                        field,
+                        path.display()
+                    )
+                }),
+            }
+        };
+        let special = SpecialTokens {
+            bos: lookup("bos", &spec.bos)?,
+            eos: lookup("eos", &spec.eos)?,
+            pad: lookup("pad", &spec.pad)?,
+            add_bos: spec.add_bos,
+            append_eos: spec.append_eos,
+        };
+        Self::new(inner, special)
+    }
+
+    /// The special tokens of T5 checkpoints: `</s>` ends every encoder input, `<pad>`
+    /// pads and starts the decoder.
+    pub fn t5_spec() -> TokenizerSpec {
+        TokenizerSpec {
+            bos: None,
+            eos: Some("</s>".to_string()),
+            pad: Some("<pad>".to_string()),
+            add_bos: false,
+            append_eos: true,
+        }
+    }
+
+    /// Load a T5 `tokenizer.json` (no model card needed): eos `</s>` = 1 appended to every
+    /// prompt, pad `<pad>` = 0, decoder start = pad, no bos.
+    pub fn t5_from_json_file(path: &Path) -> Result<Self> {
+        let tokenizer = Self::from_json_file_with_spec(path, &Self::t5_spec())?;
+        let special = tokenizer.special();
+        if special.eos != Some(1) || special.pad != Some(0) {
+            bail!(
+                "{} is not a T5 tokenizer: expected </s> = 1 and <pad> = 0, found {:?} and {:?}",
+                path.display(),
+                special.eos,
+                special.pad
+            );
+        }
+        Ok(tokenizer)
     }
 
     pub fn special(&self) -> &SpecialTokens {

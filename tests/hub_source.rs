@@ -1,0 +1,398 @@
+//! The hub source against a stand-in hub: a loopback HTTP server that answers
+//! `/{repo}/resolve/{revision}/{file}` the way the Hugging Face hub does for hf-hub 0.4
+//! (`ETag`, `X-Repo-Commit`, ranged `206` answers with `Content-Range`).
+//!
+//! A tiny T5-style checkpoint (config.json, model.safetensors, tokenizer.json, made here)
+//! is downloaded, lands in our cache verified, is found again offline with the server
+//! gone, and a corrupted cached copy is caught.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use nlg_judge::runtime::fetch::Origin;
+use nlg_judge::runtime::{
+    load_tokenizer, resolve_card, Architecture, FetchOptions, HubSettings, ModelCache, ModelCard,
+};
+use sha2::{Digest, Sha256};
+
+const REPO: &str = "test-org/tiny-t5";
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A stand-in hub serving `files` (name -> bytes) of `REPO` at revision `COMMIT`.
+struct StandInHub {
+    endpoint: String,
+    requests: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StandInHub {
+    fn start(files: HashMap<String, Vec<u8>>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, halt) = (requests.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if halt.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(stream) = stream {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    answer(stream, &files);
+                }
+            }
+        });
+        Self {
+            endpoint,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Stop serving and close the port.
+    fn shut_down(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.endpoint.trim_start_matches("http://"));
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+/// Answer one request: `GET /{REPO}/resolve/{COMMIT or main}/{file}`, honouring `Range`.
+fn answer(stream: TcpStream, files: &HashMap<String, Vec<u8>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).unwrap();
+    let mut range = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(value) = lower.strip_prefix("range: bytes=") {
+            let (start, end) = value.trim().split_once('-').unwrap();
+            range = Some((start.parse::<usize>().unwrap(), end.parse::<usize>().ok()));
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("");
+    let file = [COMMIT, "main"].iter().find_map(|revision| {
+        path.strip_prefix(&format!("/{REPO}/resolve/{revision}/"))
+            .and_then(|name| files.get(name))
+    });
+    let mut stream = stream;
+    let Some(bytes) = file else {
+        let _ = stream
+            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    };
+    let etag = hex::encode(Sha256::digest(bytes));
+    let (status, body, content_range) = match range {
+        Some((start, end)) => {
+            let end = end.unwrap_or(bytes.len() - 1).min(bytes.len() - 1);
+            (
+                "206 Partial Content",
+                &bytes[start..=end],
+                format!("Content-Range: bytes {start}-{end}/{}\r\n", bytes.len()),
+            )
+        }
+        None => ("200 OK", &bytes[..], String::new()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\n{content_range}ETag: \"{etag}\"\r\n\
+         X-Repo-Commit: {COMMIT}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+}
+
+/// The three files of a tiny T5 checkpoint.
+fn checkpoint_files(dir: &Path) -> HashMap<String, Vec<u8>> {
+    let config = br#"{"model_type": "t5", "d_model": 8, "num_layers": 1, "n_positions": 512}"#;
+    let weights_path = dir.join("model.safetensors");
+    let tensor = candle_core::Tensor::arange(0f32, 16f32, &candle_core::Device::Cpu)
+        .unwrap()
+        .reshape((4, 4))
+        .unwrap();
+    candle_core::safetensors::save(
+        &HashMap::from([("shared.weight".to_string(), tensor)]),
+        &weights_path,
+    )
+    .unwrap();
+    let tokenizer = br#"{"version":"1.0","truncation":null,"padding":null,
+      "added_tokens":[{"id":0,"content":"<pad>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},
+                      {"id":1,"content":"</s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+      "normalizer":null,"pre_tokenizer":{"type":"WhitespaceSplit"},"post_processor":null,"decoder":null,
+      "model":{"type":"WordLevel","vocab":{"<pad>":0,"</s>":1,"<unk>":2,"Summary":3,"A":4},"unk_token":"<unk>"}}"#;
+    HashMap::from([
+        ("config.json".to_string(), config.to_vec()),
+        (
+            "model.safetensors".to_string(),
+            std::fs::read(&weights_path).unwrap(),
+        ),
+        ("tokenizer.json".to_string(), tokenizer.to_vec()),
+    ])
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A card for the tiny checkpoint; the weights' hash is pinned, the others are recorded at
+/// first download.
+fn card(files: &HashMap<String, Vec<u8>>) -> ModelCard {
+    let text = format!(
+        r#"
+name = "tiny-t5"
+architecture = "t5"
+format = "safetensors"
+context_window = 512
+
+[[files]]
+role = "config"
+name = "config.json"
+
+[[files]]
+role = "tokenizer"
+name = "tokenizer.json"
+
+[[files]]
+role = "weights"
+name = "model.safetensors"
+sha256 = "{}"
+
+[chat]
+template = "none"
+
+[conventions]
+pairwise_suffix = ""
+answer_prefix = "{{item}}"
+label_a = " A"
+label_b = " B"
+score_suffix = ""
+chat = false
+
+[[sources]]
+kind = "hub"
+repo = "{REPO}"
+revision = "{COMMIT}"
+"#,
+        sha256(&files["model.safetensors"])
+    );
+    ModelCard::parse(&text, "tiny-t5.toml").unwrap()
+}
+
+fn options(cache: &Path, hub_cache: &Path, endpoint: Option<String>) -> FetchOptions {
+    FetchOptions::new(
+        ModelCache::new(cache),
+        HubSettings::new(endpoint, hub_cache.to_path_buf()),
+    )
+}
+
+#[test]
+fn download_then_offline_then_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = checkpoint_files(dir.path());
+    let card = card(&files);
+    let hub = StandInHub::start(files.clone());
+    let cache = dir.path().join("cache");
+    let hub_cache = dir.path().join("hf").join("hub");
+
+    // 1. Download: files land in our cache, verified, with the weights' hash as fingerprint.
+    let online = options(&cache, &hub_cache, Some(hub.endpoint.clone()));
+    let model = resolve_card(&card, &online).unwrap();
+    assert!(hub.requests() >= 6, "two requests per file expected");
+    assert_eq!(model.architecture, Architecture::T5);
+    assert_eq!(model.fingerprint, sha256(&files["model.safetensors"]));
+    for file in &model.files {
+        assert_eq!(
+            file.origin,
+            Origin::Hub {
+                repo: REPO.into(),
+                revision: COMMIT.into()
+            }
+        );
+        assert!(file.path.starts_with(&cache), "{}", file.path.display());
+        assert_eq!(std::fs::read(&file.path).unwrap(), files[&file.name]);
+        assert_eq!(file.sha256, sha256(&files[&file.name]));
+    }
+    let tokenizer = load_tokenizer(&model).unwrap();
+    assert_eq!(tokenizer.encode_prompt("Summary A").unwrap(), vec![3, 4, 1]);
+
+    // 2. Server gone, offline: our cache answers.
+    hub.shut_down();
+    let mut offline = options(&cache, &hub_cache, None);
+    offline.hub.offline = true;
+    let again = resolve_card(&card, &offline).unwrap();
+    assert!(again.files.iter().all(|f| f.origin == Origin::Cache));
+    assert_eq!(again.fingerprint, model.fingerprint);
+
+    // 3. Offline with an empty cache of ours: the hub cache answers.
+    let fresh = dir.path().join("cache2");
+    let mut from_hub_cache = options(&fresh, &hub_cache, None);
+    from_hub_cache.hub.offline = true;
+    let third = resolve_card(&card, &from_hub_cache).unwrap();
+    assert!(third
+        .files
+        .iter()
+        .all(|f| matches!(f.origin, Origin::Hub { .. })));
+    assert!(third.files.iter().all(|f| f.path.starts_with(&fresh)));
+
+    // 4. Offline, empty caches: a clear error.
+    let mut nothing = options(&dir.path().join("cache3"), &dir.path().join("hf3"), None);
+    nothing.hub.offline = true;
+    let error = format!("{:#}", resolve_card(&card, &nothing).unwrap_err());
+    assert!(error.contains("HF_HUB_OFFLINE"), "{error}");
+
+    // 5. Corrupt the cached weights (pinned hash) and the cached config (recorded hash).
+    let weights = cache.join("models/tiny-t5/model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&weights, &bytes).unwrap();
+    let error = format!("{:#}", resolve_card(&card, &offline).unwrap_err());
+    assert!(error.contains("model.safetensors"), "{error}");
+    assert!(
+        error.contains(&sha256(&files["model.safetensors"])),
+        "{error}"
+    );
+    assert!(error.contains(&sha256(&bytes)), "{error}");
+    assert!(error.contains("--force"), "{error}");
+
+    std::fs::write(&weights, &files["model.safetensors"]).unwrap();
+    let config = cache.join("models/tiny-t5/config.json");
+    std::fs::write(&config, br#"{"model_type": "t5", "d_model": 9}"#).unwrap();
+    let error = format!("{:#}", resolve_card(&card, &offline).unwrap_err());
+    assert!(error.contains("config.json"), "{error}");
+    assert!(error.contains(&sha256(&files["config.json"])), "{error}");
+
+    // 6. `--force` with the hub back repairs the cache (our copy may share its bytes with
+    //    the hub cache's, which the corruption above damaged too: it is downloaded again).
+    let hub = StandInHub::start(files.clone());
+    let mut repair = options(&cache, &hub_cache, Some(hub.endpoint.clone()));
+    repair.force = true;
+    let repaired = resolve_card(&card, &repair).unwrap();
+    assert_eq!(std::fs::read(&config).unwrap(), files["config.json"]);
+    assert_eq!(repaired.fingerprint, model.fingerprint);
+    let requests = hub.requests();
+    assert!(requests >= 6, "{requests}");
+    hub.shut_down();
+}
+
+#[test]
+fn stale_hub_cache_copy_is_downloaded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = checkpoint_files(dir.path());
+    let card = card(&files);
+    let hub = StandInHub::start(files.clone());
+    let hub_cache = dir.path().join("hf");
+    let online = options(
+        &dir.path().join("cache"),
+        &hub_cache,
+        Some(hub.endpoint.clone()),
+    );
+    let first = resolve_card(&card, &online).unwrap();
+    // Damage the hub cache's weights in place (our copy is a hard link to them or a copy).
+    let weights = first.weights[0].clone();
+    let hub_copy = HubSettings::new(None, hub_cache.clone())
+        .cached_file(REPO, COMMIT, "model.safetensors")
+        .unwrap();
+    std::fs::write(&hub_copy, b"damaged").unwrap();
+    std::fs::remove_file(&weights).unwrap();
+    let before = hub.requests();
+    let second = resolve_card(&card, &online).unwrap();
+    assert_eq!(
+        std::fs::read(&second.weights[0]).unwrap(),
+        files["model.safetensors"]
+    );
+    assert!(
+        hub.requests() > before,
+        "the weights were not downloaded again"
+    );
+    hub.shut_down();
+}
+
+#[test]
+fn wrong_file_from_the_hub_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = checkpoint_files(dir.path());
+    let card = card(&files);
+    let mut served = files.clone();
+    served.insert(
+        "model.safetensors".into(),
+        b"not the pinned weights".to_vec(),
+    );
+    let hub = StandInHub::start(served);
+    let cache = dir.path().join("cache");
+    let online = options(&cache, &dir.path().join("hf"), Some(hub.endpoint.clone()));
+    let error = format!("{:#}", resolve_card(&card, &online).unwrap_err());
+    assert!(
+        error.contains("sha256 mismatch for model.safetensors"),
+        "{error}"
+    );
+    assert!(!cache.join("models/tiny-t5/model.safetensors").exists());
+    hub.shut_down();
+}
+
+#[test]
+fn missing_file_on_the_hub_names_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = checkpoint_files(dir.path());
+    let card = card(&files);
+    files.remove("tokenizer.json");
+    let hub = StandInHub::start(files);
+    let online = options(
+        &dir.path().join("cache"),
+        &dir.path().join("hf"),
+        Some(hub.endpoint.clone()),
+    );
+    let error = format!("{:#}", resolve_card(&card, &online).unwrap_err());
+    assert!(
+        error.contains(&format!("{REPO}/resolve/{COMMIT}/tokenizer.json")),
+        "{error}"
+    );
+    hub.shut_down();
+}
+
+/// `HubSettings::from_env` reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE. (The other tests
+/// in this file pass settings explicitly, so setting variables here races with nothing.)
+#[test]
+fn settings_from_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = checkpoint_files(dir.path());
+    let card = card(&files);
+    let hub = StandInHub::start(files);
+    let hf_home = dir.path().join("hf-home");
+    std::env::set_var("HF_ENDPOINT", &hub.endpoint);
+    std::env::set_var("HF_HOME", &hf_home);
+    std::env::remove_var("HF_HUB_OFFLINE");
+    let settings = HubSettings::from_env();
+    assert_eq!(settings.endpoint.as_deref(), Some(hub.endpoint.as_str()));
+    assert_eq!(settings.cache_dir, hf_home.join("hub"));
+    assert!(!settings.offline);
+    let online = FetchOptions::new(ModelCache::new(dir.path().join("cache")), settings);
+    resolve_card(&card, &online).unwrap();
+    assert!(hf_home.join("hub/models--test-org--tiny-t5").is_dir());
+
+    std::env::set_var("HF_HUB_OFFLINE", "1");
+    assert!(HubSettings::from_env().offline);
+    std::env::remove_var("HF_HUB_OFFLINE");
+    std::env::remove_var("HF_ENDPOINT");
+    std::env::remove_var("HF_HOME");
+    hub.shut_down();
+}
