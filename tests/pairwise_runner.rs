@@ -10,7 +10,7 @@ use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
 use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, ModelKind, ResultCache};
 use nlg_judge::judge::pairwise::{
-    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
+    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
     CompareResult, Debias, Design, PairwiseTemplate,
 };
 use nlg_judge::judge::{Attribute, Task};
@@ -43,7 +43,10 @@ fn mock(bias: f64, fail_after: Option<usize>) -> MockScorer {
         }
         answered += 1;
         assert_eq!(labels, [" A", " B"]);
-        let p = sigmoid(4.0 * (quality_after(prompt, "Summary A: ")? - quality_after(prompt, "Summary B: ")?) + bias);
+        let p = sigmoid(
+            4.0 * (quality_after(prompt, "Summary A: ")? - quality_after(prompt, "Summary B: ")?)
+                + bias,
+        );
         Ok(vec![(0.8 * p).ln(), (0.8 * (1.0 - p)).ln()])
     })
 }
@@ -96,7 +99,11 @@ fn outputs(result: &CompareResult) -> (Vec<u8>, Vec<u8>) {
 
 /// Ranks 1..n by descending quality, per context.
 fn true_ranks(context: &Context) -> Vec<f64> {
-    let q: Vec<f64> = context.candidates.iter().map(|c| c.scores["coherence"]).collect();
+    let q: Vec<f64> = context
+        .candidates
+        .iter()
+        .map(|c| c.scores["coherence"])
+        .collect();
     q.iter()
         .map(|&x| 1.0 + q.iter().filter(|&&y| y > x).count() as f64)
         .collect()
@@ -157,6 +164,14 @@ fn output_lines_follow_input_order_with_fixed_formats() {
         let value: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(value["p_a"].is_f64() && value["label_mass"].is_f64());
     }
+    // The table lists candidates best first, with the context's statistics.
+    let table = format_tables(&result);
+    let at = |id: &str| table.find(&format!("  {id}\n")).unwrap();
+    assert!(
+        at("sys1") < at("sys2") && at("sys2") < at("sys0"),
+        "{table}"
+    );
+    assert!(table.contains("context doc0: P(A) 0.500, consistency 1.000, accuracy 1.000"));
 }
 
 #[test]
@@ -174,10 +189,18 @@ fn a_killed_run_resumes_from_the_cache_and_writes_the_same_bytes() {
     let killed_after = 13;
     {
         let cache = ResultCache::open(&path).unwrap();
-        let error = run_compare(&mut mock(-0.7, Some(killed_after)), &data, &opts, Some(&cache))
-            .unwrap_err();
+        let error = run_compare(
+            &mut mock(-0.7, Some(killed_after)),
+            &data,
+            &opts,
+            Some(&cache),
+        )
+        .unwrap_err();
         let chain = format!("{error:#}");
-        assert!(chain.contains("simulated crash") && chain.contains("doc1"), "{chain}");
+        assert!(
+            chain.contains("simulated crash") && chain.contains("doc1"),
+            "{chain}"
+        );
         assert_eq!(cache.len().unwrap(), killed_after);
     }
     let cache = ResultCache::open(&path).unwrap();
@@ -185,7 +208,10 @@ fn a_killed_run_resumes_from_the_cache_and_writes_the_same_bytes() {
     let calls = scorer.calls();
     let resumed = run_compare(&mut scorer, &data, &opts, Some(&cache)).unwrap();
     assert_eq!(calls.labels(), 3 * 8 - killed_after);
-    assert_eq!((resumed.computed, resumed.cached), (3 * 8 - killed_after, killed_after));
+    assert_eq!(
+        (resumed.computed, resumed.cached),
+        (3 * 8 - killed_after, killed_after)
+    );
     assert_eq!(outputs(&resumed), outputs(&reference));
 
     // A third run asks the model nothing.
@@ -275,8 +301,14 @@ fn symmetric_and_random_designs_compare_the_requested_number() {
     let mut opts = options();
     opts.design = Design::Random;
     opts.comparisons = Some(31);
-    let error = format!("{:#}", run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap_err());
-    assert!(error.contains("doc0") && error.contains("at most 30"), "{error}");
+    let error = format!(
+        "{:#}",
+        run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap_err()
+    );
+    assert!(
+        error.contains("doc0") && error.contains("at most 30"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -289,20 +321,21 @@ fn chat_conventions_reach_the_model() {
         score_suffix: "\n\nScore:".into(),
         chat: true,
     };
-    let mut scorer = MockScorer::new()
-        .with_conventions(conventions)
-        .with_labels(|prompt, labels| {
-            assert_eq!(labels, ["A", "B"]);
-            assert!(prompt.starts_with("<user>Dialogue:\n"), "{prompt}");
-            assert!(
-                prompt.ends_with(
-                    "Which Response is more good a continuation relative to the dialogue, \
+    let mut scorer =
+        MockScorer::new()
+            .with_conventions(conventions)
+            .with_labels(|prompt, labels| {
+                assert_eq!(labels, ["A", "B"]);
+                assert!(prompt.starts_with("<user>Dialogue:\n"), "{prompt}");
+                assert!(
+                    prompt.ends_with(
+                        "Which Response is more good a continuation relative to the dialogue, \
                      Response A or Response B?\n\nAnswer:</user><assistant> Response"
-                ),
-                "{prompt}"
-            );
-            Ok(vec![(0.6f64).ln(), (0.2f64).ln()])
-        });
+                    ),
+                    "{prompt}"
+                );
+                Ok(vec![(0.6f64).ln(), (0.2f64).ln()])
+            });
     let mut opts = CompareOptions::new(
         Task::Dialogue,
         Attribute::named("continuity").unwrap(),
@@ -316,7 +349,10 @@ fn chat_conventions_reach_the_model() {
     assert_eq!(result.consistency.value(), Some(0.0));
 
     let shown = show_first_prompt(&scorer, &contexts(&[&[0.1, 0.9]]), &opts).unwrap();
-    assert!(shown.contains("<assistant> Response") && shown.contains("\"A\" | \"B\""), "{shown}");
+    assert!(
+        shown.contains("<assistant> Response") && shown.contains("\"A\" | \"B\""),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -327,7 +363,10 @@ fn a_required_score_field_must_exist() {
         "{:#}",
         run_compare(&mut mock(0.0, None), &three_contexts(), &opts, None).unwrap_err()
     );
-    assert!(error.contains("doc0") && error.contains("`fluency`"), "{error}");
+    assert!(
+        error.contains("doc0") && error.contains("`fluency`"),
+        "{error}"
+    );
 
     // Without asking, a missing field just leaves accuracy out.
     let mut opts = options();

@@ -1,5 +1,8 @@
 //! Command-line front end: clap argument structs, and one module per subcommand.
 
+pub mod compare;
+pub mod convert;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -16,7 +19,13 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Rank the candidates of each context by pairwise comparisons with a model.
+    Compare(compare::CompareArgs),
+    /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
+    /// generic JSONL input format.
+    Convert(convert::ConvertArgs),
+}
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
 pub fn init_logging(verbose: u8) {
@@ -34,5 +43,8 @@ pub fn init_logging(verbose: u8) {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Compare(args) => compare::run(args),
+        Command::Convert(args) => convert::run(args),
+    }
 }

@@ -204,7 +204,10 @@ fn parse_record(line: &str) -> Result<CandidateRecord> {
                 ),
             })
             .collect::<Result<_>>()?,
-        Some(other) => bail!("field `scores`: expected an object, found {}", kind_of(other)),
+        Some(other) => bail!(
+            "field `scores`: expected an object, found {}",
+            kind_of(other)
+        ),
     };
     Ok(CandidateRecord {
         context_id: required_id(&object, "context_id")?,
@@ -236,7 +239,10 @@ fn optional_text(object: &Map<String, Value>, field: &str) -> Result<Option<Stri
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text.clone())),
-        Some(other) => bail!("field `{field}`: expected a string, found {}", kind_of(other)),
+        Some(other) => bail!(
+            "field `{field}`: expected a string, found {}",
+            kind_of(other)
+        ),
     }
 }
 
@@ -318,7 +324,10 @@ mod tests {
     fn missing_or_mistyped_fields_are_named() {
         let file = write_temp(r#"{"context_id": "d1", "context": "c", "candidate_id": "a"}"#);
         let error = error_chain(&read_records(file.path()).unwrap_err());
-        assert!(error.contains(":1:") && error.contains("`candidate`"), "{error}");
+        assert!(
+            error.contains(":1:") && error.contains("`candidate`"),
+            "{error}"
+        );
 
         let file = write_temp(
             r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x", "scores": {"fluency": "high"}}"#,
@@ -326,7 +335,9 @@ mod tests {
         let error = error_chain(&read_records(file.path()).unwrap_err());
         assert!(error.contains("`scores.fluency`"), "{error}");
 
-        let file = write_temp(r#"{"context_id": 1.5, "context": "c", "candidate_id": "a", "candidate": "x"}"#);
+        let file = write_temp(
+            r#"{"context_id": 1.5, "context": "c", "candidate_id": "a", "candidate": "x"}"#,
+        );
         let error = error_chain(&read_records(file.path()).unwrap_err());
         assert!(error.contains("`context_id`"), "{error}");
     }
@@ -340,7 +351,10 @@ mod tests {
 "#,
         );
         let error = error_chain(&read_contexts(file.path()).unwrap_err());
-        assert!(error.contains("`alone`") && error.contains("only one candidate"), "{error}");
+        assert!(
+            error.contains("`alone`") && error.contains("only one candidate"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -103,6 +103,9 @@ mod tests {
     #[test]
     fn a_missing_directory_is_named() {
         let error = format!("{:#}", read(Path::new("/nonexistent")).unwrap_err());
-        assert!(error.contains("/nonexistent/summeval/summeval.jsonl"), "{error}");
+        assert!(
+            error.contains("/nonexistent/summeval/summeval.jsonl"),
+            "{error}"
+        );
     }
 }

@@ -67,7 +67,10 @@ pub fn read(data_dir: &Path, options: Options) -> Result<Vec<CandidateRecord>> {
         };
         let mut context = render_history(&row.source);
         if context.is_empty() {
-            bail!("{}: row {index}: empty dialogue history `source`", path.display());
+            bail!(
+                "{}: row {index}: empty dialogue history `source`",
+                path.display()
+            );
         }
         if options.with_knowledge {
             context = format!("{context}\n\nFact: {}", row.context.trim());
@@ -118,7 +121,13 @@ mod tests {
         assert!(!first.text.contains("Fact:"));
         assert!(first.text.lines().all(|l| l == l.trim() && !l.is_empty()));
 
-        let with = read(&dir, Options { with_knowledge: true }).unwrap();
+        let with = read(
+            &dir,
+            Options {
+                with_knowledge: true,
+            },
+        )
+        .unwrap();
         assert!(with[0].context.starts_with(&first.text));
         assert!(with[0].context.contains("\n\nFact: from left , emma baker"));
     }

@@ -81,7 +81,11 @@ pub fn read(data_dir: &Path, options: Options) -> Result<Vec<CandidateRecord>> {
             if is_empty_output(&row.text) && !options.keep_empty {
                 continue;
             }
-            let text = if is_empty_output(&row.text) { "" } else { row.text.trim() };
+            let text = if is_empty_output(&row.text) {
+                ""
+            } else {
+                row.text.trim()
+            };
             records.push(CandidateRecord {
                 context_id: format!("webnlg-{number}"),
                 context: context.clone(),

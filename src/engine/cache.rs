@@ -51,12 +51,7 @@ impl CacheKey {
     fn labels_text(&self) -> String {
         self.labels
             .iter()
-            .map(|ids| {
-                ids.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
+            .map(|ids| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
             .collect::<Vec<_>>()
             .join(";")
     }
@@ -241,7 +236,12 @@ mod tests {
             input: input.to_vec(),
             decoder_prefix: vec![7],
         };
-        CacheKey::new(model, "pairwise/c1", &prompt, vec![vec![32, 65], vec![32, 66]])
+        CacheKey::new(
+            model,
+            "pairwise/c1",
+            &prompt,
+            vec![vec![32, 65], vec![32, 66]],
+        )
     }
 
     fn result(a: f64, b: f64) -> LabelResult {
@@ -264,7 +264,7 @@ mod tests {
     fn results_come_back_bit_for_bit_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub").join("results.sqlite");
-        let stored = result(-0.1234567890123456789, -2.0f64.sqrt());
+        let stored = result((1.0f64 / 3.0).ln(), -(2.0f64.sqrt()));
         {
             let cache = ResultCache::open(&path).unwrap();
             assert!(cache.get(&key("m", &[1, 2, 3])).unwrap().is_none());
@@ -278,7 +278,9 @@ mod tests {
     #[test]
     fn every_key_part_separates_entries() {
         let cache = ResultCache::in_memory().unwrap();
-        cache.put(&key("m", &[1, 2, 3]), &result(-1.0, -2.0)).unwrap();
+        cache
+            .put(&key("m", &[1, 2, 3]), &result(-1.0, -2.0))
+            .unwrap();
         assert!(cache.get(&key("other", &[1, 2, 3])).unwrap().is_none());
         assert!(cache.get(&key("m", &[1, 2, 4])).unwrap().is_none());
         let mut other_template = key("m", &[1, 2, 3]);

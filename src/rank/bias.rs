@@ -107,7 +107,10 @@ mod tests {
     #[test]
     fn first_position_rate_counts_wins_of_a() {
         assert_eq!(first_position_rate(&set(), 0.5), Rate { hits: 3, total: 5 });
-        assert_eq!(first_position_rate(&set(), 0.65), Rate { hits: 2, total: 5 });
+        assert_eq!(
+            first_position_rate(&set(), 0.65),
+            Rate { hits: 2, total: 5 }
+        );
         assert_eq!(first_position_rate(&[], 0.5).value(), None);
     }
 

@@ -88,8 +88,7 @@ impl BradleyTerry {
             let step = solve_spd(&curvature, &gradient)?;
             let mut scale = 1.0;
             let (next, value) = loop {
-                let candidate: Vec<f64> =
-                    s.iter().zip(&step).map(|(x, d)| x + scale * d).collect();
+                let candidate: Vec<f64> = s.iter().zip(&step).map(|(x, d)| x + scale * d).collect();
                 let value = self.objective(&candidate, outcomes);
                 if value >= current || scale < 1e-12 {
                     break (candidate, value);
@@ -162,7 +161,10 @@ mod tests {
         // Neighbours are 0.5 apart: the order may swap at most for adjacent candidates.
         let ranks = ranks_from_scores(&s);
         let true_ranks = ranks_from_scores(&truth);
-        assert!(ranks.iter().zip(&true_ranks).all(|(a, b)| (a - b).abs() <= 1.0));
+        assert!(ranks
+            .iter()
+            .zip(&true_ranks)
+            .all(|(a, b)| (a - b).abs() <= 1.0));
     }
 
     #[test]

@@ -75,7 +75,10 @@ pub fn check_outcomes(n: usize, outcomes: &[Outcome]) -> Result<()> {
             );
         }
         if o.first == o.second {
-            bail!("comparison {index}: candidate {} compared with itself", o.first);
+            bail!(
+                "comparison {index}: candidate {} compared with itself",
+                o.first
+            );
         }
         if !(0.0..=1.0).contains(&o.p) {
             bail!("comparison {index}: probability {} is not in [0, 1]", o.p);

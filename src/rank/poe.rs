@@ -69,7 +69,10 @@ mod tests {
         // minimise (2 - d)^2 + (0 + d)^2 with d = s0 - s1 -> d = 1, s = [.5, -.5].
         let p = logistic(2.0);
         let s = poe_gaussian(2, &[Outcome::new(0, 1, p), Outcome::new(1, 0, 0.5)]);
-        assert!((s[0] - 0.5).abs() < 1e-6 && (s[1] + 0.5).abs() < 1e-6, "{s:?}");
+        assert!(
+            (s[0] - 0.5).abs() < 1e-6 && (s[1] + 0.5).abs() < 1e-6,
+            "{s:?}"
+        );
     }
 
     #[test]
@@ -97,7 +100,10 @@ mod tests {
     fn certain_outcomes_and_unplayed_candidates_stay_finite() {
         let s = poe_gaussian(3, &[Outcome::new(0, 1, 1.0)]);
         let bound = ((1.0 - CLIP) / CLIP).ln() / 2.0;
-        assert!((s[0] - bound).abs() < 1e-3 && (s[1] + bound).abs() < 1e-3, "{s:?}");
+        assert!(
+            (s[0] - bound).abs() < 1e-3 && (s[1] + bound).abs() < 1e-3,
+            "{s:?}"
+        );
         assert!(s[2].abs() < 1e-9);
     }
 }

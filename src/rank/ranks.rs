@@ -5,7 +5,13 @@
 /// Fractional ranks, 1 = highest score, ties averaged. NaN scores rank last (tied).
 pub fn ranks_from_scores(scores: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
-    let key = |i: usize| if scores[i].is_nan() { f64::NEG_INFINITY } else { scores[i] };
+    let key = |i: usize| {
+        if scores[i].is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            scores[i]
+        }
+    };
     order.sort_by(|&a, &b| key(b).total_cmp(&key(a)));
     let mut ranks = vec![0.0; scores.len()];
     let mut start = 0;

@@ -72,6 +72,9 @@ mod tests {
 
     #[test]
     fn unplayed_candidate_is_neutral() {
-        assert_eq!(win_ratio(3, &[Outcome::new(0, 1, 0.9)], 0.5), [1.0, 0.0, 0.5]);
+        assert_eq!(
+            win_ratio(3, &[Outcome::new(0, 1, 0.9)], 0.5),
+            [1.0, 0.0, 0.5]
+        );
     }
 }

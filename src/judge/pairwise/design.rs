@@ -59,7 +59,12 @@ impl Design {
     }
 
     /// The ordered pairs for `n` candidates, sorted.
-    pub fn pairs(self, n: usize, r: Option<usize>, rng: &mut StdRng) -> Result<Vec<(usize, usize)>> {
+    pub fn pairs(
+        self,
+        n: usize,
+        r: Option<usize>,
+        rng: &mut StdRng,
+    ) -> Result<Vec<(usize, usize)>> {
         self.check_request(r)?;
         let r = r.unwrap_or_else(|| self.max_comparisons(n));
         if r > self.max_comparisons(n) {
@@ -72,7 +77,10 @@ impl Design {
             Design::Full => ordered_pairs(n),
             Design::Random => {
                 let all = ordered_pairs(n);
-                sample(rng, all.len(), r).into_iter().map(|k| all[k]).collect()
+                sample(rng, all.len(), r)
+                    .into_iter()
+                    .map(|k| all[k])
+                    .collect()
             }
             Design::NoRepeat => {
                 let all = unordered_pairs(n);
@@ -168,7 +176,10 @@ mod tests {
                     assert_eq!(set.len(), pairs.len(), "duplicates: {design:?} n={n}");
                     assert!(pairs.iter().all(|&(i, j)| i != j && i < n && j < n));
                     assert!(pairs.windows(2).all(|w| w[0] < w[1]), "not sorted");
-                    let reversed = pairs.iter().filter(|&&(i, j)| set.contains(&(j, i))).count();
+                    let reversed = pairs
+                        .iter()
+                        .filter(|&&(i, j)| set.contains(&(j, i)))
+                        .count();
                     match design {
                         Design::Full | Design::Symmetric => assert_eq!(reversed, pairs.len()),
                         Design::NoRepeat => assert_eq!(reversed, 0),
@@ -203,11 +214,20 @@ mod tests {
     #[test]
     fn impossible_requests_are_clear_errors() {
         let mut rng = context_rng(0, "x");
-        let error = Design::Random.pairs(4, Some(13), &mut rng).unwrap_err().to_string();
+        let error = Design::Random
+            .pairs(4, Some(13), &mut rng)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("at most 12"), "{error}");
-        let error = Design::NoRepeat.pairs(4, Some(7), &mut rng).unwrap_err().to_string();
+        let error = Design::NoRepeat
+            .pairs(4, Some(7), &mut rng)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("at most 6"), "{error}");
-        let error = Design::Symmetric.pairs(4, Some(5), &mut rng).unwrap_err().to_string();
+        let error = Design::Symmetric
+            .pairs(4, Some(5), &mut rng)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("even"), "{error}");
         assert!(Design::Symmetric.pairs(4, Some(14), &mut rng).is_err());
         assert!(Design::Random.pairs(4, None, &mut rng).is_err());

@@ -285,7 +285,10 @@ pub fn run_compare(
         let mut comparisons = Vec::with_capacity(plan.pairs.len());
         for (&(first, second), result) in plan.pairs.iter().zip(found) {
             let result = result.with_context(|| {
-                format!("context `{}`: no result for comparison {first} vs {second}", context.id)
+                format!(
+                    "context `{}`: no result for comparison {first} vs {second}",
+                    context.id
+                )
             })?;
             let (p_a, label_mass) = first_wins(&result).with_context(|| {
                 format!(
@@ -418,12 +421,12 @@ pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<
     for context in &result.contexts {
         for c in &context.comparisons {
             let line = format!(
-                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{}}}\n",
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}}}\n",
                 json!(context.context_id),
                 json!(context.candidate_ids[c.first]),
                 json!(context.candidate_ids[c.second]),
                 fixed(c.p_a, 6),
-                format!("{:.5e}", c.label_mass)
+                c.label_mass
             );
             out.write_all(line.as_bytes())?;
         }
@@ -451,7 +454,11 @@ pub fn format_tables(result: &CompareResult) -> String {
             rate_text(context.accuracy)
         );
         let mut order: Vec<usize> = (0..context.candidate_ids.len()).collect();
-        order.sort_by(|&a, &b| context.ranks[a].total_cmp(&context.ranks[b]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| {
+            context.ranks[a]
+                .total_cmp(&context.ranks[b])
+                .then(a.cmp(&b))
+        });
         let _ = writeln!(text, "  {:>5}  {:>10}  candidate", "rank", "score");
         for k in order {
             let _ = writeln!(

@@ -86,7 +86,10 @@ impl PairwiseTemplate {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read template {}", path.display()))?;
-        let id = format!("pairwise/file:{}", hex::encode(Sha256::digest(text.as_bytes())));
+        let id = format!(
+            "pairwise/file:{}",
+            hex::encode(Sha256::digest(text.as_bytes()))
+        );
         Self::parse(id, &text).with_context(|| format!("template {}", path.display()))
     }
 
@@ -265,7 +268,10 @@ mod tests {
             "Triples:\nThe article.\n\nText A: First summary.\n\nText B: Second summary.\n\n\
              Which Text is more fluent relative to the triples, Text A or Text B?"
         );
-        assert_ne!(t.id(), PairwiseTemplate::builtin("c2", Task::Summary).unwrap().id());
+        assert_ne!(
+            t.id(),
+            PairwiseTemplate::builtin("c2", Task::Summary).unwrap().id()
+        );
     }
 
     #[test]
@@ -282,7 +288,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("`{candidate}`"), "{error}");
-        assert!(PairwiseTemplate::parse("t", "{a} only").unwrap_err().to_string().contains("{b}"));
+        assert!(PairwiseTemplate::parse("t", "{a} only")
+            .unwrap_err()
+            .to_string()
+            .contains("{b}"));
         assert!(PairwiseTemplate::parse("t", "{a} {b").is_err());
         assert!(PairwiseTemplate::parse("t", "{a} } {b}").is_err());
         assert!(PairwiseTemplate::builtin("c3", Task::Summary).is_err());
@@ -295,13 +304,19 @@ mod tests {
         std::fs::write(&path, "{context}\n{a}|{b}\n").unwrap();
         let t = PairwiseTemplate::resolve(path.to_str().unwrap(), Task::Summary).unwrap();
         assert!(t.id().starts_with("pairwise/file:"));
-        assert_eq!(t.render(&fill("x", "y")), "The article.\nFirst summary.|Second summary.");
+        assert_eq!(
+            t.render(&fill("x", "y")),
+            "The article.\nFirst summary.|Second summary."
+        );
         std::fs::write(&path, "{context}\n{b}|{a}\n").unwrap();
         assert_ne!(PairwiseTemplate::from_file(&path).unwrap().id(), t.id());
 
         std::fs::write(&path, "{a} {b} {oops}").unwrap();
         let error = format!("{:#}", PairwiseTemplate::from_file(&path).unwrap_err());
-        assert!(error.contains("t.txt") && error.contains("`{oops}`"), "{error}");
+        assert!(
+            error.contains("t.txt") && error.contains("`{oops}`"),
+            "{error}"
+        );
         let missing = dir.path().join("missing.txt");
         let error = format!("{:#}", PairwiseTemplate::from_file(&missing).unwrap_err());
         assert!(error.contains("missing.txt"), "{error}");
