@@ -1,5 +1,7 @@
 //! Command-line front end: clap argument structs, and one module per subcommand.
 
+pub mod compare;
+pub mod convert;
 pub mod correlate;
 
 use anyhow::Result;
@@ -25,6 +27,11 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// Correlate a metric's predictions with human scores (meta-evaluation).
     Correlate(correlate::CorrelateArgs),
+    /// Rank the candidates of each context by pairwise comparisons with a model.
+    Compare(compare::CompareArgs),
+    /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
+    /// generic JSONL input format.
+    Convert(convert::ConvertArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -46,5 +53,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Convert(args) => convert::run(args),
     }
 }

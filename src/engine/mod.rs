@@ -3,6 +3,7 @@
 //! Methods build requests; scorers turn them into model calls (tokenisation, chat
 //! templates, batching, prefix sharing) and return log-probabilities or text.
 
+pub mod cache;
 pub mod decoder;
 pub mod mock;
 pub mod request;
@@ -10,6 +11,7 @@ pub mod scorer;
 pub mod tree_eval;
 pub mod trie;
 
+pub use cache::{CacheKey, ResultCache};
 pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
 pub use mock::MockScorer;
 pub use request::*;

@@ -1,2 +1,123 @@
 //! From pairwise outcomes to scores and ranks: win ratios, Bradley-Terry, Product of
 //! Experts, debiasing, and positional-bias statistics. Pure functions.
+//!
+//! Every method reads a list of [`Outcome`]s over candidates `0..n`: `p` is the
+//! probability that the candidate shown first (`first`) is better than the one shown
+//! second (`second`).
+
+pub mod bias;
+pub mod bradley_terry;
+pub mod debias;
+mod linalg;
+pub mod poe;
+pub mod ranks;
+pub mod win_ratio;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+pub use bias::{first_position_rate, order_consistency, pairwise_accuracy, Rate};
+pub use bradley_terry::BradleyTerry;
+pub use debias::{balanced_threshold, reweight, reweight_factor};
+pub use poe::poe_gaussian;
+pub use ranks::ranks_from_scores;
+pub use win_ratio::{soft_win_ratio, win_ratio};
+
+/// One comparison: `p` = P(`first` is better than `second`), `first` in position A.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub first: usize,
+    pub second: usize,
+    pub p: f64,
+}
+
+impl Outcome {
+    pub fn new(first: usize, second: usize, p: f64) -> Self {
+        Self { first, second, p }
+    }
+}
+
+/// How comparisons become scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RankMethod {
+    /// Fraction of comparisons won, decisions `p > tau` (the papers' default).
+    WinRatio,
+    /// Mean probability of winning (probabilities instead of decisions).
+    Soft,
+    /// Bradley-Terry maximum likelihood on the probabilities.
+    BradleyTerry,
+    /// Product-of-Experts Gaussian: least squares on logit(p) = s_i - s_j.
+    Poe,
+}
+
+/// Scores for `n` candidates (higher is better). `tau` is the decision threshold of the
+/// win ratio; the probability-based methods should be given reweighted probabilities
+/// instead (see [`debias`]).
+pub fn score(method: RankMethod, n: usize, outcomes: &[Outcome], tau: f64) -> Result<Vec<f64>> {
+    check_outcomes(n, outcomes)?;
+    match method {
+        RankMethod::WinRatio => Ok(win_ratio(n, outcomes, tau)),
+        RankMethod::Soft => Ok(soft_win_ratio(n, outcomes)),
+        RankMethod::BradleyTerry => BradleyTerry::default().fit(n, outcomes),
+        RankMethod::Poe => Ok(poe_gaussian(n, outcomes)),
+    }
+}
+
+/// Indices in range, distinct, and probabilities in [0, 1].
+pub fn check_outcomes(n: usize, outcomes: &[Outcome]) -> Result<()> {
+    for (index, o) in outcomes.iter().enumerate() {
+        if o.first >= n || o.second >= n {
+            bail!(
+                "comparison {index}: candidate index out of range ({} vs {}, {n} candidates)",
+                o.first,
+                o.second
+            );
+        }
+        if o.first == o.second {
+            bail!(
+                "comparison {index}: candidate {} compared with itself",
+                o.first
+            );
+        }
+        if !(0.0..=1.0).contains(&o.p) {
+            bail!("comparison {index}: probability {} is not in [0, 1]", o.p);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_outcomes_are_rejected() {
+        assert!(score(RankMethod::Soft, 2, &[Outcome::new(0, 2, 0.5)], 0.5).is_err());
+        assert!(score(RankMethod::Soft, 2, &[Outcome::new(1, 1, 0.5)], 0.5).is_err());
+        assert!(score(RankMethod::Soft, 2, &[Outcome::new(0, 1, f64::NAN)], 0.5).is_err());
+        assert!(score(RankMethod::Soft, 2, &[Outcome::new(0, 1, 0.7)], 0.5).is_ok());
+    }
+
+    #[test]
+    fn every_method_orders_a_clear_winner_first() {
+        // 0 beats 1 beats 2, in both orders.
+        let outcomes = [
+            Outcome::new(0, 1, 0.8),
+            Outcome::new(1, 0, 0.3),
+            Outcome::new(1, 2, 0.7),
+            Outcome::new(2, 1, 0.2),
+            Outcome::new(0, 2, 0.9),
+            Outcome::new(2, 0, 0.1),
+        ];
+        for method in [
+            RankMethod::WinRatio,
+            RankMethod::Soft,
+            RankMethod::BradleyTerry,
+            RankMethod::Poe,
+        ] {
+            let scores = score(method, 3, &outcomes, 0.5).unwrap();
+            assert_eq!(ranks_from_scores(&scores), [1.0, 2.0, 3.0], "{method:?}");
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! `nlg-judge compare`: pairwise comparative assessment of the candidates of each context.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+
+use crate::data::read_contexts;
+use crate::engine::{ResultCache, Scorer};
+use crate::judge::pairwise::{
+    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
+    Debias, Design, PairwiseTemplate,
+};
+use crate::judge::{Attribute, Task};
+use crate::rank::RankMethod;
+
+/// Arguments of `nlg-judge compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Model to judge with: a model card name or a local path.
+    #[arg(long)]
+    pub model: String,
+
+    /// Candidates in the generic JSONL format (one candidate per line, see `convert`).
+    #[arg(long)]
+    pub input: PathBuf,
+
+    /// Attribute to judge: coherence, consistency, fluency, relevance, naturalness,
+    /// continuity, engagingness, grammaticality (grammar), semantics.
+    #[arg(long)]
+    pub attribute: String,
+
+    /// Prompt template: the paper's `c1` or `c2`, or a file with the placeholders
+    /// {context}, {a}, {b}, {adjective}, {item}.
+    #[arg(long, default_value = "c1")]
+    pub template: String,
+
+    /// Kind of task; sets the prompt nouns (Summary/Passage, Response/Dialogue,
+    /// Text/Triples).
+    #[arg(long, value_enum, default_value_t = Task::Summary)]
+    pub task: Task,
+
+    /// Which ordered pairs of candidates to compare in each context.
+    #[arg(long, value_enum, default_value_t = Design::Full)]
+    pub design: Design,
+
+    /// Comparisons per context (R) for the random, no-repeat and symmetric designs
+    /// (even for symmetric).
+    #[arg(long)]
+    pub comparisons: Option<usize>,
+
+    /// Seed of the random designs (mixed with each context id).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// How comparisons become scores.
+    #[arg(long, value_enum, default_value_t = RankMethod::WinRatio)]
+    pub rank: RankMethod,
+
+    /// Positional debiasing: `threshold` sets the decision threshold so that the first
+    /// position wins half of the run's comparisons.
+    #[arg(long, value_enum, default_value_t = Debias::None)]
+    pub debias: Debias,
+
+    /// Human score field for pairwise accuracy (default: the attribute's name, where
+    /// present). Topical-Chat: `understandability` for coherence, `coherence` for
+    /// continuity.
+    #[arg(long)]
+    pub score_field: Option<String>,
+
+    /// Write one line per candidate (context_id, candidate_id, score, rank) here;
+    /// default: standard output, with the tables on standard error.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+
+    /// Also write every comparison (context_id, a, b, p_a, label_mass) here.
+    #[arg(long)]
+    pub comparisons_out: Option<PathBuf>,
+
+    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
+    /// cache directory's nlg-judge/results.sqlite.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Do not read or write the result cache.
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+
+    /// Print the first comparison's prompt as the model reads it, then continue.
+    #[arg(long)]
+    pub show_prompt: bool,
+
+    /// Device to run the model on: auto, cpu, cuda[:N], metal.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+/// Placeholder until model loading is wired in: the runtime's loader replaces it.
+fn load_scorer(model: &str, device: &str) -> Result<Box<dyn Scorer>> {
+    bail!("model loading is not wired yet (model `{model}`, device `{device}`)")
+}
+
+/// Write to `path` through a temporary file renamed into place.
+fn write_file(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".partial");
+    let temporary = PathBuf::from(temporary);
+    let file = File::create(&temporary)
+        .with_context(|| format!("cannot create {}", temporary.display()))?;
+    let mut out = BufWriter::new(file);
+    write(&mut out).with_context(|| format!("cannot write {}", temporary.display()))?;
+    out.flush()
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    drop(out);
+    std::fs::rename(&temporary, path)
+        .with_context(|| format!("cannot move {} to {}", temporary.display(), path.display()))
+}
+
+pub fn run(args: CompareArgs) -> Result<()> {
+    let attribute = Attribute::named(&args.attribute)?;
+    let template = PairwiseTemplate::resolve(&args.template, args.task)?;
+    args.design.check_request(args.comparisons)?;
+    let contexts = read_contexts(&args.input)?;
+    let options = CompareOptions {
+        task: args.task,
+        attribute,
+        template,
+        design: args.design,
+        comparisons: args.comparisons,
+        seed: args.seed,
+        rank: args.rank,
+        debias: args.debias,
+        score_field: args.score_field.clone(),
+        progress: true,
+    };
+    let cache = if args.no_cache {
+        None
+    } else {
+        let path = match &args.cache {
+            Some(path) => path.clone(),
+            None => ResultCache::default_path()?,
+        };
+        Some(ResultCache::open(&path)?)
+    };
+    let mut scorer = load_scorer(&args.model, &args.device)?;
+    if args.show_prompt {
+        eprint!(
+            "{}",
+            show_first_prompt(scorer.as_ref(), &contexts, &options)?
+        );
+    }
+    let result = run_compare(scorer.as_mut(), &contexts, &options, cache.as_ref())?;
+    if let Some(path) = &args.comparisons_out {
+        write_file(path, |out| write_comparisons(&result, out))?;
+    }
+    match &args.output {
+        Some(path) => {
+            write_file(path, |out| write_scores(&result, out))?;
+            print!("{}", format_tables(&result));
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            write_scores(&result, &mut out)?;
+            out.flush()?;
+            eprint!("{}", format_tables(&result));
+        }
+    }
+    Ok(())
+}

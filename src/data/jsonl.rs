@@ -1,0 +1,384 @@
+//! The generic input format: one candidate per JSON line.
+//!
+//! ```json
+//! {"context_id": "d1", "context": "...", "candidate_id": "M11", "candidate": "...",
+//!  "reference": "...", "scores": {"coherence": 3.3}, "system_id": "M11"}
+//! ```
+//!
+//! `reference`, `scores` and `system_id` are optional; other fields are ignored. Ids may
+//! be strings or integers. Every method reads its input through [`read_contexts`], which
+//! groups the lines by context (contexts in order of first appearance, candidates in line
+//! order); the dataset converters write it with [`write_records`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::{Map, Value};
+
+/// One line of the generic format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateRecord {
+    pub context_id: String,
+    pub context: String,
+    pub candidate_id: String,
+    pub candidate: String,
+    pub reference: Option<String>,
+    /// Human scores by attribute name (sorted, so output is deterministic).
+    pub scores: BTreeMap<String, f64>,
+    pub system_id: Option<String>,
+}
+
+/// One candidate of a [`Context`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub id: String,
+    pub text: String,
+    pub reference: Option<String>,
+    pub scores: BTreeMap<String, f64>,
+    pub system_id: Option<String>,
+}
+
+/// A context (article, dialogue, triples) with the candidates generated for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context {
+    pub id: String,
+    pub text: String,
+    pub candidates: Vec<Candidate>,
+}
+
+impl Context {
+    /// The candidates' human scores for `field`, or `None` when any candidate lacks it.
+    pub fn human_scores(&self, field: &str) -> Option<Vec<f64>> {
+        self.candidates
+            .iter()
+            .map(|c| c.scores.get(field).copied())
+            .collect()
+    }
+}
+
+/// Read every line of a generic JSONL file (blank lines are skipped).
+pub fn read_records(path: &Path) -> Result<Vec<CandidateRecord>> {
+    Ok(read_located(path)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Records with their `file:line` location.
+fn read_located(path: &Path) -> Result<Vec<(String, CandidateRecord)>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut records = Vec::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line_no = index + 1;
+        let line =
+            line.with_context(|| format!("{}:{line_no}: cannot read line", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = parse_record(&line)
+            .with_context(|| format!("{}:{line_no}: bad record", path.display()))?;
+        records.push((format!("{}:{line_no}", path.display()), record));
+    }
+    if records.is_empty() {
+        bail!("{}: no records", path.display());
+    }
+    Ok(records)
+}
+
+/// Read a generic JSONL file and group it by context; every context needs at least two
+/// candidates (a pairwise comparison needs a pair).
+pub fn read_contexts(path: &Path) -> Result<Vec<Context>> {
+    group_located(read_located(path)?).with_context(|| format!("in {}", path.display()))
+}
+
+/// Group records by `context_id`: contexts in order of first appearance, candidates in
+/// record order. Errors on a context whose text differs between its records, on a
+/// duplicate candidate id within a context, and on a context with fewer than two
+/// candidates.
+pub fn group_contexts(records: Vec<CandidateRecord>) -> Result<Vec<Context>> {
+    group_located(
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(index, record)| (format!("record {}", index + 1), record))
+            .collect(),
+    )
+}
+
+fn group_located(records: Vec<(String, CandidateRecord)>) -> Result<Vec<Context>> {
+    let mut contexts: Vec<Context> = Vec::new();
+    let mut index_of: HashMap<String, usize> = HashMap::new();
+    for (location, record) in records {
+        let slot = match index_of.get(&record.context_id) {
+            Some(&slot) => {
+                if contexts[slot].text != record.context {
+                    bail!(
+                        "{location}: context `{}` has a different `context` text than its first record",
+                        record.context_id
+                    );
+                }
+                slot
+            }
+            None => {
+                index_of.insert(record.context_id.clone(), contexts.len());
+                contexts.push(Context {
+                    id: record.context_id.clone(),
+                    text: record.context.clone(),
+                    candidates: Vec::new(),
+                });
+                contexts.len() - 1
+            }
+        };
+        let context = &mut contexts[slot];
+        if context
+            .candidates
+            .iter()
+            .any(|c| c.id == record.candidate_id)
+        {
+            bail!(
+                "{location}: candidate `{}` appears twice in context `{}`",
+                record.candidate_id,
+                record.context_id
+            );
+        }
+        context.candidates.push(Candidate {
+            id: record.candidate_id,
+            text: record.candidate,
+            reference: record.reference,
+            scores: record.scores,
+            system_id: record.system_id,
+        });
+    }
+    if let Some(lonely) = contexts.iter().find(|c| c.candidates.len() < 2) {
+        bail!(
+            "context `{}` has only one candidate (`{}`); pairwise comparison needs at least two",
+            lonely.id,
+            lonely.candidates[0].id
+        );
+    }
+    Ok(contexts)
+}
+
+/// Write records as generic JSONL, one per line, fields in a fixed order.
+pub fn write_records(out: &mut dyn Write, records: &[CandidateRecord]) -> Result<()> {
+    for record in records {
+        let mut object = Map::new();
+        object.insert("context_id".into(), record.context_id.clone().into());
+        object.insert("context".into(), record.context.clone().into());
+        object.insert("candidate_id".into(), record.candidate_id.clone().into());
+        object.insert("candidate".into(), record.candidate.clone().into());
+        if let Some(reference) = &record.reference {
+            object.insert("reference".into(), reference.clone().into());
+        }
+        if !record.scores.is_empty() {
+            let scores: Map<String, Value> = record
+                .scores
+                .iter()
+                .map(|(name, &value)| (name.clone(), Value::from(value)))
+                .collect();
+            object.insert("scores".into(), Value::Object(scores));
+        }
+        if let Some(system) = &record.system_id {
+            object.insert("system_id".into(), system.clone().into());
+        }
+        serde_json::to_writer(&mut *out, &Value::Object(object))?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+fn parse_record(line: &str) -> Result<CandidateRecord> {
+    let value: Value = serde_json::from_str(line).context("not valid JSON")?;
+    let Value::Object(object) = value else {
+        bail!("expected a JSON object, found {}", kind_of(&value));
+    };
+    let scores = match object.get("scores") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(scores)) => scores
+            .iter()
+            .map(|(name, value)| match value.as_f64() {
+                Some(number) => Ok((name.clone(), number)),
+                None => bail!(
+                    "field `scores.{name}`: expected a number, found {}",
+                    kind_of(value)
+                ),
+            })
+            .collect::<Result<_>>()?,
+        Some(other) => bail!(
+            "field `scores`: expected an object, found {}",
+            kind_of(other)
+        ),
+    };
+    Ok(CandidateRecord {
+        context_id: required_id(&object, "context_id")?,
+        context: required_text(&object, "context")?,
+        candidate_id: required_id(&object, "candidate_id")?,
+        candidate: required_text(&object, "candidate")?,
+        reference: optional_text(&object, "reference")?,
+        scores,
+        system_id: optional_id(&object, "system_id")?,
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn required_text(object: &Map<String, Value>, field: &str) -> Result<String> {
+    optional_text(object, field)?.with_context(|| format!("missing field `{field}`"))
+}
+
+fn optional_text(object: &Map<String, Value>, field: &str) -> Result<Option<String>> {
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(other) => bail!(
+            "field `{field}`: expected a string, found {}",
+            kind_of(other)
+        ),
+    }
+}
+
+fn required_id(object: &Map<String, Value>, field: &str) -> Result<String> {
+    optional_id(object, field)?.with_context(|| format!("missing field `{field}`"))
+}
+
+/// Ids may be strings or integers (written back as strings).
+fn optional_id(object: &Map<String, Value>, field: &str) -> Result<Option<String>> {
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) if text.is_empty() => bail!("field `{field}` is empty"),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(Value::Number(number)) if number.is_i64() || number.is_u64() => {
+            Ok(Some(number.to_string()))
+        }
+        Some(other) => bail!(
+            "field `{field}`: expected a string or an integer, found {}",
+            kind_of(other)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_temp(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn error_chain(error: &anyhow::Error) -> String {
+        format!("{error:#}")
+    }
+
+    const GOOD: &str = r#"{"context_id": "d1", "context": "doc one", "candidate_id": "a", "candidate": "x", "scores": {"coherence": 3}}
+{"context_id": 2, "context": "doc two", "candidate_id": "a", "candidate": "y"}
+
+{"context_id": "d1", "context": "doc one", "candidate_id": "b", "candidate": "z", "system_id": "S"}
+{"context_id": 2, "context": "doc two", "candidate_id": "b", "candidate": "w", "reference": "r"}
+"#;
+
+    #[test]
+    fn groups_by_context_in_order_of_first_appearance() {
+        let file = write_temp(GOOD);
+        let contexts = read_contexts(file.path()).unwrap();
+        let ids: Vec<_> = contexts.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["d1", "2"]);
+        let candidates: Vec<_> = contexts[0].candidates.iter().map(|c| &c.text).collect();
+        assert_eq!(candidates, ["x", "z"]);
+        assert_eq!(contexts[0].candidates[0].scores["coherence"], 3.0);
+        assert_eq!(contexts[0].candidates[1].system_id.as_deref(), Some("S"));
+        assert_eq!(contexts[1].candidates[1].reference.as_deref(), Some("r"));
+        assert_eq!(contexts[0].human_scores("coherence"), None);
+    }
+
+    #[test]
+    fn round_trips_through_the_writer() {
+        let file = write_temp(GOOD);
+        let records = read_records(file.path()).unwrap();
+        let mut out = Vec::new();
+        write_records(&mut out, &records).unwrap();
+        let again = write_temp(std::str::from_utf8(&out).unwrap());
+        assert_eq!(read_records(again.path()).unwrap(), records);
+    }
+
+    #[test]
+    fn malformed_json_names_file_and_line() {
+        let file = write_temp(&format!("{GOOD}{{\"context_id\": \"d1\",\n"));
+        let error = error_chain(&read_contexts(file.path()).unwrap_err());
+        let expected = format!("{}:6:", file.path().display());
+        assert!(error.contains(&expected), "{error}");
+        assert!(error.contains("not valid JSON"), "{error}");
+    }
+
+    #[test]
+    fn missing_or_mistyped_fields_are_named() {
+        let file = write_temp(r#"{"context_id": "d1", "context": "c", "candidate_id": "a"}"#);
+        let error = error_chain(&read_records(file.path()).unwrap_err());
+        assert!(
+            error.contains(":1:") && error.contains("`candidate`"),
+            "{error}"
+        );
+
+        let file = write_temp(
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x", "scores": {"fluency": "high"}}"#,
+        );
+        let error = error_chain(&read_records(file.path()).unwrap_err());
+        assert!(error.contains("`scores.fluency`"), "{error}");
+
+        let file = write_temp(
+            r#"{"context_id": 1.5, "context": "c", "candidate_id": "a", "candidate": "x"}"#,
+        );
+        let error = error_chain(&read_records(file.path()).unwrap_err());
+        assert!(error.contains("`context_id`"), "{error}");
+    }
+
+    #[test]
+    fn a_context_with_one_candidate_is_named() {
+        let file = write_temp(
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x"}
+{"context_id": "d1", "context": "c", "candidate_id": "b", "candidate": "y"}
+{"context_id": "alone", "context": "c2", "candidate_id": "only", "candidate": "z"}
+"#,
+        );
+        let error = error_chain(&read_contexts(file.path()).unwrap_err());
+        assert!(
+            error.contains("`alone`") && error.contains("only one candidate"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn duplicate_candidates_and_conflicting_contexts_are_errors() {
+        let file = write_temp(
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x"}
+{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "y"}
+"#,
+        );
+        let error = error_chain(&read_contexts(file.path()).unwrap_err());
+        assert!(error.contains("candidate `a` appears twice"), "{error}");
+
+        let file = write_temp(
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x"}
+{"context_id": "d1", "context": "other", "candidate_id": "b", "candidate": "y"}
+"#,
+        );
+        let error = error_chain(&read_contexts(file.path()).unwrap_err());
+        assert!(error.contains("different `context` text"), "{error}");
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let error = error_chain(&read_contexts(Path::new("/nonexistent/in.jsonl")).unwrap_err());
+        assert!(error.contains("/nonexistent/in.jsonl"), "{error}");
+    }
+}

@@ -1,0 +1,325 @@
+//! The result cache: label log-probabilities kept in SQLite, so that a repeated or
+//! resumed run never asks the model the same question twice.
+//!
+//! A result is keyed by everything that determines it: the model's fingerprint (sha256
+//! of its weights), the method/template identity, a sha256 of the prompt's token ids
+//! (encoder or decoder-only input, then the decoder prefix) and the label token ids.
+//! Stored are the label log-probabilities (as raw little-endian f64, so they come back
+//! bit for bit), the label mass and the prompt length. Each [`ResultCache::put`] is its
+//! own small transaction in a write-ahead-logged database: a killed run loses only what
+//! was in flight, and several processes may share the file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use sha2::{Digest, Sha256};
+
+use super::request::{LabelResult, LabelScore, TokenPrompt};
+
+/// File name of the cache inside a cache directory.
+pub const FILE_NAME: &str = "results.sqlite";
+
+/// Environment variable naming nlg-judge's cache directory.
+pub const CACHE_DIR_ENV: &str = "NLG_JUDGE_CACHE";
+
+/// What identifies one label result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    /// The model's fingerprint ([`super::ModelInfo::fingerprint`]).
+    pub model: String,
+    /// The method and template identity (e.g. `pairwise/c1`, `pairwise/file:<sha256>`).
+    pub template: String,
+    /// sha256 (hex) of the prompt's token ids, see [`prompt_hash`].
+    pub prompt: String,
+    /// The labels' token ids, in request order.
+    pub labels: Vec<Vec<u32>>,
+}
+
+impl CacheKey {
+    pub fn new(model: &str, template: &str, prompt: &TokenPrompt, labels: Vec<Vec<u32>>) -> Self {
+        Self {
+            model: model.to_string(),
+            template: template.to_string(),
+            prompt: prompt_hash(prompt),
+            labels,
+        }
+    }
+
+    /// The labels as text: ids joined by `,`, labels by `;`.
+    fn labels_text(&self) -> String {
+        self.labels
+            .iter()
+            .map(|ids| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+}
+
+/// sha256 (hex) of a token prompt: the input's length and ids, then the decoder
+/// prefix's, all little-endian (lengths as u64, ids as u32), so no two prompts collide
+/// by concatenation.
+pub fn prompt_hash(prompt: &TokenPrompt) -> String {
+    let mut hasher = Sha256::new();
+    for part in [&prompt.input, &prompt.decoder_prefix] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        for id in part {
+            hasher.update(id.to_le_bytes());
+        }
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// An open result cache.
+pub struct ResultCache {
+    connection: Connection,
+    location: String,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS label_results (
+    model        TEXT    NOT NULL,
+    template     TEXT    NOT NULL,
+    prompt       TEXT    NOT NULL,
+    labels       TEXT    NOT NULL,
+    logprobs     BLOB    NOT NULL,
+    label_mass   REAL    NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    PRIMARY KEY (model, template, prompt, labels)
+) WITHOUT ROWID;
+";
+
+impl ResultCache {
+    /// The default location: `$NLG_JUDGE_CACHE/results.sqlite`, else
+    /// `<user cache dir>/nlg-judge/results.sqlite`.
+    pub fn default_path() -> Result<PathBuf> {
+        if let Some(dir) = std::env::var_os(CACHE_DIR_ENV) {
+            return Ok(PathBuf::from(dir).join(FILE_NAME));
+        }
+        let base = dirs::cache_dir()
+            .context("no user cache directory on this system; pass --cache PATH")?;
+        Ok(base.join("nlg-judge").join(FILE_NAME))
+    }
+
+    /// Open (creating it and its directory if needed) the cache at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+        }
+        let connection = Connection::open(path)
+            .with_context(|| format!("cannot open result cache {}", path.display()))?;
+        Self::setup(connection, path.display().to_string())
+            .with_context(|| format!("cannot use result cache {}", path.display()))
+    }
+
+    /// A cache that lives only as long as this value (tests, `--no-cache` dry runs).
+    pub fn in_memory() -> Result<Self> {
+        Self::setup(Connection::open_in_memory()?, ":memory:".to_string())
+    }
+
+    fn setup(connection: Connection, location: String) -> Result<Self> {
+        connection.busy_timeout(Duration::from_secs(30))?;
+        let mode: String =
+            connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        if location != ":memory:" && !mode.eq_ignore_ascii_case("wal") {
+            bail!("SQLite refused write-ahead logging (journal mode {mode})");
+        }
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.execute_batch(SCHEMA)?;
+        Ok(Self {
+            connection,
+            location,
+        })
+    }
+
+    /// Where the cache lives (a path, or `:memory:`).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The stored result for `key`, if any.
+    pub fn get(&self, key: &CacheKey) -> Result<Option<LabelResult>> {
+        let mut statement = self.connection.prepare_cached(
+            "SELECT logprobs, prompt_tokens FROM label_results
+             WHERE model = ?1 AND template = ?2 AND prompt = ?3 AND labels = ?4",
+        )?;
+        let row: Option<(Vec<u8>, i64)> = statement
+            .query_row(
+                params![key.model, key.template, key.prompt, key.labels_text()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .with_context(|| format!("cannot read result cache {}", self.location))?;
+        let Some((blob, prompt_tokens)) = row else {
+            return Ok(None);
+        };
+        if blob.len() != 8 * key.labels.len() {
+            bail!(
+                "result cache {}: entry has {} bytes of log-probs for {} labels",
+                self.location,
+                blob.len(),
+                key.labels.len()
+            );
+        }
+        let labels = blob
+            .chunks_exact(8)
+            .zip(&key.labels)
+            .map(|(bytes, tokens)| {
+                let mut raw = [0u8; 8];
+                raw.copy_from_slice(bytes);
+                LabelScore {
+                    tokens: tokens.clone(),
+                    logprob: f64::from_le_bytes(raw),
+                }
+            })
+            .collect();
+        Ok(Some(LabelResult {
+            labels,
+            prompt_tokens: usize::try_from(prompt_tokens).unwrap_or(0),
+        }))
+    }
+
+    /// Store (or replace) the result for `key`: one transaction.
+    pub fn put(&self, key: &CacheKey, result: &LabelResult) -> Result<()> {
+        if result.labels.len() != key.labels.len() {
+            bail!(
+                "result has {} labels but its key {}",
+                result.labels.len(),
+                key.labels.len()
+            );
+        }
+        let blob: Vec<u8> = result
+            .labels
+            .iter()
+            .flat_map(|label| label.logprob.to_le_bytes())
+            .collect();
+        let mut statement = self.connection.prepare_cached(
+            "INSERT OR REPLACE INTO label_results
+             (model, template, prompt, labels, logprobs, label_mass, prompt_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        statement
+            .execute(params![
+                key.model,
+                key.template,
+                key.prompt,
+                key.labels_text(),
+                blob,
+                result.label_mass(),
+                i64::try_from(result.prompt_tokens).unwrap_or(i64::MAX),
+            ])
+            .with_context(|| format!("cannot write result cache {}", self.location))?;
+        Ok(())
+    }
+
+    /// Number of stored results.
+    pub fn len(&self) -> Result<usize> {
+        let count: i64 =
+            self.connection
+                .query_row("SELECT COUNT(*) FROM label_results", [], |row| row.get(0))?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(model: &str, input: &[u32]) -> CacheKey {
+        let prompt = TokenPrompt {
+            input: input.to_vec(),
+            decoder_prefix: vec![7],
+        };
+        CacheKey::new(
+            model,
+            "pairwise/c1",
+            &prompt,
+            vec![vec![32, 65], vec![32, 66]],
+        )
+    }
+
+    fn result(a: f64, b: f64) -> LabelResult {
+        LabelResult {
+            labels: vec![
+                LabelScore {
+                    tokens: vec![32, 65],
+                    logprob: a,
+                },
+                LabelScore {
+                    tokens: vec![32, 66],
+                    logprob: b,
+                },
+            ],
+            prompt_tokens: 12,
+        }
+    }
+
+    #[test]
+    fn results_come_back_bit_for_bit_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("results.sqlite");
+        let stored = result((1.0f64 / 3.0).ln(), -(2.0f64.sqrt()));
+        {
+            let cache = ResultCache::open(&path).unwrap();
+            assert!(cache.get(&key("m", &[1, 2, 3])).unwrap().is_none());
+            cache.put(&key("m", &[1, 2, 3]), &stored).unwrap();
+        }
+        let cache = ResultCache::open(&path).unwrap();
+        assert_eq!(cache.get(&key("m", &[1, 2, 3])).unwrap(), Some(stored));
+        assert_eq!(cache.len().unwrap(), 1);
+    }
+
+    #[test]
+    fn every_key_part_separates_entries() {
+        let cache = ResultCache::in_memory().unwrap();
+        cache
+            .put(&key("m", &[1, 2, 3]), &result(-1.0, -2.0))
+            .unwrap();
+        assert!(cache.get(&key("other", &[1, 2, 3])).unwrap().is_none());
+        assert!(cache.get(&key("m", &[1, 2, 4])).unwrap().is_none());
+        let mut other_template = key("m", &[1, 2, 3]);
+        other_template.template = "pairwise/c2".into();
+        assert!(cache.get(&other_template).unwrap().is_none());
+        let mut other_labels = key("m", &[1, 2, 3]);
+        other_labels.labels = vec![vec![32, 65, 66], vec![]];
+        assert!(cache.get(&other_labels).unwrap().is_none());
+    }
+
+    #[test]
+    fn prompt_hash_separates_input_from_decoder_prefix() {
+        let a = TokenPrompt {
+            input: vec![1, 2],
+            decoder_prefix: vec![3],
+        };
+        let b = TokenPrompt {
+            input: vec![1],
+            decoder_prefix: vec![2, 3],
+        };
+        assert_ne!(prompt_hash(&a), prompt_hash(&b));
+        assert_eq!(prompt_hash(&a), prompt_hash(&a.clone()));
+    }
+
+    #[test]
+    fn mismatched_label_counts_are_errors() {
+        let cache = ResultCache::in_memory().unwrap();
+        let mut short = result(-1.0, -2.0);
+        short.labels.pop();
+        assert!(cache.put(&key("m", &[1]), &short).is_err());
+    }
+
+    #[test]
+    fn an_unusable_path_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        let path = blocker.join("results.sqlite");
+        let error = format!("{:#}", ResultCache::open(&path).err().unwrap());
+        assert!(error.contains(&blocker.display().to_string()), "{error}");
+    }
+}

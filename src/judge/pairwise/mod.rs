@@ -1,0 +1,18 @@
+//! Pairwise comparative assessment: an LLM is asked which of two candidates is better,
+//! the probabilities of its answer labels give `p_ij`, and the comparisons are turned into
+//! scores and ranks (see [`crate::rank`]).
+//!
+//! - [`template`]: the paper's prompts and user templates, and the label request;
+//! - [`design`]: which pairs to compare;
+//! - [`run`]: the cached, resumable runner and its outputs.
+
+pub mod design;
+pub mod run;
+pub mod template;
+
+pub use design::Design;
+pub use run::{
+    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
+    CompareResult, Comparison, ContextResult, Debias,
+};
+pub use template::{first_wins, Fill, PairwiseTemplate};

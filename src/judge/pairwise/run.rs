@@ -1,0 +1,555 @@
+//! The resumable compare runner: comparisons -> probabilities -> scores and ranks.
+//!
+//! For every context the design picks the ordered pairs; each pair becomes a label
+//! request in the model's conventions. Results already in the [`ResultCache`] are
+//! reused; the others are sent to the scorer context by context (all of a context's
+//! missing comparisons in one call, so the engine can share their prefixes) and stored
+//! one by one as they arrive, so a killed run resumes where it stopped. Once every
+//! probability is known, the run's decision threshold is set (0.5, or the balanced
+//! threshold over all comparisons of the run when debiasing), and each context's
+//! candidates are scored, ranked and summarised. Outputs are written in input order with
+//! fixed float formats, so a resumed run writes the same bytes as an uninterrupted one.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write;
+
+use anyhow::{bail, Context as _, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::design::{context_rng, Design};
+use super::template::{first_wins, Fill, PairwiseTemplate};
+use crate::data::Context;
+use crate::engine::{CacheKey, Label, LabelRequest, LabelResult, ResultCache, Scorer};
+use crate::judge::attribute::{Attribute, Task};
+use crate::rank::{
+    self, balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
+    ranks_from_scores, reweight, reweight_factor, Outcome, RankMethod, Rate,
+};
+
+/// Positional debiasing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Debias {
+    /// Decide at 0.5; use the probabilities as they are.
+    None,
+    /// Balanced threshold over the run's comparisons (P(A) = 0.5), and the equivalent
+    /// reweighting of the probabilities for the soft rankings.
+    Threshold,
+}
+
+/// Everything a compare run needs besides the scorer, the data and the cache.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    pub task: Task,
+    pub attribute: Attribute,
+    pub template: PairwiseTemplate,
+    pub design: Design,
+    /// R for the random, no-repeat and symmetric designs.
+    pub comparisons: Option<usize>,
+    pub seed: u64,
+    pub rank: RankMethod,
+    pub debias: Debias,
+    /// Human score field for pairwise accuracy. `None`: the attribute's name, used where
+    /// every candidate of a context has it; given: required in every context.
+    pub score_field: Option<String>,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+impl CompareOptions {
+    /// Full design, win ratio, no debiasing, seed 0, no progress bar.
+    pub fn new(task: Task, attribute: Attribute, template: PairwiseTemplate) -> Self {
+        Self {
+            task,
+            attribute,
+            template,
+            design: Design::Full,
+            comparisons: None,
+            seed: 0,
+            rank: RankMethod::WinRatio,
+            debias: Debias::None,
+            score_field: None,
+            progress: false,
+        }
+    }
+}
+
+/// One comparison's outcome: `p_a` = P(candidate `first`, shown as A, is better).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Comparison {
+    pub first: usize,
+    pub second: usize,
+    pub p_a: f64,
+    pub label_mass: f64,
+}
+
+/// The results for one context.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextResult {
+    pub context_id: String,
+    pub candidate_ids: Vec<String>,
+    /// In design order (sorted by first, then second).
+    pub comparisons: Vec<Comparison>,
+    /// One per candidate, input order; higher is better.
+    pub scores: Vec<f64>,
+    /// 1 = best, ties share the average rank.
+    pub ranks: Vec<f64>,
+    /// P(A) at the run's threshold.
+    pub first_position: Rate,
+    pub consistency: Rate,
+    /// Against the human scores, when the context has them.
+    pub accuracy: Option<Rate>,
+}
+
+/// The results of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareResult {
+    pub contexts: Vec<ContextResult>,
+    /// The decision threshold (0.5 unless debiased).
+    pub tau: f64,
+    /// P(A) at 0.5, before any debiasing.
+    pub first_position_raw: Rate,
+    /// P(A) at `tau`.
+    pub first_position: Rate,
+    pub consistency: Rate,
+    pub accuracy: Option<Rate>,
+    /// The human score field accuracy was measured against.
+    pub score_field: Option<String>,
+    /// Comparisons the scorer computed in this run / found in the cache.
+    pub computed: usize,
+    pub cached: usize,
+}
+
+/// One context's planned comparisons.
+struct Plan {
+    pairs: Vec<(usize, usize)>,
+    requests: Vec<LabelRequest>,
+    keys: Vec<CacheKey>,
+}
+
+/// The label requests of a context's comparisons, in design order.
+fn plan_context(
+    scorer: &dyn Scorer,
+    context: &Context,
+    options: &CompareOptions,
+    labels: &[Vec<u32>],
+) -> Result<Plan> {
+    let mut rng = context_rng(options.seed, &context.id);
+    let pairs = options
+        .design
+        .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
+    let conventions = &scorer.info().conventions;
+    let fingerprint = &scorer.info().fingerprint;
+    let mut requests = Vec::with_capacity(pairs.len());
+    let mut keys = Vec::with_capacity(pairs.len());
+    for &(i, j) in &pairs {
+        let fill = Fill {
+            context: &context.text,
+            a: &context.candidates[i].text,
+            b: &context.candidates[j].text,
+            adjective: &options.attribute.adjective,
+            item: options.task.item(),
+        };
+        let request = options.template.request(conventions, &fill);
+        let tokens = scorer.encode_prompt(&request.prompt).with_context(|| {
+            format!(
+                "cannot encode the prompt for `{}` vs `{}`",
+                context.candidates[i].id, context.candidates[j].id
+            )
+        })?;
+        keys.push(CacheKey::new(
+            fingerprint,
+            options.template.id(),
+            &tokens,
+            labels.to_vec(),
+        ));
+        requests.push(request);
+    }
+    Ok(Plan {
+        pairs,
+        requests,
+        keys,
+    })
+}
+
+fn progress_bar(total: usize, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total as u64);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} comparisons, {per_sec}, ETA {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Score the missing comparisons of one context with one scorer call, storing each
+/// result as it arrives. Identical prompts are asked once.
+fn score_missing(
+    scorer: &mut dyn Scorer,
+    plan: &Plan,
+    results: &mut [Option<LabelResult>],
+    cache: Option<&ResultCache>,
+    bar: &ProgressBar,
+) -> Result<usize> {
+    let mut unique: Vec<usize> = Vec::new();
+    let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
+    for (index, result) in results.iter().enumerate() {
+        if result.is_none() {
+            let slots = copies.entry(&plan.keys[index]).or_default();
+            if slots.is_empty() {
+                unique.push(index);
+            }
+            slots.push(index);
+        }
+    }
+    if unique.is_empty() {
+        return Ok(0);
+    }
+    let requests: Vec<LabelRequest> = unique.iter().map(|&i| plan.requests[i].clone()).collect();
+    scorer.label_logprobs_each(&requests, &mut |k, result| {
+        let index = *unique
+            .get(k)
+            .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
+        let key = &plan.keys[index];
+        if let Some(cache) = cache {
+            cache.put(key, &result)?;
+        }
+        for &slot in &copies[key] {
+            results[slot] = Some(result.clone());
+            bar.inc(1);
+        }
+        Ok(())
+    })?;
+    Ok(unique.len())
+}
+
+/// Run pairwise comparative assessment over `contexts`.
+pub fn run_compare(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    options: &CompareOptions,
+    cache: Option<&ResultCache>,
+) -> Result<CompareResult> {
+    options.design.check_request(options.comparisons)?;
+    let conventions = scorer.info().conventions.clone();
+    let labels = [&conventions.label_a, &conventions.label_b]
+        .into_iter()
+        .map(|text| {
+            scorer
+                .encode_label(&Label::Text(text.clone()))
+                .with_context(|| format!("cannot encode label {text:?}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+
+    let mut plans = Vec::with_capacity(contexts.len());
+    let mut results: Vec<Vec<Option<LabelResult>>> = Vec::with_capacity(contexts.len());
+    let mut cached = 0;
+    for context in contexts {
+        let plan = plan_context(scorer, context, options, &labels)
+            .with_context(|| format!("context `{}`", context.id))?;
+        let mut found = Vec::with_capacity(plan.keys.len());
+        for key in &plan.keys {
+            let hit = match cache {
+                Some(cache) => cache.get(key)?,
+                None => None,
+            };
+            cached += usize::from(hit.is_some());
+            found.push(hit);
+        }
+        plans.push(plan);
+        results.push(found);
+    }
+    let total: usize = plans.iter().map(|p| p.pairs.len()).sum();
+    let bar = progress_bar(total, options.progress);
+    bar.inc(cached as u64);
+    let mut computed = 0;
+    for ((context, plan), found) in contexts.iter().zip(&plans).zip(&mut results) {
+        computed += score_missing(scorer, plan, found, cache, &bar).with_context(|| {
+            format!(
+                "context `{}`: scoring {} comparisons",
+                context.id,
+                found.iter().filter(|r| r.is_none()).count()
+            )
+        })?;
+    }
+    bar.finish_and_clear();
+
+    let mut all_comparisons = Vec::with_capacity(contexts.len());
+    for ((context, plan), found) in contexts.iter().zip(&plans).zip(results) {
+        let mut comparisons = Vec::with_capacity(plan.pairs.len());
+        for (&(first, second), result) in plan.pairs.iter().zip(found) {
+            let result = result.with_context(|| {
+                format!(
+                    "context `{}`: no result for comparison {first} vs {second}",
+                    context.id
+                )
+            })?;
+            let (p_a, label_mass) = first_wins(&result).with_context(|| {
+                format!(
+                    "context `{}`: `{}` vs `{}`",
+                    context.id, context.candidates[first].id, context.candidates[second].id
+                )
+            })?;
+            comparisons.push(Comparison {
+                first,
+                second,
+                p_a,
+                label_mass,
+            });
+        }
+        all_comparisons.push(comparisons);
+    }
+    let mut result = summarise(contexts, all_comparisons, options)?;
+    result.computed = computed;
+    result.cached = cached;
+    Ok(result)
+}
+
+/// Scores, ranks and statistics from the comparisons of every context.
+fn summarise(
+    contexts: &[Context],
+    comparisons: Vec<Vec<Comparison>>,
+    options: &CompareOptions,
+) -> Result<CompareResult> {
+    let all_p: Vec<f64> = comparisons.iter().flatten().map(|c| c.p_a).collect();
+    let tau = match options.debias {
+        Debias::None => 0.5,
+        Debias::Threshold => balanced_threshold(&all_p),
+    };
+    let factor = reweight_factor(tau);
+    let field = options
+        .score_field
+        .clone()
+        .unwrap_or_else(|| options.attribute.name.clone());
+    let mut out = CompareResult {
+        contexts: Vec::with_capacity(contexts.len()),
+        tau,
+        first_position_raw: Rate::default(),
+        first_position: Rate::default(),
+        consistency: Rate::default(),
+        accuracy: None,
+        score_field: None,
+        computed: 0,
+        cached: 0,
+    };
+    for (context, comparisons) in contexts.iter().zip(comparisons) {
+        let n = context.candidates.len();
+        let outcomes: Vec<Outcome> = comparisons
+            .iter()
+            .map(|c| Outcome::new(c.first, c.second, c.p_a))
+            .collect();
+        let scores = match (options.rank, options.debias) {
+            (RankMethod::WinRatio, _) | (_, Debias::None) => {
+                rank::score(options.rank, n, &outcomes, tau)
+            }
+            (_, Debias::Threshold) => {
+                let reweighted: Vec<Outcome> = outcomes
+                    .iter()
+                    .map(|o| Outcome::new(o.first, o.second, reweight(o.p, factor)))
+                    .collect();
+                rank::score(options.rank, n, &reweighted, 0.5)
+            }
+        }
+        .with_context(|| format!("context `{}`: ranking", context.id))?;
+        let human = context.human_scores(&field);
+        if human.is_none() && options.score_field.is_some() {
+            bail!(
+                "context `{}`: not every candidate has the human score `{field}`",
+                context.id
+            );
+        }
+        let accuracy = human.map(|h| pairwise_accuracy(&outcomes, &h, tau));
+        if let Some(rate) = accuracy {
+            *out.accuracy.get_or_insert_with(Rate::default) += rate;
+            out.score_field = Some(field.clone());
+        }
+        let first_position = first_position_rate(&outcomes, tau);
+        let consistency = order_consistency(&outcomes, tau);
+        out.first_position_raw += first_position_rate(&outcomes, 0.5);
+        out.first_position += first_position;
+        out.consistency += consistency;
+        out.contexts.push(ContextResult {
+            context_id: context.id.clone(),
+            candidate_ids: context.candidates.iter().map(|c| c.id.clone()).collect(),
+            comparisons,
+            ranks: ranks_from_scores(&scores),
+            scores,
+            first_position,
+            consistency,
+            accuracy,
+        });
+    }
+    Ok(out)
+}
+
+/// `x` with `decimals` decimals, never `-0.000...`.
+fn fixed(x: f64, decimals: usize) -> String {
+    let text = format!("{x:.decimals$}");
+    match text.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => text,
+    }
+}
+
+/// One line per candidate, in input order: `context_id, candidate_id, score, rank`
+/// (score with 6 decimals; ranks are halves at worst and print exactly).
+pub fn write_scores(result: &CompareResult, out: &mut dyn Write) -> Result<()> {
+    for context in &result.contexts {
+        for (k, id) in context.candidate_ids.iter().enumerate() {
+            let line = format!(
+                "{{\"context_id\":{},\"candidate_id\":{},\"score\":{},\"rank\":{}}}\n",
+                json!(context.context_id),
+                json!(id),
+                fixed(context.scores[k], 6),
+                context.ranks[k]
+            );
+            out.write_all(line.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// One line per comparison, in design order: `context_id, a, b, p_a, label_mass`
+/// (p_a with 6 decimals, label mass with 6 significant digits).
+pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<()> {
+    for context in &result.contexts {
+        for c in &context.comparisons {
+            let line = format!(
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}}}\n",
+                json!(context.context_id),
+                json!(context.candidate_ids[c.first]),
+                json!(context.candidate_ids[c.second]),
+                fixed(c.p_a, 6),
+                c.label_mass
+            );
+            out.write_all(line.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+fn rate_text(rate: Option<Rate>) -> String {
+    match rate.and_then(|r| r.value()) {
+        Some(value) => format!("{value:.3}"),
+        None => "-".to_string(),
+    }
+}
+
+/// A ranked table per context and a summary of the run, for people.
+pub fn format_tables(result: &CompareResult) -> String {
+    let mut text = String::new();
+    for context in &result.contexts {
+        let _ = writeln!(
+            text,
+            "context {}: P(A) {}, consistency {}, accuracy {}",
+            context.context_id,
+            rate_text(Some(context.first_position)),
+            rate_text(Some(context.consistency)),
+            rate_text(context.accuracy)
+        );
+        let mut order: Vec<usize> = (0..context.candidate_ids.len()).collect();
+        order.sort_by(|&a, &b| {
+            context.ranks[a]
+                .total_cmp(&context.ranks[b])
+                .then(a.cmp(&b))
+        });
+        let _ = writeln!(text, "  {:>5}  {:>10}  candidate", "rank", "score");
+        for k in order {
+            let _ = writeln!(
+                text,
+                "  {:>5}  {:>10}  {}",
+                context.ranks[k],
+                fixed(context.scores[k], 4),
+                context.candidate_ids[k]
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "{} contexts, {} comparisons ({} computed, {} from the cache); threshold {}; \
+         P(A) {} (at 0.5: {}), consistency {}, accuracy{} {}",
+        result.contexts.len(),
+        result.first_position.total,
+        result.computed,
+        result.cached,
+        fixed(result.tau, 3),
+        rate_text(Some(result.first_position)),
+        rate_text(Some(result.first_position_raw)),
+        rate_text(Some(result.consistency)),
+        result
+            .score_field
+            .as_ref()
+            .map(|f| format!(" vs `{f}`"))
+            .unwrap_or_default(),
+        rate_text(result.accuracy)
+    );
+    text
+}
+
+/// The first comparison's prompt as the model will read it (for `--show-prompt`).
+pub fn show_first_prompt(
+    scorer: &dyn Scorer,
+    contexts: &[Context],
+    options: &CompareOptions,
+) -> Result<String> {
+    let Some(context) = contexts.first() else {
+        bail!("no contexts");
+    };
+    let mut rng = context_rng(options.seed, &context.id);
+    let pairs = options
+        .design
+        .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
+    let Some(&(i, j)) = pairs.first() else {
+        bail!("context `{}` has no comparisons", context.id);
+    };
+    let fill = Fill {
+        context: &context.text,
+        a: &context.candidates[i].text,
+        b: &context.candidates[j].text,
+        adjective: &options.attribute.adjective,
+        item: options.task.item(),
+    };
+    let request = options.template.request(&scorer.info().conventions, &fill);
+    let rendered = scorer.render(&request.prompt)?;
+    let labels: Vec<String> = request
+        .labels
+        .iter()
+        .map(|l| match l {
+            Label::Text(text) => format!("{text:?}"),
+            Label::Tokens(ids) => format!("{ids:?}"),
+        })
+        .collect();
+    let mut text = format!(
+        "--- context `{}`: A = `{}`, B = `{}`; template {} ---\n{}\n",
+        context.id,
+        context.candidates[i].id,
+        context.candidates[j].id,
+        options.template.id(),
+        rendered.input
+    );
+    if !rendered.decoder_prefix.is_empty() {
+        let _ = writeln!(text, "--- decoder prefix ---\n{}", rendered.decoder_prefix);
+    }
+    let _ = writeln!(text, "--- labels: {} ---", labels.join(" | "));
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_formatting_has_no_negative_zero() {
+        assert_eq!(fixed(-1e-9, 6), "0.000000");
+        assert_eq!(fixed(-0.25, 6), "-0.250000");
+        assert_eq!(fixed(0.5, 3), "0.500");
+        let mass: f64 = serde_json::from_str(&format!("{:.5e}", 0.000123456789)).unwrap();
+        assert_eq!(mass, 0.000123457);
+    }
+}

@@ -1,0 +1,108 @@
+//! The `convert` and `compare` commands through the binary: data conversion and the
+//! argument errors reported before any model is loaded.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use nlg_judge::data::{find_shared_data_dir, read_contexts};
+
+fn nlg_judge() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+}
+
+#[test]
+fn convert_writes_readable_generic_jsonl() {
+    let Some(data) = find_shared_data_dir() else {
+        eprintln!("shared data not found; skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (dataset, contexts, per_context) in
+        [("summeval", 3, 16), ("topicalchat", 2, 6), ("webnlg", 4, 0)]
+    {
+        let output = dir.path().join(format!("{dataset}.jsonl"));
+        let status = nlg_judge()
+            .args(["convert", "--dataset", dataset, "--limit-contexts"])
+            .arg(contexts.to_string())
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--output")
+            .arg(&output)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{dataset}");
+        let read = read_contexts(&output).unwrap();
+        assert_eq!(read.len(), contexts, "{dataset}");
+        if per_context > 0 {
+            assert!(read.iter().all(|c| c.candidates.len() == per_context));
+        }
+    }
+}
+
+fn compare_error(extra: &[&str], input: &PathBuf) -> String {
+    let output = nlg_judge()
+        .args([
+            "compare",
+            "--model",
+            "smollm2-135m",
+            "--no-cache",
+            "--input",
+        ])
+        .arg(input)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn compare_reports_bad_arguments_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"context_id\":\"d\",\"context\":\"c\",\"candidate_id\":\"a\",\"candidate\":\"x\"}\n\
+         {\"context_id\":\"d\",\"context\":\"c\",\"candidate_id\":\"b\",\"candidate\":\"y\"}\n",
+    )
+    .unwrap();
+    let error = compare_error(&["--attribute", "wit"], &input);
+    assert!(error.contains("unknown attribute `wit`"), "{error}");
+
+    let template = dir.path().join("t.txt");
+    std::fs::write(&template, "{a} {b} {summary}").unwrap();
+    let error = compare_error(
+        &[
+            "--attribute",
+            "fluency",
+            "--template",
+            template.to_str().unwrap(),
+        ],
+        &input,
+    );
+    assert!(
+        error.contains("t.txt") && error.contains("`{summary}`"),
+        "{error}"
+    );
+
+    let error = compare_error(
+        &[
+            "--attribute",
+            "fluency",
+            "--design",
+            "symmetric",
+            "--comparisons",
+            "3",
+        ],
+        &input,
+    );
+    assert!(error.contains("even"), "{error}");
+
+    let missing = dir.path().join("missing.jsonl");
+    let error = compare_error(&["--attribute", "fluency"], &missing);
+    assert!(error.contains("missing.jsonl"), "{error}");
+
+    // Everything valid: the run stops at model loading, which is not wired in yet.
+    let error = compare_error(&["--attribute", "fluency"], &input);
+    assert!(error.contains("model loading"), "{error}");
+}
