@@ -4,11 +4,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::Args;
 
+use super::model_args::ModelArgs;
 use crate::data::read_contexts;
-use crate::engine::{ResultCache, Scorer};
+use crate::engine::ResultCache;
 use crate::judge::pairwise::{
     format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
     Debias, Design, PairwiseTemplate,
@@ -19,9 +20,8 @@ use crate::rank::RankMethod;
 /// Arguments of `nlg-judge compare`.
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Model to judge with: a model card name or a local path.
-    #[arg(long)]
-    pub model: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
 
     /// Candidates in the generic JSONL format (one candidate per line, see `convert`).
     #[arg(long)]
@@ -91,15 +91,6 @@ pub struct CompareArgs {
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
-
-    /// Device to run the model on: auto, cpu, cuda[:N], metal.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-}
-
-/// Placeholder until model loading is wired in: the runtime's loader replaces it.
-fn load_scorer(model: &str, device: &str) -> Result<Box<dyn Scorer>> {
-    bail!("model loading is not wired yet (model `{model}`, device `{device}`)")
 }
 
 /// Write to `path` through a temporary file renamed into place.
@@ -144,7 +135,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         };
         Some(ResultCache::open(&path)?)
     };
-    let mut scorer = load_scorer(&args.model, &args.device)?;
+    let mut scorer = args.model.load()?;
     if args.show_prompt {
         eprint!(
             "{}",

@@ -7,6 +7,8 @@ pub mod correlate;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub mod labels;
+pub mod model_args;
 pub mod models;
 
 /// Evaluate generated text with local open language models.
@@ -27,6 +29,8 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// Correlate a metric's predictions with human scores (meta-evaluation).
     Correlate(correlate::CorrelateArgs),
+    /// Log-probabilities of label words after a prompt (a debugging view).
+    Labels(labels::LabelsArgs),
     /// Rank the candidates of each context by pairwise comparisons with a model.
     Compare(compare::CompareArgs),
     /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
@@ -53,6 +57,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),
+        Command::Labels(args) => labels::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
     }

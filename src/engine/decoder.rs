@@ -6,8 +6,6 @@
 //! a time). Generation runs a prefill and then one token at a time over a caller-owned
 //! cache.
 
-use std::sync::Arc;
-
 use anyhow::{anyhow, bail, Context, Result};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -20,10 +18,7 @@ use super::tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use super::trie::{QueryAt, TokenTrie};
 use crate::arch::llama::LlamaModel;
 use crate::arch::KvCache;
-use crate::runtime::TextTokenizer;
-
-/// Renders `(system, user, answer_prefix)` with a model's chat template.
-pub type ChatRenderer = Arc<dyn Fn(Option<&str>, &str, &str) -> String + Send + Sync>;
+use crate::runtime::{ChatTemplate, TextTokenizer};
 
 /// How label requests are evaluated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -46,7 +41,7 @@ pub struct DecoderSettings {
 pub struct DecoderScorer {
     model: LlamaModel,
     tokenizer: TextTokenizer,
-    chat: Option<ChatRenderer>,
+    chat: ChatTemplate,
     info: ModelInfo,
     settings: DecoderSettings,
     stop_ids: Vec<u32>,
@@ -68,7 +63,7 @@ impl DecoderScorer {
     pub fn new(
         model: LlamaModel,
         tokenizer: TextTokenizer,
-        chat: Option<ChatRenderer>,
+        chat: ChatTemplate,
         info: ModelInfo,
         settings: DecoderSettings,
     ) -> Result<Self> {
@@ -129,17 +124,15 @@ impl DecoderScorer {
                 Ok(format!("{}{}", text.user, text.answer_prefix))
             }
             Prompt::Text { text, chat: true } => {
-                let render = self.chat.as_ref().ok_or_else(|| {
-                    anyhow!(
+                if !self.chat.is_chat() {
+                    bail!(
                         "model '{}' has no chat template; use a plain prompt",
                         self.info.name
-                    )
-                })?;
-                Ok(render(
-                    text.system.as_deref(),
-                    &text.user,
-                    &text.answer_prefix,
-                ))
+                    );
+                }
+                Ok(self
+                    .chat
+                    .render(text.system.as_deref(), &text.user, &text.answer_prefix))
             }
             Prompt::Tokens(tokens) => self.tokenizer.decode(&tokens.input, false),
         }

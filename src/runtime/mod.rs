@@ -13,6 +13,7 @@ pub mod device;
 pub mod fetch;
 pub mod gguf_tokenizer;
 pub mod hub;
+pub mod load;
 pub mod progress;
 pub mod resolve;
 pub mod tokenizer;
@@ -24,6 +25,7 @@ pub use chat::ChatTemplate;
 pub use device::{select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;
+pub use load::{load_decoder, load_resolved, load_scorer, LoadOptions};
 pub use resolve::{
     load_tokenizer, resolve_card, resolve_model, ResolveOptions, ResolvedModel, TokenizerSource,
 };

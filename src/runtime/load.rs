@@ -1,0 +1,82 @@
+//! From a `--model` argument to a ready [`Scorer`]: resolve the files, build the model
+//! for its architecture on the chosen device, and wrap it with its tokeniser, chat
+//! template and conventions.
+
+use anyhow::{bail, Context, Result};
+
+use super::card::{Architecture, WeightFormat};
+use super::device::select_device;
+use super::resolve::{load_tokenizer, resolve_model, ResolveOptions, ResolvedModel};
+use crate::arch::{llama, WeightPolicy};
+use crate::engine::{DecoderScorer, DecoderSettings, Scorer};
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub resolve: ResolveOptions,
+    /// `auto`, `cpu`, `cuda[:N]` or `metal`.
+    pub device: String,
+    pub weights: WeightPolicy,
+    pub decoder: DecoderSettings,
+}
+
+impl LoadOptions {
+    /// Resolution settings from the environment, automatic device and weights.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            resolve: ResolveOptions::from_env()?,
+            device: "auto".to_string(),
+            weights: WeightPolicy::Auto,
+            decoder: DecoderSettings::default(),
+        })
+    }
+}
+
+/// Resolve and load `spec` (card name, GGUF file, or checkpoint directory).
+pub fn load_scorer(spec: &str, options: &LoadOptions) -> Result<Box<dyn Scorer>> {
+    let resolved = resolve_model(spec, &options.resolve)?;
+    load_resolved(&resolved, options)
+        .with_context(|| format!("cannot load model '{}'", resolved.name))
+}
+
+/// Load a resolved model.
+pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<Box<dyn Scorer>> {
+    match resolved.architecture {
+        Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
+        Architecture::T5 => bail!("T5 models are not supported yet"),
+    }
+}
+
+/// Load a llama-family model as a [`DecoderScorer`].
+pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<DecoderScorer> {
+    let device = select_device(&options.device)?;
+    let model = match resolved.format {
+        WeightFormat::Gguf => {
+            let [path] = resolved.weights.as_slice() else {
+                bail!(
+                    "a GGUF model must be one file, got {}",
+                    resolved.weights.len()
+                );
+            };
+            llama::from_gguf(path, options.weights, &device)?
+        }
+        WeightFormat::Safetensors => {
+            let config = resolved
+                .config
+                .as_ref()
+                .context("a safetensors checkpoint needs its config.json")?;
+            llama::from_safetensors(config, &resolved.weights, &device)?
+        }
+        WeightFormat::TokenizerOnly => bail!("'{}' holds a tokenizer only", resolved.name),
+    };
+    let tokenizer = load_tokenizer(resolved)?;
+    let mut info = resolved.model_info();
+    info.context_window = info.context_window.min(model.config().context_length);
+    DecoderScorer::new(
+        model,
+        tokenizer,
+        resolved.chat_template.clone(),
+        info,
+        options.decoder,
+    )
+}
