@@ -24,7 +24,7 @@ fn prompts() -> Vec<Vec<u32>> {
 
 fn ours_last_logits(model: &LlamaModel, ids: &[u32]) -> Result<Tensor> {
     let out = model.forward(&[ids], None, false)?;
-    let h = LlamaModel::select_positions(&out.hidden, &[(0, ids.len() - 1)])?;
+    let h = out.positions(&[(0, ids.len() - 1)])?;
     Ok(model.full_logits(&h)?.i(0)?)
 }
 

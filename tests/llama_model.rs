@@ -23,7 +23,7 @@ struct Case {
 
 fn last_logits(model: &LlamaModel, ids: &[u32]) -> Result<Vec<f32>> {
     let out = model.forward(&[ids], None, false)?;
-    let hidden = LlamaModel::select_positions(&out.hidden, &[(0, ids.len() - 1)])?;
+    let hidden = out.positions(&[(0, ids.len() - 1)])?;
     Ok(model.full_logits(&hidden)?.i(0)?.to_vec1()?)
 }
 
@@ -115,13 +115,13 @@ fn a_padded_batch_gives_the_same_label_logits_as_one_at_a_time() -> Result<()> {
         .enumerate()
         .map(|(r, p)| (r, p.len() - 1))
         .collect();
-    let hidden = LlamaModel::select_positions(&batch.hidden, &last)?;
+    let hidden = batch.positions(&last)?;
     let labels = [330u32, 389];
     let batched = model.token_logits(&hidden, &labels)?;
     let batched_norm = model.log_normaliser(&hidden)?.to_vec1::<f32>()?;
     for (row, prompt) in prompts.iter().enumerate() {
         let single = model.forward(&[prompt], None, false)?;
-        let h = LlamaModel::select_positions(&single.hidden, &[(0, prompt.len() - 1)])?;
+        let h = single.positions(&[(0, prompt.len() - 1)])?;
         let alone: Vec<f32> = model.token_logits(&h, &labels)?.i(0)?.to_vec1()?;
         let together: Vec<f32> = batched.i(row)?.to_vec1()?;
         let norm = model.log_normaliser(&h)?.to_vec1::<f32>()?[0];
@@ -154,7 +154,7 @@ fn suffixes_over_a_cached_prefix_equal_the_full_prompts() -> Result<()> {
     let rows: Vec<&[u32]> = suffixes.iter().map(Vec::as_slice).collect();
     let out = model.forward(&rows, Some(&cached), false)?;
     for (row, suffix) in suffixes.iter().enumerate() {
-        let h = LlamaModel::select_positions(&out.hidden, &[(row, suffix.len() - 1)])?;
+        let h = out.positions(&[(row, suffix.len() - 1)])?;
         let over_prefix: Vec<f32> = model.full_logits(&h)?.i(0)?.to_vec1()?;
         let full: Vec<u32> = prefix.iter().chain(suffix).copied().collect();
         let d = max_abs_diff(&over_prefix, &last_logits(model, &full)?);
@@ -168,7 +168,7 @@ fn the_label_only_head_equals_the_full_head() -> Result<()> {
     let model = common::smollm2();
     let ids = &prompts()[3];
     let out = model.forward(&[ids], None, false)?;
-    let h = LlamaModel::select_positions(&out.hidden, &[(0, ids.len() - 1)])?;
+    let h = out.positions(&[(0, ids.len() - 1)])?;
     let full: Vec<f32> = model.full_logits(&h)?.i(0)?.to_vec1()?;
     let chosen = [0u32, 330, 389, 49151];
     let gathered: Vec<f32> = model.token_logits(&h, &chosen)?.i(0)?.to_vec1()?;

@@ -225,6 +225,16 @@ impl DecoderScorer {
                 }
                 Ok(())
             })?;
+            tracing::debug!(
+                requests = group.len(),
+                trie_tokens = trie.total_tokens(),
+                tokens = stats.tokens,
+                padding = stats.padding,
+                forward_calls = stats.forward_calls,
+                scored_positions = stats.scored_positions,
+                peak_cache_mib = stats.peak_cache_bytes >> 20,
+                "evaluated label requests"
+            );
             self.stats.add(&stats);
         }
         Ok(())
@@ -237,16 +247,13 @@ impl DecoderScorer {
         let mut cache: Option<KvCache> = None;
         let mut last_hidden = None;
         for chunk in ids.chunks(piece) {
-            let out = self.model.forward(&[chunk], cache.as_ref(), true)?;
-            let kv = out.kv.context("forward pass returned no cache")?;
+            let mut out = self.model.forward(&[chunk], cache.as_ref(), true)?;
+            last_hidden = Some(out.last(0)?);
+            let kv = out.kv.take().context("forward pass returned no cache")?;
             cache = Some(match cache {
                 Some(c) => c.append(&kv)?,
                 None => kv,
             });
-            last_hidden = Some(LlamaModel::select_positions(
-                &out.hidden,
-                &[(0, chunk.len() - 1)],
-            )?);
         }
         let hidden = last_hidden.context("empty prompt")?;
         let logits = self.model.full_logits(&hidden)?.squeeze(0)?.to_vec1()?;
@@ -473,7 +480,7 @@ impl Scorer for DecoderScorer {
             cache = cache.append(&out.kv.context("forward pass returned no cache")?)?;
             logits = self
                 .model
-                .full_logits(&out.hidden.squeeze(0)?)?
+                .full_logits(&out.hidden)?
                 .squeeze(0)?
                 .to_vec1()?;
         }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 
 use super::trie::TokenTrie;
-use crate::arch::llama::LlamaModel;
+use crate::arch::llama::{ForwardOutput, LlamaModel};
 use crate::arch::KvCache;
 
 /// How much work one forward pass may take.
@@ -167,7 +167,7 @@ impl<'m> TreeEvaluator<'m> {
                 positions.push(((row, offset), query));
             }
         }
-        self.score(walk, &out.hidden, &positions)?;
+        self.score(walk, &out, &positions)?;
         nodes
             .iter()
             .enumerate()
@@ -216,7 +216,7 @@ impl<'m> TreeEvaluator<'m> {
                 .filter(|(offset, _)| (start..end).contains(offset))
                 .map(|&(offset, query)| ((0, offset - start), query))
                 .collect();
-            self.score(walk, &out.hidden, &positions)?;
+            self.score(walk, &out, &positions)?;
             if let Some(kv) = out.kv {
                 own = Some(match own {
                     Some(o) => o.append(&kv)?,
@@ -231,7 +231,7 @@ impl<'m> TreeEvaluator<'m> {
     fn score(
         &self,
         walk: &mut Walk,
-        hidden: &candle_core::Tensor,
+        out: &ForwardOutput,
         positions: &[((usize, usize), usize)],
     ) -> Result<()> {
         if positions.is_empty() {
@@ -246,7 +246,7 @@ impl<'m> TreeEvaluator<'m> {
         let mut ids: Vec<u32> = positions.iter().map(|&(_, q)| walk.targets[q]).collect();
         ids.sort_unstable();
         ids.dedup();
-        let selected = LlamaModel::select_positions(hidden, &at)?;
+        let selected = out.positions(&at)?;
         let normaliser: Vec<f32> = self.model.log_normaliser(&selected)?.to_vec1()?;
         let logits: Vec<Vec<f32>> = self.model.token_logits(&selected, &ids)?.to_vec2()?;
         walk.stats.scored_positions += at.len();

@@ -100,11 +100,107 @@ impl DecoderLayer {
 /// Hidden states of a forward pass, and the keys/values of its positions.
 #[derive(Debug)]
 pub struct ForwardOutput {
-    /// Final-normalised hidden states, `(rows, max_len, hidden)`; positions past a row's
-    /// length hold padding garbage.
+    /// Final-normalised hidden states of every real position, rows packed one after
+    /// another: `(total tokens, hidden)`.
     pub hidden: Tensor,
-    /// Keys/values of the new positions, `rows` x `max_len` (when asked for).
+    /// Where each row starts in `hidden`.
+    pub row_starts: Vec<usize>,
+    /// Each row's length.
+    pub lengths: Vec<usize>,
+    /// Keys/values of the new positions, `rows` x longest row (when asked for); positions
+    /// past a row's length hold padding.
     pub kv: Option<KvCache>,
+}
+
+impl ForwardOutput {
+    /// Hidden states of chosen `(row, position)` pairs, gathered into `(n, hidden)`.
+    pub fn positions(&self, positions: &[(usize, usize)]) -> Result<Tensor> {
+        let mut flat = Vec::with_capacity(positions.len());
+        for &(row, pos) in positions {
+            match self.lengths.get(row) {
+                Some(&length) if pos < length => flat.push((self.row_starts[row] + pos) as u32),
+                _ => bail!(
+                    "position ({row}, {pos}) is outside the {} rows of this batch",
+                    self.lengths.len()
+                ),
+            }
+        }
+        let index = Tensor::from_vec(flat, positions.len(), self.hidden.device())?;
+        Ok(self.hidden.index_select(&index, 0)?)
+    }
+
+    /// The hidden state after the last token of `row`.
+    pub fn last(&self, row: usize) -> Result<Tensor> {
+        let length = *self
+            .lengths
+            .get(row)
+            .with_context(|| format!("no row {row} in this batch"))?;
+        self.positions(&[(row, length - 1)])
+    }
+}
+
+/// How a batch of rows of different lengths maps between the packed layout (real tokens
+/// only, used by every per-token layer) and the padded layout (used by attention).
+struct Packing {
+    batch: usize,
+    max_len: usize,
+    /// For each padded slot, the packed token it reads (padding reads token 0); `None`
+    /// when no row is padded and the layouts coincide.
+    to_padded: Option<Tensor>,
+    /// For each packed token, its padded slot.
+    to_packed: Option<Tensor>,
+}
+
+impl Packing {
+    fn new(lengths: &[usize], device: &Device) -> Result<Self> {
+        let batch = lengths.len();
+        let max_len = lengths.iter().copied().max().unwrap_or(0);
+        if lengths.iter().all(|&l| l == max_len) {
+            return Ok(Self {
+                batch,
+                max_len,
+                to_padded: None,
+                to_packed: None,
+            });
+        }
+        let mut to_padded = Vec::with_capacity(batch * max_len);
+        let mut to_packed = Vec::with_capacity(lengths.iter().sum());
+        let mut start = 0u32;
+        for (row, &length) in lengths.iter().enumerate() {
+            for t in 0..max_len {
+                to_padded.push(if t < length { start + t as u32 } else { 0 });
+            }
+            to_packed.extend((0..length).map(|t| (row * max_len + t) as u32));
+            start += length as u32;
+        }
+        let n = to_packed.len();
+        Ok(Self {
+            batch,
+            max_len,
+            to_padded: Some(Tensor::from_vec(to_padded, batch * max_len, device)?),
+            to_packed: Some(Tensor::from_vec(to_packed, n, device)?),
+        })
+    }
+
+    /// `(tokens, width)` packed -> `(batch, max_len, width)` padded.
+    fn pad(&self, packed: &Tensor) -> Result<Tensor> {
+        let width = packed.dim(1)?;
+        let padded = match &self.to_padded {
+            Some(index) => packed.index_select(index, 0)?,
+            None => packed.clone(),
+        };
+        Ok(padded.reshape((self.batch, self.max_len, width))?)
+    }
+
+    /// `(batch, max_len, width)` padded -> `(tokens, width)` packed.
+    fn pack(&self, padded: &Tensor) -> Result<Tensor> {
+        let width = padded.dim(2)?;
+        let flat = padded.reshape((self.batch * self.max_len, width))?;
+        Ok(match &self.to_packed {
+            Some(index) => flat.index_select(index, 0)?,
+            None => flat,
+        })
+    }
 }
 
 /// A llama-family decoder with its weights.
@@ -210,20 +306,17 @@ impl LlamaModel {
             );
         }
         let vocab = self.config.vocab_size as u32;
-        let mut ids = Vec::with_capacity(batch * max_len);
+        let mut ids = Vec::with_capacity(lengths.iter().sum());
         for row in rows {
             if let Some(&bad) = row.iter().find(|&&id| id >= vocab) {
                 bail!("token id {bad} is outside the vocabulary of {vocab} tokens");
             }
             ids.extend_from_slice(row);
-            ids.extend(std::iter::repeat(0).take(max_len - row.len()));
         }
-        let ids = Tensor::from_vec(ids, batch * max_len, &self.device)?;
-        let mut x = self.embedding.index_select(&ids, 0)?.reshape((
-            batch,
-            max_len,
-            self.config.hidden_size,
-        ))?;
+        let tokens = ids.len();
+        let ids = Tensor::from_vec(ids, tokens, &self.device)?;
+        let packing = Packing::new(&lengths, &self.device)?;
+        let mut x = self.embedding.index_select(&ids, 0)?;
         let mask = attention_mask(&lengths, prefix_len, max_len, &self.device)?;
         let cos = self.rope_cos.narrow(0, prefix_len, max_len)?;
         let sin = self.rope_sin.narrow(0, prefix_len, max_len)?;
@@ -231,7 +324,7 @@ impl LlamaModel {
         for (index, layer) in self.layers.iter().enumerate() {
             let prefix_kv = prefix.map(|p| p.layer(index));
             let (attended, kv) = self
-                .attention(layer, &x, prefix_kv, &mask, &cos, &sin)
+                .attention(layer, &x, &packing, prefix_kv, &mask, &cos, &sin)
                 .with_context(|| format!("attention of layer {index}"))?;
             x = (x + attended)?;
             x = (&x + self.feed_forward(layer, &x)?)?;
@@ -246,26 +339,41 @@ impl LlamaModel {
         } else {
             None
         };
-        Ok(ForwardOutput { hidden, kv })
+        let mut row_starts = Vec::with_capacity(batch);
+        let mut start = 0;
+        for &length in &lengths {
+            row_starts.push(start);
+            start += length;
+        }
+        Ok(ForwardOutput {
+            hidden,
+            row_starts,
+            lengths,
+            kv,
+        })
     }
 
+    /// Self-attention of packed tokens `x` `(tokens, hidden)`: projections on the packed
+    /// tokens, attention in the padded layout, output projection packed again.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         layer: &DecoderLayer,
         x: &Tensor,
+        packing: &Packing,
         prefix: Option<&(Tensor, Tensor)>,
         mask: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
     ) -> Result<(Tensor, (Tensor, Tensor))> {
         let c = &self.config;
-        let (batch, len, _) = x.dims3()?;
+        let (batch, len) = (packing.batch, packing.max_len);
         let normed = candle_nn::ops::rms_norm(x, &layer.attn_norm, c.rms_norm_eps as f32)?;
         let q_width = c.num_heads * c.head_dim;
         let kv_width = c.num_kv_heads * c.head_dim;
         let (q, k, v) = match &layer.qkv {
             QkvProjection::Fused(qkv) => {
-                let all = qkv.forward(&normed)?;
+                let all = packing.pad(&qkv.forward(&normed)?)?;
                 (
                     all.narrow(2, 0, q_width)?,
                     all.narrow(2, q_width, kv_width)?,
@@ -273,9 +381,9 @@ impl LlamaModel {
                 )
             }
             QkvProjection::Separate { q, k, v } => (
-                q.forward(&normed)?,
-                k.forward(&normed)?,
-                v.forward(&normed)?,
+                packing.pad(&q.forward(&normed)?)?,
+                packing.pad(&k.forward(&normed)?)?,
+                packing.pad(&v.forward(&normed)?)?,
             ),
         };
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
@@ -317,6 +425,7 @@ impl LlamaModel {
             .reshape((batch, c.num_heads, len, c.head_dim))?
             .transpose(1, 2)?
             .reshape((batch, len, q_width))?;
+        let attended = packing.pack(&attended)?;
         Ok((layer.o.forward(&attended)?, (k, v)))
     }
 
@@ -345,23 +454,6 @@ impl LlamaModel {
         };
         let activated = (candle_nn::ops::silu(&gate)? * up)?;
         layer.down.forward(&activated)
-    }
-
-    /// Hidden states of chosen positions: `(row, position)` pairs into a
-    /// `(rows, len, hidden)` tensor, gathered into `(n, hidden)`.
-    pub fn select_positions(hidden: &Tensor, positions: &[(usize, usize)]) -> Result<Tensor> {
-        let (rows, len, width) = hidden.dims3()?;
-        let mut flat = Vec::with_capacity(positions.len());
-        for &(row, pos) in positions {
-            if row >= rows || pos >= len {
-                bail!("position ({row}, {pos}) is outside a {rows}x{len} batch");
-            }
-            flat.push((row * len + pos) as u32);
-        }
-        let index = Tensor::from_vec(flat, positions.len(), hidden.device())?;
-        Ok(hidden
-            .reshape((rows * len, width))?
-            .index_select(&index, 0)?)
     }
 
     /// Logits of the given token ids only: `(n, hidden)` -> `(n, ids.len())`, a gather of

@@ -124,14 +124,18 @@ pub struct CompareResult {
 }
 
 /// One context's planned comparisons.
-struct Plan {
-    pairs: Vec<(usize, usize)>,
-    requests: Vec<LabelRequest>,
-    keys: Vec<CacheKey>,
+pub struct Plan {
+    /// Ordered pairs `(first, second)` of candidate indices, in design order.
+    pub pairs: Vec<(usize, usize)>,
+    /// One label request per pair.
+    pub requests: Vec<LabelRequest>,
+    /// The result-cache key of each request.
+    pub keys: Vec<CacheKey>,
 }
 
-/// The label requests of a context's comparisons, in design order.
-fn plan_context(
+/// The label requests of a context's comparisons, in design order; `labels` are the
+/// token ids of the scorer's two label words.
+pub fn plan_context(
     scorer: &dyn Scorer,
     context: &Context,
     options: &CompareOptions,
