@@ -3,3 +3,5 @@
 //! Models know nothing of tasks: they take token batches (with padding masks and, for
 //! decoders, caller-owned key/value caches) and return hidden states or logits at the
 //! positions asked for.
+
+pub mod t5;
