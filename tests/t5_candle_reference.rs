@@ -8,7 +8,6 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
 use candle_transformers::models::t5 as reference_t5;
 use common::{flat, ids, max_abs_diff, reference};
 use nlg_judge::arch::t5::{T5Config, T5Model, WeightFiles};
@@ -54,7 +53,7 @@ fn single_prompts_match_candle_transformers() {
         let their_logits = theirs.decode(&dec, &their_encoding).unwrap();
         let mut cache = ours.start_decoder(&our_encoding).unwrap();
         let hidden = ours
-            .decode_left_padded(&[decoder_input.clone()], &mut cache)
+            .decode_left_padded(std::slice::from_ref(&decoder_input), &mut cache)
             .unwrap();
         let last = hidden.narrow(1, decoder_input.len() - 1, 1).unwrap();
         let diff = max_abs_diff(&flat(&ours.logits(&last).unwrap()), &flat(&their_logits));

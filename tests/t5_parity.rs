@@ -179,7 +179,7 @@ fn decoding_token_by_token_through_the_cache_equals_one_pass() {
 
     let mut whole = model.start_decoder(&encoder).unwrap();
     let all_at_once = model
-        .decode_left_padded(&[decoder_ids.clone()], &mut whole)
+        .decode_left_padded(std::slice::from_ref(&decoder_ids), &mut whole)
         .unwrap();
 
     let mut stepwise = model.start_decoder(&encoder).unwrap();

@@ -5,8 +5,11 @@
 
 pub mod mock;
 pub mod request;
+pub mod sampling;
 pub mod scorer;
+pub mod t5_scorer;
 
 pub use mock::MockScorer;
 pub use request::*;
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
+pub use t5_scorer::T5Scorer;

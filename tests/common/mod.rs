@@ -106,6 +106,12 @@ const TOKENIZER_SHA256: &str = "69de1c7e0467710c628c93b139fe8817a9cd624a74b4341a
 ///
 /// The file's sha256 is checked whichever way it came.
 pub fn t5_tokenizer_path() -> PathBuf {
+    // Tests run on parallel threads: locate (or fetch) the file once per process.
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(locate_or_fetch_tokenizer).clone()
+}
+
+fn locate_or_fetch_tokenizer() -> PathBuf {
     if let Ok(path) = std::env::var("NLG_JUDGE_T5_TOKENIZER") {
         let path = PathBuf::from(path);
         check_tokenizer(&path);

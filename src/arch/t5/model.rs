@@ -345,6 +345,29 @@ impl T5Model {
         log_sum_exp_last(&self.logits(hidden)?)
     }
 
+    /// Log-probability (rows,) of one target token per row: `targets[i]` at row `i`.
+    pub fn target_logprobs(&self, hidden: &Tensor, targets: &[u32]) -> Result<Tensor> {
+        let logits = self.logits(hidden)?;
+        ensure!(
+            logits.dim(0)? == targets.len(),
+            "{} targets for {} hidden rows",
+            targets.len(),
+            logits.dim(0)?
+        );
+        if let Some(&bad) = targets
+            .iter()
+            .find(|&&id| id as usize >= self.config.vocab_size)
+        {
+            bail!(
+                "token id {bad} is outside the model's vocabulary ({} rows)",
+                self.config.vocab_size
+            );
+        }
+        let index = Tensor::from_slice(targets, (targets.len(), 1), &self.device)?;
+        let picked = logits.gather(&index, 1)?.squeeze(1)?;
+        Ok((picked - log_sum_exp_last(&logits)?)?)
+    }
+
     /// Log-probabilities (rows, ids.len()) of the token `ids`.
     pub fn token_logprobs(&self, hidden: &Tensor, ids: &[u32]) -> Result<Tensor> {
         let logits = self.logits_for(hidden, ids)?;
