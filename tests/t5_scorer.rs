@@ -115,7 +115,7 @@ fn batched_label_logprobs_equal_one_at_a_time() {
     let r = reference();
     let requests = reference_requests(&r);
     let (_dir, scorer) = scorer();
-    let mut batched = scorer.with_max_batch_tokens(100_000);
+    let mut batched = scorer.with_max_batch_tokens(100_000).with_max_padding(1.0);
     let together = batched.label_logprobs(&requests).unwrap();
     assert_eq!(batched.usage().encoder_batches, 1);
     assert!(batched.usage().padded_encoder_tokens > batched.usage().encoder_tokens);

@@ -6,7 +6,7 @@
 //! forcing. T5 has no chat template: `chat: true` is ignored (logged at debug level).
 //!
 //! Prompts are sorted by encoder length and cut into padded batches of at most
-//! `max_batch_tokens` (rows x longest); labels that share tokens share decoder steps
+//! `max_batch_tokens` (rows x longest) with at most `max_padding` of them padding; labels that share tokens share decoder steps
 //! (see `labels`).
 
 mod batches;
@@ -31,6 +31,9 @@ pub use batches::plan_batches;
 
 /// Default padded-token budget of one encoder batch.
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 4096;
+
+/// Default cap on a batch's padding, as a fraction of its padded size.
+pub const DEFAULT_MAX_PADDING: f64 = 0.1;
 
 /// Work done so far, in tokens (for benchmarks and tests of batching and sharing).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,6 +93,7 @@ pub struct T5Scorer {
     tokenizer: TextTokenizer,
     info: ModelInfo,
     max_batch_tokens: usize,
+    max_padding: f64,
     usage: Usage,
 }
 
@@ -149,6 +153,7 @@ impl T5Scorer {
             tokenizer,
             info,
             max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
+            max_padding: DEFAULT_MAX_PADDING,
             usage: Usage::default(),
         })
     }
@@ -157,6 +162,13 @@ impl T5Scorer {
     /// batch whatever its length). 1 scores prompts one at a time.
     pub fn with_max_batch_tokens(mut self, tokens: usize) -> Self {
         self.max_batch_tokens = tokens.max(1);
+        self
+    }
+
+    /// Cap on a batch's padding as a fraction of its padded size (0: only prompts of
+    /// equal length share a batch; 1: no cap).
+    pub fn with_max_padding(mut self, fraction: f64) -> Self {
+        self.max_padding = fraction.clamp(0.0, 1.0);
         self
     }
 
@@ -294,7 +306,7 @@ impl Scorer for T5Scorer {
         }
         let lengths: Vec<usize> = prepared.iter().map(|p| p.encoder.len()).collect();
         self.warn_if_long(lengths.iter().copied());
-        for batch in plan_batches(&lengths, self.max_batch_tokens) {
+        for batch in plan_batches(&lengths, self.max_batch_tokens, self.max_padding) {
             let items: Vec<&labels::PreparedLabels> = batch.iter().map(|&i| &prepared[i]).collect();
             let scores = labels::score_batch(&self.model, &items, &mut self.usage)?;
             for (&index, scores) in batch.iter().zip(scores) {
@@ -340,7 +352,7 @@ impl Scorer for T5Scorer {
         continuation::score_all(
             &self.model,
             &prepared,
-            self.max_batch_tokens,
+            (self.max_batch_tokens, self.max_padding),
             &mut self.usage,
         )
     }

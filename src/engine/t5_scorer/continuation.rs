@@ -26,7 +26,7 @@ pub(super) struct PreparedContinuation {
 pub(super) fn score_all(
     model: &T5Model,
     prepared: &[PreparedContinuation],
-    max_batch_tokens: usize,
+    (max_batch_tokens, max_padding): (usize, f64),
     usage: &mut Usage,
 ) -> Result<Vec<ContinuationResult>> {
     let mut results: Vec<ContinuationResult> = prepared
@@ -46,7 +46,7 @@ pub(super) fn score_all(
             prepared[i].encoder.len() + 1 + prepared[i].prefix.len() + prepared[i].tokens.len()
         })
         .collect();
-    for batch in plan_batches(&lengths, max_batch_tokens) {
+    for batch in plan_batches(&lengths, max_batch_tokens, max_padding) {
         let indices: Vec<usize> = batch.iter().map(|&b| scored[b]).collect();
         let items: Vec<&PreparedContinuation> = indices.iter().map(|&i| &prepared[i]).collect();
         let logprobs = score_batch(model, &items, usage)?;
