@@ -98,6 +98,21 @@ fn f32_storage_and_embedding_aliases_give_identical_outputs() {
 }
 
 #[test]
+fn f16_storage_gives_the_same_outputs_within_rounding() {
+    let reference = outputs_of(&common::fixture_dir());
+    // bf16 -> f16 keeps every bit of the fixture's normal-range values; only values
+    // below f16's normal range (~6e-5) lose precision.
+    let tensors: HashMap<String, Tensor> = fixture_tensors()
+        .into_iter()
+        .map(|(name, t)| (name, t.to_dtype(DType::F16).unwrap()))
+        .collect();
+    let dir = model_dir_with(&fixture_config_text(), &tensors);
+    let ours = outputs_of(dir.path());
+    let diff = common::max_abs_diff(&ours, &reference);
+    assert!(diff < 1e-4, "f16 checkpoint differs by {diff}");
+}
+
+#[test]
 fn a_tensor_of_the_wrong_shape_is_named() {
     let mut tensors = fixture_tensors();
     let name = "decoder.block.1.layer.1.EncDecAttention.k.weight";
