@@ -11,8 +11,8 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use super::request::{
-    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest,
+    Label, LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
 };
 use super::scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 
@@ -136,9 +136,7 @@ impl Default for MockScorer {
 fn bytes_to_text(ids: &[u32]) -> Result<String> {
     let bytes = ids
         .iter()
-        .map(|&id| {
-            u8::try_from(id).map_err(|_| anyhow::anyhow!("mock token id {id} is not a byte"))
-        })
+        .map(|&id| u8::try_from(id).map_err(|_| anyhow::anyhow!("mock token id {id} is not a byte")))
         .collect::<Result<Vec<u8>>>()?;
     Ok(String::from_utf8(bytes)?)
 }
@@ -294,13 +292,7 @@ mod tests {
             assert!(text.ends_with("Answer"));
             Ok(labels
                 .iter()
-                .map(|l| {
-                    if l == " A" {
-                        (0.3f64).ln()
-                    } else {
-                        (0.1f64).ln()
-                    }
-                })
+                .map(|l| if l == " A" { (0.3f64).ln() } else { (0.1f64).ln() })
                 .collect())
         });
         let calls = mock.calls();

@@ -9,8 +9,8 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::request::{
-    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label,
+    LabelRequest, LabelResult, Prompt, TokenPrompt,
 };
 
 /// Whether the model reads the prompt with a decoder only or an encoder and a decoder.
