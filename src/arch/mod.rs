@@ -10,3 +10,4 @@ pub mod llama;
 
 pub use kv::KvCache;
 pub use linear::{Linear, WeightPolicy};
+pub mod t5;

@@ -7,12 +7,12 @@
 //! cache.
 
 use anyhow::{anyhow, bail, Context, Result};
-use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use super::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, Sampling, TokenPrompt,
+    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
 };
+use super::sampling::TokenSampler;
 use super::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use super::tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use super::trie::{QueryAt, TokenTrie};
@@ -261,55 +261,6 @@ impl DecoderScorer {
     }
 }
 
-/// Pick the next token: the argmax (lowest id on ties) or a nucleus sample.
-pub fn choose_token(logits: &[f32], sampling: Sampling, rng: &mut StdRng) -> Result<u32> {
-    match sampling {
-        Sampling::Greedy => {
-            let mut best = 0usize;
-            for (i, &v) in logits.iter().enumerate() {
-                if v > logits[best] {
-                    best = i;
-                }
-            }
-            Ok(best as u32)
-        }
-        Sampling::TopP {
-            temperature, top_p, ..
-        } => {
-            if !(temperature > 0.0) || !(top_p > 0.0 && top_p <= 1.0) {
-                bail!("sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})");
-            }
-            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let mut probs: Vec<(u32, f64)> = logits
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| (i as u32, ((v as f64 - max) / temperature).exp()))
-                .collect();
-            let total: f64 = probs.iter().map(|p| p.1).sum();
-            probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            let mut kept = 0.0;
-            let mut cut = probs.len();
-            for (i, p) in probs.iter().enumerate() {
-                kept += p.1 / total;
-                if kept >= top_p {
-                    cut = i + 1;
-                    break;
-                }
-            }
-            let nucleus = &probs[..cut];
-            let mass: f64 = nucleus.iter().map(|p| p.1).sum();
-            let mut draw = rng.gen::<f64>() * mass;
-            for &(id, p) in nucleus {
-                if draw < p {
-                    return Ok(id);
-                }
-                draw -= p;
-            }
-            Ok(nucleus[nucleus.len() - 1].0)
-        }
-    }
-}
-
 impl Scorer for DecoderScorer {
     fn info(&self) -> &ModelInfo {
         &self.info
@@ -445,17 +396,13 @@ impl Scorer for DecoderScorer {
                 prompt.len()
             );
         }
-        let seed = match request.sampling {
-            Sampling::TopP { seed, .. } => seed,
-            Sampling::Greedy => 0,
-        };
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut sampler = TokenSampler::new(&request.sampling)?;
         let (mut logits, mut cache) = self.prefill(&prompt)?;
         let mut tokens: Vec<u32> = Vec::new();
         let mut finish = FinishReason::MaxTokens;
         let mut text = String::new();
         while tokens.len() < request.max_tokens && prompt.len() + tokens.len() < window {
-            let next = choose_token(&logits, request.sampling, &mut rng)?;
+            let next = sampler.next(&logits)?;
             if self.stop_ids.contains(&next) {
                 finish = FinishReason::EndOfSequence;
                 break;
@@ -478,63 +425,12 @@ impl Scorer for DecoderScorer {
             }
             let out = self.model.forward(&[&[next]], Some(&cache), true)?;
             cache = cache.append(&out.kv.context("forward pass returned no cache")?)?;
-            logits = self
-                .model
-                .full_logits(&out.hidden)?
-                .squeeze(0)?
-                .to_vec1()?;
+            logits = self.model.full_logits(&out.hidden)?.squeeze(0)?.to_vec1()?;
         }
         Ok(Generation {
             text,
             tokens,
             finish,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn greedy_picks_the_first_maximum() -> Result<()> {
-        let mut rng = StdRng::seed_from_u64(0);
-        assert_eq!(
-            choose_token(&[0.0, 2.0, 2.0, -1.0], Sampling::Greedy, &mut rng)?,
-            1
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn nucleus_sampling_stays_inside_the_nucleus_and_is_seeded() -> Result<()> {
-        let logits = [5.0f32, 4.9, -10.0, -10.0];
-        let sampling = Sampling::TopP {
-            temperature: 1.0,
-            top_p: 0.9,
-            seed: 7,
-        };
-        let draw = |seed| -> Result<Vec<u32>> {
-            let mut rng = StdRng::seed_from_u64(seed);
-            (0..50)
-                .map(|_| choose_token(&logits, sampling, &mut rng))
-                .collect()
-        };
-        let a = draw(7)?;
-        assert_eq!(a, draw(7)?);
-        assert!(a.iter().all(|&t| t < 2), "{a:?}");
-        assert!(a.contains(&0) && a.contains(&1));
-        Ok(())
-    }
-
-    #[test]
-    fn invalid_sampling_parameters_are_refused() {
-        let mut rng = StdRng::seed_from_u64(0);
-        let bad = Sampling::TopP {
-            temperature: 0.0,
-            top_p: 0.9,
-            seed: 0,
-        };
-        assert!(choose_token(&[1.0, 2.0], bad, &mut rng).is_err());
     }
 }

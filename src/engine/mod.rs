@@ -7,7 +7,9 @@ pub mod cache;
 pub mod decoder;
 pub mod mock;
 pub mod request;
+pub mod sampling;
 pub mod scorer;
+pub mod t5_scorer;
 pub mod tree_eval;
 pub mod trie;
 
@@ -16,4 +18,5 @@ pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
 pub use mock::MockScorer;
 pub use request::*;
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
+pub use t5_scorer::T5Scorer;
 pub use tree_eval::{BatchBudget, EvalStats};

@@ -7,8 +7,9 @@ use anyhow::{bail, Context, Result};
 use super::card::{Architecture, WeightFormat};
 use super::device::select_device;
 use super::resolve::{load_tokenizer, resolve_model, ResolveOptions, ResolvedModel};
+use crate::arch::t5::{T5Config, T5Model, WeightFiles};
 use crate::arch::{llama, WeightPolicy};
-use crate::engine::{DecoderScorer, DecoderSettings, Scorer};
+use crate::engine::{DecoderScorer, DecoderSettings, Scorer, T5Scorer};
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -43,8 +44,31 @@ pub fn load_scorer(spec: &str, options: &LoadOptions) -> Result<Box<dyn Scorer>>
 pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<Box<dyn Scorer>> {
     match resolved.architecture {
         Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
-        Architecture::T5 => bail!("T5 models are not supported yet"),
+        Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
     }
+}
+
+/// Load an encoder-decoder T5 checkpoint as a [`T5Scorer`].
+pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scorer> {
+    if resolved.format != WeightFormat::Safetensors {
+        bail!("T5 models load from safetensors checkpoints only");
+    }
+    let device = select_device(&options.device)?;
+    let config_path = resolved
+        .config
+        .as_ref()
+        .context("a T5 checkpoint needs its config.json")?;
+    let config = T5Config::from_file(config_path)?;
+    let files = WeightFiles {
+        index: None,
+        files: resolved.weights.clone(),
+    };
+    let model = T5Model::from_files(&config, &files, &device)?;
+    let tokenizer = load_tokenizer(resolved)?;
+    let mut info = resolved.model_info();
+    info.context_window = info.context_window.max(config.context_window);
+    Ok(T5Scorer::new(model, tokenizer, info)?
+        .with_max_batch_tokens(options.decoder.budget.max_batch_tokens))
 }
 
 /// Load a llama-family model as a [`DecoderScorer`].

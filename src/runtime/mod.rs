@@ -25,7 +25,7 @@ pub use chat::ChatTemplate;
 pub use device::{select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;
-pub use load::{load_decoder, load_resolved, load_scorer, LoadOptions};
+pub use load::{load_decoder, load_resolved, load_scorer, load_t5, LoadOptions};
 pub use resolve::{
     load_tokenizer, resolve_card, resolve_model, ResolveOptions, ResolvedModel, TokenizerSource,
 };

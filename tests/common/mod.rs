@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod t5;
+
 use std::path::PathBuf;
 
 use nlg_judge::runtime::{fetch_card, CardCatalog, FetchOptions, ResolveOptions};
