@@ -44,7 +44,7 @@ fn compare_error(extra: &[&str], input: &PathBuf) -> String {
         .args([
             "compare",
             "--model",
-            "smollm2-135m",
+            "no-such-model",
             "--no-cache",
             "--input",
         ])
@@ -102,7 +102,7 @@ fn compare_reports_bad_arguments_clearly() {
     let error = compare_error(&["--attribute", "fluency"], &missing);
     assert!(error.contains("missing.jsonl"), "{error}");
 
-    // Everything valid: the run stops at model loading, which is not wired in yet.
+    // Everything valid but the model: the error names the unknown model.
     let error = compare_error(&["--attribute", "fluency"], &input);
-    assert!(error.contains("model loading"), "{error}");
+    assert!(error.contains("no-such-model"), "{error}");
 }

@@ -7,6 +7,7 @@ pub mod correlate;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod labels;
 pub mod model_args;
 pub mod models;
@@ -29,6 +30,8 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// Correlate a metric's predictions with human scores (meta-evaluation).
     Correlate(correlate::CorrelateArgs),
+    /// Measure the engine on real workloads (naive versus prefix-tree evaluation).
+    Bench(bench::BenchArgs),
     /// Log-probabilities of label words after a prompt (a debugging view).
     Labels(labels::LabelsArgs),
     /// Rank the candidates of each context by pairwise comparisons with a model.
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),
         Command::Labels(args) => labels::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
     }

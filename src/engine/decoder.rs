@@ -229,7 +229,6 @@ impl DecoderScorer {
                 requests = group.len(),
                 trie_tokens = trie.total_tokens(),
                 tokens = stats.tokens,
-                padding = stats.padding,
                 forward_calls = stats.forward_calls,
                 scored_positions = stats.scored_positions,
                 peak_cache_mib = stats.peak_cache_bytes >> 20,

@@ -16,8 +16,33 @@ use candle_core::{DType, Device, Tensor, D};
 pub use config::{LlamaConfig, LlamaVariant};
 pub use load::{from_gguf, from_safetensors, read_gguf_header};
 
+use super::attention::masked_softmax;
 use super::kv::KvCache;
 use super::linear::Linear;
+
+/// Rows that continue the same prefix: one group of a forward pass.
+#[derive(Debug, Clone)]
+pub struct RowGroup<'a> {
+    /// The prefix's cache segments, in order (each one row); empty for none.
+    pub prefix: Vec<&'a KvCache>,
+    /// The rows' token ids.
+    pub rows: Vec<&'a [u32]>,
+}
+
+/// Where a group's tokens are and how they are laid out.
+struct GroupPlan {
+    /// First packed token of the group, and how many.
+    start: usize,
+    tokens: usize,
+    packing: Packing,
+    cos: Tensor,
+    sin: Tensor,
+    prefix_len: usize,
+    lengths: Vec<usize>,
+}
+
+/// Largest attention-score block computed at once (elements): 8 MB of f32.
+const ATTENTION_CHUNK_ELEMENTS: usize = 2 << 20;
 
 /// Attention projections, fused into one matrix product when the weights are dense.
 #[derive(Debug, Clone)]
@@ -281,152 +306,216 @@ impl LlamaModel {
         prefix: Option<&KvCache>,
         keep_kv: bool,
     ) -> Result<ForwardOutput> {
-        let batch = rows.len();
-        let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
-        let max_len = lengths.iter().copied().max().unwrap_or(0);
-        if batch == 0 || lengths.contains(&0) {
-            bail!("every sequence of a forward pass needs at least one token");
-        }
-        let prefix_len = prefix.map(KvCache::len).unwrap_or(0);
-        if let Some(p) = prefix {
-            if p.rows() != 1 || p.num_layers() != self.layers.len() {
-                bail!(
-                    "a shared prefix cache must have one row and {} layers, got {} rows and {} layers",
-                    self.layers.len(),
-                    p.rows(),
-                    p.num_layers()
-                );
-            }
-        }
-        let total = prefix_len + max_len;
-        if total > self.config.context_length {
-            bail!(
-                "a sequence of {total} tokens exceeds the model's context window of {} tokens",
-                self.config.context_length
-            );
+        let group = RowGroup {
+            prefix: prefix.into_iter().collect(),
+            rows: rows.to_vec(),
+        };
+        let mut outputs = self.forward_groups(std::slice::from_ref(&group), keep_kv)?;
+        Ok(outputs.remove(0))
+    }
+
+    /// Run several groups of rows in one pass: each group continues its own prefix (a
+    /// list of one-row cache segments, read in order), and the per-token layers run over
+    /// the tokens of all groups at once. Returns one output per group; their `hidden`
+    /// tensors are the same packed tensor of all groups' tokens, and `row_starts` index it.
+    pub fn forward_groups(&self, groups: &[RowGroup], keep_kv: bool) -> Result<Vec<ForwardOutput>> {
+        if groups.is_empty() {
+            bail!("a forward pass needs at least one group of rows");
         }
         let vocab = self.config.vocab_size as u32;
-        let mut ids = Vec::with_capacity(lengths.iter().sum());
-        for row in rows {
-            if let Some(&bad) = row.iter().find(|&&id| id >= vocab) {
-                bail!("token id {bad} is outside the vocabulary of {vocab} tokens");
+        let mut ids = Vec::new();
+        let mut plans = Vec::with_capacity(groups.len());
+        for group in groups {
+            let lengths: Vec<usize> = group.rows.iter().map(|r| r.len()).collect();
+            if lengths.is_empty() || lengths.contains(&0) {
+                bail!("every sequence of a forward pass needs at least one token");
             }
-            ids.extend_from_slice(row);
+            for segment in &group.prefix {
+                if segment.rows() != 1 || segment.num_layers() != self.layers.len() {
+                    bail!(
+                        "a shared prefix cache must have one row and {} layers, got {} rows and {} layers",
+                        self.layers.len(),
+                        segment.rows(),
+                        segment.num_layers()
+                    );
+                }
+            }
+            let prefix_len: usize = group.prefix.iter().map(|s| s.len()).sum();
+            let max_len = lengths.iter().copied().max().unwrap_or(0);
+            if prefix_len + max_len > self.config.context_length {
+                bail!(
+                    "a sequence of {} tokens exceeds the model's context window of {} tokens",
+                    prefix_len + max_len,
+                    self.config.context_length
+                );
+            }
+            let start = ids.len();
+            for row in &group.rows {
+                if let Some(&bad) = row.iter().find(|&&id| id >= vocab) {
+                    bail!("token id {bad} is outside the vocabulary of {vocab} tokens");
+                }
+                ids.extend_from_slice(row);
+            }
+            plans.push(GroupPlan {
+                start,
+                tokens: ids.len() - start,
+                packing: Packing::new(&lengths, &self.device)?,
+                cos: self.rope_cos.narrow(0, prefix_len, max_len)?,
+                sin: self.rope_sin.narrow(0, prefix_len, max_len)?,
+                prefix_len,
+                lengths,
+            });
         }
         let tokens = ids.len();
         let ids = Tensor::from_vec(ids, tokens, &self.device)?;
-        let packing = Packing::new(&lengths, &self.device)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
-        let mask = attention_mask(&lengths, prefix_len, max_len, &self.device)?;
-        let cos = self.rope_cos.narrow(0, prefix_len, max_len)?;
-        let sin = self.rope_sin.narrow(0, prefix_len, max_len)?;
-        let mut new_kv = Vec::with_capacity(if keep_kv { self.layers.len() } else { 0 });
+        let mut new_kv: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::new(); groups.len()];
         for (index, layer) in self.layers.iter().enumerate() {
-            let prefix_kv = prefix.map(|p| p.layer(index));
-            let (attended, kv) = self
-                .attention(layer, &x, &packing, prefix_kv, &mask, &cos, &sin)
+            let attended = self
+                .attention(layer, index, &x, groups, &plans, keep_kv.then_some(&mut new_kv))
                 .with_context(|| format!("attention of layer {index}"))?;
             x = (x + attended)?;
             x = (&x + self.feed_forward(layer, &x)?)?;
-            if keep_kv {
-                new_kv.push(kv);
-            }
         }
         let hidden =
             candle_nn::ops::rms_norm(&x, &self.final_norm, self.config.rms_norm_eps as f32)?;
-        let kv = if keep_kv {
-            Some(KvCache::new(new_kv)?)
-        } else {
-            None
-        };
-        let mut row_starts = Vec::with_capacity(batch);
-        let mut start = 0;
-        for &length in &lengths {
-            row_starts.push(start);
-            start += length;
-        }
-        Ok(ForwardOutput {
-            hidden,
-            row_starts,
-            lengths,
-            kv,
-        })
+        plans
+            .into_iter()
+            .zip(new_kv)
+            .map(|(plan, kv)| {
+                let mut row_starts = Vec::with_capacity(plan.lengths.len());
+                let mut start = plan.start;
+                for &length in &plan.lengths {
+                    row_starts.push(start);
+                    start += length;
+                }
+                Ok(ForwardOutput {
+                    hidden: hidden.clone(),
+                    row_starts,
+                    lengths: plan.lengths,
+                    kv: if keep_kv { Some(KvCache::new(kv)?) } else { None },
+                })
+            })
+            .collect()
     }
 
-    /// Self-attention of packed tokens `x` `(tokens, hidden)`: projections on the packed
-    /// tokens, attention in the padded layout, output projection packed again.
-    #[allow(clippy::too_many_arguments)]
+    /// Self-attention of the packed tokens `x` `(tokens, hidden)` of all groups:
+    /// projections on the packed tokens, attention per group in its padded layout, the
+    /// output projection packed again. New keys/values are pushed to `new_kv` per group.
     fn attention(
         &self,
         layer: &DecoderLayer,
+        layer_index: usize,
         x: &Tensor,
-        packing: &Packing,
-        prefix: Option<&(Tensor, Tensor)>,
-        mask: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-    ) -> Result<(Tensor, (Tensor, Tensor))> {
+        groups: &[RowGroup],
+        plans: &[GroupPlan],
+        mut new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    ) -> Result<Tensor> {
         let c = &self.config;
-        let (batch, len) = (packing.batch, packing.max_len);
         let normed = candle_nn::ops::rms_norm(x, &layer.attn_norm, c.rms_norm_eps as f32)?;
         let q_width = c.num_heads * c.head_dim;
         let kv_width = c.num_kv_heads * c.head_dim;
-        let (q, k, v) = match &layer.qkv {
-            QkvProjection::Fused(qkv) => {
-                let all = packing.pad(&qkv.forward(&normed)?)?;
-                (
-                    all.narrow(2, 0, q_width)?,
-                    all.narrow(2, q_width, kv_width)?,
-                    all.narrow(2, q_width + kv_width, kv_width)?,
-                )
+        let projected = match &layer.qkv {
+            QkvProjection::Fused(qkv) => qkv.forward(&normed)?,
+            QkvProjection::Separate { q, k, v } => Tensor::cat(
+                &[q.forward(&normed)?, k.forward(&normed)?, v.forward(&normed)?],
+                1,
+            )?,
+        };
+        let mut outputs = Vec::with_capacity(groups.len());
+        for (group_index, (group, plan)) in groups.iter().zip(plans).enumerate() {
+            let (batch, len) = (plan.packing.batch, plan.packing.max_len);
+            let own = if groups.len() == 1 {
+                projected.clone()
+            } else {
+                projected.narrow(0, plan.start, plan.tokens)?
+            };
+            let all = plan.packing.pad(&own)?;
+            let heads = |t: Tensor, n: usize| -> Result<Tensor> {
+                Ok(t.reshape((batch, len, n, c.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
+            };
+            let q = heads(all.narrow(2, 0, q_width)?, c.num_heads)?;
+            let k = heads(all.narrow(2, q_width, kv_width)?, c.num_kv_heads)?;
+            let v = heads(all.narrow(2, q_width + kv_width, kv_width)?, c.num_kv_heads)?;
+            let q = self.rotate(&q, &plan.cos, &plan.sin)?;
+            let k = self.rotate(&k, &plan.cos, &plan.sin)?;
+            let prefix: Vec<&(Tensor, Tensor)> =
+                group.prefix.iter().map(|s| s.layer(layer_index)).collect();
+            let attended = self.attend(&q, &k, &v, &prefix, plan)?;
+            outputs.push(plan.packing.pack(&attended)?);
+            if let Some(new_kv) = new_kv.as_deref_mut() {
+                new_kv[group_index].push((k, v));
             }
-            QkvProjection::Separate { q, k, v } => (
-                packing.pad(&q.forward(&normed)?)?,
-                packing.pad(&k.forward(&normed)?)?,
-                packing.pad(&v.forward(&normed)?)?,
-            ),
+        }
+        let attended = if outputs.len() == 1 {
+            outputs.remove(0)
+        } else {
+            Tensor::cat(&outputs, 0)?
         };
-        let heads = |t: Tensor, n: usize| -> Result<Tensor> {
-            Ok(t.reshape((batch, len, n, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?)
-        };
-        let q = self.rotate(&heads(q, c.num_heads)?, cos, sin)?;
-        let k = self.rotate(&heads(k, c.num_kv_heads)?, cos, sin)?;
-        let v = heads(v, c.num_kv_heads)?;
+        layer.o.forward(&attended)
+    }
 
-        let (keys, values) = match prefix {
-            None => (k.clone(), v.clone()),
-            Some((pk, pv)) => {
-                let (_, heads_kv, plen, dim) = pk.dims4()?;
-                let shape = (batch, heads_kv, plen, dim);
-                (
-                    Tensor::cat(&[&pk.broadcast_as(shape)?, &k], 2)?.contiguous()?,
-                    Tensor::cat(&[&pv.broadcast_as(shape)?, &v], 2)?.contiguous()?,
-                )
-            }
-        };
-        let keys_len = keys.dim(2)?;
-        // Group the query heads by the key/value head they share: (B, Hkv, G*T, D).
+    /// Attention of one group: queries `(B, H, T, D)` over the prefix segments' keys and
+    /// the group's own `(B, Hkv, T, D)` keys, one chunk of rows at a time so that the
+    /// scores of a chunk stay a few megabytes however long the prefix is. Returns
+    /// `(B, T, H * D)`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        prefix: &[&(Tensor, Tensor)],
+        plan: &GroupPlan,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (batch, len) = (plan.packing.batch, plan.packing.max_len);
         let group = c.group_size();
+        // Query heads grouped by the key/value head they share: (B, Hkv, G*T, D).
         let q = q.reshape((batch, c.num_kv_heads, group * len, c.head_dim))?;
+        let keys_len = plan.prefix_len + len;
+        let rows_per_chunk = (ATTENTION_CHUNK_ELEMENTS / (c.num_heads * len * keys_len)).max(1);
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let scores = (q.matmul(&keys.t()?)? * scale)?
-            .reshape((batch, c.num_kv_heads, group, len, keys_len))?
-            .broadcast_add(mask)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
-            batch,
-            c.num_kv_heads,
-            group * len,
-            keys_len,
-        ))?;
-        let attended = weights
-            .matmul(&values)?
+        let mut chunks = Vec::with_capacity(batch.div_ceil(rows_per_chunk));
+        for start in (0..batch).step_by(rows_per_chunk) {
+            let rows = rows_per_chunk.min(batch - start);
+            let (k_rows, v_rows) = (k.narrow(0, start, rows)?, v.narrow(0, start, rows)?);
+            let (keys, values) = if prefix.is_empty() {
+                (k_rows, v_rows)
+            } else {
+                let mut key_parts = Vec::with_capacity(prefix.len() + 1);
+                let mut value_parts = Vec::with_capacity(prefix.len() + 1);
+                for (pk, pv) in prefix {
+                    let shape = (rows, c.num_kv_heads, pk.dim(2)?, c.head_dim);
+                    key_parts.push(pk.broadcast_as(shape)?);
+                    value_parts.push(pv.broadcast_as(shape)?);
+                }
+                key_parts.push(k_rows);
+                value_parts.push(v_rows);
+                (
+                    Tensor::cat(&key_parts, 2)?.contiguous()?,
+                    Tensor::cat(&value_parts, 2)?.contiguous()?,
+                )
+            };
+            let scores = q
+                .narrow(0, start, rows)?
+                .matmul(&keys.t()?)?
+                .reshape((rows, c.num_kv_heads, group, len, keys_len))?;
+            let lengths = &plan.lengths[start..start + rows];
+            let weights = masked_softmax(&scores, lengths, plan.prefix_len, scale)?
+                .reshape((rows, c.num_kv_heads, group * len, keys_len))?;
+            chunks.push(weights.matmul(&values)?);
+        }
+        let attended = if chunks.len() == 1 {
+            chunks.remove(0)
+        } else {
+            Tensor::cat(&chunks, 0)?
+        };
+        Ok(attended
             .reshape((batch, c.num_heads, len, c.head_dim))?
             .transpose(1, 2)?
-            .reshape((batch, len, q_width))?;
-        let attended = packing.pack(&attended)?;
-        Ok((layer.o.forward(&attended)?, (k, v)))
+            .reshape((batch, len, c.num_heads * c.head_dim))?)
     }
 
     fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
@@ -481,33 +570,6 @@ impl LlamaModel {
         let sum = logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?;
         Ok((sum.log()? + max)?.squeeze(D::Minus1)?)
     }
-}
-
-/// Additive attention mask `(B, 1, 1, T, P + T)`: every row sees the whole shared prefix,
-/// then its own positions causally, never its padding.
-fn attention_mask(
-    lengths: &[usize],
-    prefix_len: usize,
-    max_len: usize,
-    device: &Device,
-) -> Result<Tensor> {
-    let keys = prefix_len + max_len;
-    let mut mask = vec![0f32; lengths.len() * max_len * keys];
-    for (row, &length) in lengths.iter().enumerate() {
-        for query in 0..max_len {
-            let base = (row * max_len + query) * keys;
-            for key in 0..max_len {
-                if key > query || key >= length {
-                    mask[base + prefix_len + key] = f32::NEG_INFINITY;
-                }
-            }
-        }
-    }
-    Ok(Tensor::from_vec(
-        mask,
-        (lengths.len(), 1, 1, max_len, keys),
-        device,
-    )?)
 }
 
 /// Cosine and sine tables `(positions, head_dim / 2)` for rotary embeddings.
