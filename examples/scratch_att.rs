@@ -1,9 +1,11 @@
-use candle_core::{Device, Tensor, DType};
+use candle_core::{DType, Device, Tensor};
 use std::time::Instant;
 fn t<F: FnMut() -> anyhow::Result<Tensor>>(name: &str, mut f: F) -> anyhow::Result<f64> {
     f()?;
     let s = Instant::now();
-    for _ in 0..10 { f()?; }
+    for _ in 0..10 {
+        f()?;
+    }
     let ms = s.elapsed().as_secs_f64() * 1000.0 / 10.0;
     println!("{name}: {ms:.2} ms");
     Ok(ms)
@@ -16,7 +18,10 @@ fn main() -> anyhow::Result<()> {
     let pk = Tensor::randn(0f32, 1., (1, 3, p, 64), &d)?;
     let k = Tensor::randn(0f32, 1., (b, 3, tl, 64), &d)?;
     let mut tot = 0.0;
-    tot += 2.0 * t("bcast+cat+contig K", || Ok(Tensor::cat(&[&pk.broadcast_as((b, 3, p, 64))?, &k], 2)?.contiguous()?))?;
+    tot += 2.0
+        * t("bcast+cat+contig K", || {
+            Ok(Tensor::cat(&[&pk.broadcast_as((b, 3, p, 64))?, &k], 2)?.contiguous()?)
+        })?;
     let keys = Tensor::cat(&[&pk.broadcast_as((b, 3, p, 64))?, &k], 2)?.contiguous()?;
     let q = Tensor::randn(0f32, 1., (b, 3, 3 * tl, 64), &d)?;
     tot += t("scores", || Ok(q.matmul(&keys.t()?)?))?;

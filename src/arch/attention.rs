@@ -87,7 +87,11 @@ impl CustomOp1 for CausalSoftmax {
         "causal-softmax"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let CpuStorage::F32(data) = storage else {
             candle_core::bail!("causal-softmax expects f32 scores");
         };
@@ -119,7 +123,8 @@ impl CustomOp1 for CausalSoftmax {
 fn softmax_into(scores: &[f32], out: &mut [f32], scale: f32) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { softmax_avx2(scores, out, scale) };
             return;
@@ -143,7 +148,11 @@ fn softmax_portable(scores: &[f32], out: &mut [f32], scale: f32) {
     let mut chunks = scores.chunks_exact(LANES);
     for chunk in &mut chunks {
         for lane in 0..LANES {
-            maxes[lane] = if chunk[lane] > maxes[lane] { chunk[lane] } else { maxes[lane] };
+            maxes[lane] = if chunk[lane] > maxes[lane] {
+                chunk[lane]
+            } else {
+                maxes[lane]
+            };
         }
     }
     let mut max = chunks
@@ -220,7 +229,9 @@ mod tests {
         let (batch, heads, group, queries, prefix) = (3, 2, 2, 5, 4);
         let keys = prefix + queries;
         let n = batch * heads * group * queries * keys;
-        let data: Vec<f32> = (0..n).map(|i| ((i * 7919) % 23) as f32 * 0.37 - 4.0).collect();
+        let data: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 23) as f32 * 0.37 - 4.0)
+            .collect();
         let scores = Tensor::from_vec(data, (batch, heads, group, queries, keys), &device)?;
         let lengths = [5, 2, 3];
         let fused = masked_softmax(&scores, &lengths, prefix, 0.125)?;

@@ -69,15 +69,21 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
     let contexts = summeval_contexts(&data_dir, args.docs)?;
     let options = args.model.load_options()?;
     let resolved = resolve_model(&args.model.model, &options.resolve)?;
-    let mut scorer = load_decoder(&resolved, &options)
-        .with_context(|| format!("cannot load '{}' (the benchmark needs a decoder-only model)", resolved.name))?;
+    let mut scorer = load_decoder(&resolved, &options).with_context(|| {
+        format!(
+            "cannot load '{}' (the benchmark needs a decoder-only model)",
+            resolved.name
+        )
+    })?;
     let strategies: Vec<Strategy> = match args.mode {
         Mode::Naive => vec![Strategy::Naive],
         Mode::Tree => vec![Strategy::Tree],
         Mode::Both => vec![Strategy::Naive, Strategy::Tree],
     };
     let bar = ProgressBar::new((strategies.len() * contexts.len()) as u64);
-    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} {msg}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} {msg}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     let result = bench_pairwise(&mut scorer, &contexts, &strategies, &mut |strategy, _| {
@@ -124,7 +130,9 @@ fn table(result: &PairwiseBench, model: &str) -> String {
             run.forward_calls,
             run.seconds,
             run.comparisons_per_second,
-            run.peak_rss_bytes.map(|b| (b >> 20).to_string()).unwrap_or_else(|| "-".into())
+            run.peak_rss_bytes
+                .map(|b| (b >> 20).to_string())
+                .unwrap_or_else(|| "-".into())
         ));
     }
     if let (Some(naive), Some(tree)) = (result.run(Strategy::Naive), result.run(Strategy::Tree)) {

@@ -26,9 +26,14 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = WeightPolicy::Auto)]
     pub weights: WeightPolicy,
 
-    /// Largest batch, in rows x padded tokens, of one forward pass; bounds memory.
+    /// Most tokens one forward pass computes; bounds memory. Longer prompts are
+    /// computed in pieces.
     #[arg(long, default_value_t = BatchBudget::default().max_batch_tokens)]
     pub max_batch_tokens: usize,
+
+    /// Most sequences one forward pass computes.
+    #[arg(long, default_value_t = BatchBudget::default().max_batch_rows)]
+    pub max_batch_rows: usize,
 
     /// How prompts are evaluated: tree shares every common prefix once; naive runs each
     /// prompt on its own (a baseline, same results).
@@ -46,6 +51,7 @@ impl ModelArgs {
             strategy: self.strategy,
             budget: BatchBudget {
                 max_batch_tokens: self.max_batch_tokens,
+                max_batch_rows: self.max_batch_rows,
             },
         };
         Ok(options)

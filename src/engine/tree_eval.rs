@@ -23,12 +23,15 @@ use crate::arch::KvCache;
 pub struct BatchBudget {
     /// Tokens of one forward pass; a longer single node is computed in pieces.
     pub max_batch_tokens: usize,
+    /// Sequences (trie nodes) of one forward pass.
+    pub max_batch_rows: usize,
 }
 
 impl Default for BatchBudget {
     fn default() -> Self {
         Self {
             max_batch_tokens: 2048,
+            max_batch_rows: 64,
         }
     }
 }
@@ -102,8 +105,8 @@ struct Walk<'a> {
 
 impl<'m> TreeEvaluator<'m> {
     pub fn new(model: &'m LlamaModel, budget: BatchBudget) -> Result<Self> {
-        if budget.max_batch_tokens == 0 {
-            bail!("the batch budget must allow at least one token");
+        if budget.max_batch_tokens == 0 || budget.max_batch_rows == 0 {
+            bail!("the batch budget must allow at least one token and one sequence");
         }
         Ok(Self { model, budget })
     }
@@ -150,7 +153,8 @@ impl<'m> TreeEvaluator<'m> {
             let len = trie.node(top.node).tokens.len();
             if !batch.is_empty()
                 && (tokens + len > self.budget.max_batch_tokens
-                    || len > self.budget.max_batch_tokens)
+                    || len > self.budget.max_batch_tokens
+                    || batch.len() == self.budget.max_batch_rows)
             {
                 break;
             }
@@ -181,7 +185,10 @@ impl<'m> TreeEvaluator<'m> {
                 .iter()
                 .map(|(path, nodes)| RowGroup {
                     prefix: path.as_ref().map(|p| p.segments()).unwrap_or_default(),
-                    rows: nodes.iter().map(|&n| trie.node(n).tokens.as_slice()).collect(),
+                    rows: nodes
+                        .iter()
+                        .map(|&n| trie.node(n).tokens.as_slice())
+                        .collect(),
                 })
                 .collect();
             self.model.forward_groups(&row_groups, keep_kv)?
@@ -239,8 +246,11 @@ impl<'m> TreeEvaluator<'m> {
             let end = (start + piece_len).min(node.tokens.len());
             let last = piece + 1 == pieces;
             let keep_kv = !last || !node.children.is_empty();
-            let mut prefix: Vec<&KvCache> =
-                ready.path.as_ref().map(|p| p.segments()).unwrap_or_default();
+            let mut prefix: Vec<&KvCache> = ready
+                .path
+                .as_ref()
+                .map(|p| p.segments())
+                .unwrap_or_default();
             prefix.extend(own.iter());
             let group = RowGroup {
                 prefix,
@@ -273,7 +283,12 @@ impl<'m> TreeEvaluator<'m> {
     }
 
     /// Log-probabilities of the queried targets at `(packed position, query)` pairs.
-    fn score(&self, walk: &mut Walk, out: &ForwardOutput, positions: &[(usize, usize)]) -> Result<()> {
+    fn score(
+        &self,
+        walk: &mut Walk,
+        out: &ForwardOutput,
+        positions: &[(usize, usize)],
+    ) -> Result<()> {
         if positions.is_empty() {
             return Ok(());
         }

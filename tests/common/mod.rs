@@ -67,3 +67,26 @@ pub fn smollm2() -> &'static nlg_judge::arch::llama::LlamaModel {
         .expect("SmolLM2 loads")
     })
 }
+
+/// A decoder scorer for SmolLM2 (f32 weights on the CPU) with the given engine settings.
+pub fn smollm2_scorer(
+    settings: nlg_judge::engine::DecoderSettings,
+) -> nlg_judge::engine::DecoderScorer {
+    let options = nlg_judge::runtime::LoadOptions {
+        resolve: resolve_options(),
+        device: "cpu".to_string(),
+        weights: nlg_judge::arch::WeightPolicy::F32,
+        decoder: settings,
+    };
+    let resolved = nlg_judge::runtime::resolve_model("smollm2-135m-instruct", &options.resolve)
+        .expect("SmolLM2 resolves");
+    nlg_judge::runtime::load_decoder(&resolved, &options).expect("SmolLM2 loads")
+}
+
+/// The shared human-judgement data directory (`NLG_JUDGE_DATA`, else `../shared/data`
+/// beside the repository); panics with a clear message when it is missing.
+pub fn shared_data_dir() -> PathBuf {
+    nlg_judge::data::find_shared_data_dir()
+        .filter(|dir| dir.join("summeval").is_dir())
+        .expect("the shared data directory (../shared/data or NLG_JUDGE_DATA) is missing")
+}

@@ -372,7 +372,14 @@ impl LlamaModel {
         let mut new_kv: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::new(); groups.len()];
         for (index, layer) in self.layers.iter().enumerate() {
             let attended = self
-                .attention(layer, index, &x, groups, &plans, keep_kv.then_some(&mut new_kv))
+                .attention(
+                    layer,
+                    index,
+                    &x,
+                    groups,
+                    &plans,
+                    keep_kv.then_some(&mut new_kv),
+                )
                 .with_context(|| format!("attention of layer {index}"))?;
             x = (x + attended)?;
             x = (&x + self.feed_forward(layer, &x)?)?;
@@ -393,7 +400,11 @@ impl LlamaModel {
                     hidden: hidden.clone(),
                     row_starts,
                     lengths: plan.lengths,
-                    kv: if keep_kv { Some(KvCache::new(kv)?) } else { None },
+                    kv: if keep_kv {
+                        Some(KvCache::new(kv)?)
+                    } else {
+                        None
+                    },
                 })
             })
             .collect()
@@ -418,7 +429,11 @@ impl LlamaModel {
         let projected = match &layer.qkv {
             QkvProjection::Fused(qkv) => qkv.forward(&normed)?,
             QkvProjection::Separate { q, k, v } => Tensor::cat(
-                &[q.forward(&normed)?, k.forward(&normed)?, v.forward(&normed)?],
+                &[
+                    q.forward(&normed)?,
+                    k.forward(&normed)?,
+                    v.forward(&normed)?,
+                ],
                 1,
             )?,
         };
@@ -498,13 +513,20 @@ impl LlamaModel {
                     Tensor::cat(&value_parts, 2)?.contiguous()?,
                 )
             };
-            let scores = q
-                .narrow(0, start, rows)?
-                .matmul(&keys.t()?)?
-                .reshape((rows, c.num_kv_heads, group, len, keys_len))?;
+            let scores = q.narrow(0, start, rows)?.matmul(&keys.t()?)?.reshape((
+                rows,
+                c.num_kv_heads,
+                group,
+                len,
+                keys_len,
+            ))?;
             let lengths = &plan.lengths[start..start + rows];
-            let weights = masked_softmax(&scores, lengths, plan.prefix_len, scale)?
-                .reshape((rows, c.num_kv_heads, group * len, keys_len))?;
+            let weights = masked_softmax(&scores, lengths, plan.prefix_len, scale)?.reshape((
+                rows,
+                c.num_kv_heads,
+                group * len,
+                keys_len,
+            ))?;
             chunks.push(weights.matmul(&values)?);
         }
         let attended = if chunks.len() == 1 {

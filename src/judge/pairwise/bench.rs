@@ -110,7 +110,10 @@ pub fn bench_pairwise(
         });
     }
     scorer.set_settings(original);
-    let max_abs_diff = match (runs.iter().find(|r| r.strategy == "naive"), runs.iter().find(|r| r.strategy == "tree")) {
+    let max_abs_diff = match (
+        runs.iter().find(|r| r.strategy == "naive"),
+        runs.iter().find(|r| r.strategy == "tree"),
+    ) {
         (Some(naive), Some(tree)) => Some(
             naive
                 .p_a

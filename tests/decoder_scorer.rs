@@ -1,0 +1,274 @@
+//! The llama-family scorer on the real SmolLM2: the prefix trie against prompt-by-prompt
+//! evaluation on a real SummEval document (several batch sizes and thread counts), batch
+//! invariance, exact prefix finding on token ids, multi-token labels, generation, and
+//! clear errors on bad requests.
+
+mod common;
+
+use anyhow::Result;
+use nlg_judge::engine::trie::{QueryAt, TokenTrie};
+use nlg_judge::engine::{
+    BatchBudget, ContinuationRequest, DecoderSettings, GenerationRequest, Label, LabelRequest,
+    Prompt, Sampling, Scorer, Strategy, TextPrompt,
+};
+use nlg_judge::judge::pairwise::bench::summeval_contexts;
+use nlg_judge::judge::pairwise::run::plan_context;
+use nlg_judge::judge::pairwise::{CompareOptions, Design, PairwiseTemplate};
+use nlg_judge::judge::{Attribute, Task};
+
+fn settings(strategy: Strategy, rows: usize) -> DecoderSettings {
+    DecoderSettings {
+        strategy,
+        budget: BatchBudget {
+            max_batch_tokens: 2048,
+            max_batch_rows: rows,
+        },
+    }
+}
+
+/// Twelve comparisons (4 candidates, all ordered pairs) of the first SummEval document.
+fn summeval_requests(scorer: &dyn Scorer) -> Result<Vec<LabelRequest>> {
+    let mut context = summeval_contexts(&common::shared_data_dir(), 1)?.remove(0);
+    context.candidates.truncate(4);
+    let mut options = CompareOptions::new(
+        Task::Summary,
+        Attribute::named("coherence")?,
+        PairwiseTemplate::builtin("c1", Task::Summary)?,
+    );
+    options.design = Design::Full;
+    let labels = vec![
+        scorer.encode_label(&Label::Text(" A".into()))?,
+        scorer.encode_label(&Label::Text(" B".into()))?,
+    ];
+    Ok(plan_context(scorer, &context, &options, &labels)?.requests)
+}
+
+fn logprobs(results: &[nlg_judge::engine::LabelResult]) -> Vec<f64> {
+    results
+        .iter()
+        .flat_map(|r| r.labels.iter().map(|l| l.logprob))
+        .collect()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn the_trie_equals_prompt_by_prompt_evaluation_on_a_real_document() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(settings(Strategy::Naive, 64));
+    let requests = summeval_requests(&scorer)?;
+    let naive = logprobs(&scorer.label_logprobs(&requests)?);
+    let naive_tokens = scorer.stats().tokens;
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()?;
+        for rows in [1, 3, 64] {
+            scorer.set_settings(settings(Strategy::Tree, rows));
+            scorer.reset_stats();
+            let tree = pool.install(|| scorer.label_logprobs(&requests))?;
+            let d = max_diff(&naive, &logprobs(&tree));
+            eprintln!("{threads} thread(s), {rows} row(s) per batch: largest difference {d:e}");
+            assert!(
+                d < 1e-4,
+                "tree and naive differ by {d} ({threads} threads, {rows} rows)"
+            );
+            let tree_tokens = scorer.stats().tokens;
+            assert!(
+                tree_tokens * 3 < naive_tokens,
+                "the trie computed {tree_tokens} tokens, naive {naive_tokens}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_batch_of_prompts_gives_the_same_label_logprobs_as_one_at_a_time() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(settings(Strategy::Tree, 64));
+    let requests: Vec<LabelRequest> = (0..8)
+        .map(|i| LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user(format!(
+                "Question {i}: which is larger, {} or {}?{} Answer:",
+                i * 17,
+                i * 29 + 3,
+                " Think.".repeat(i)
+            ))),
+            labels: vec![" A".into(), " B".into(), " 12".into()],
+        })
+        .collect();
+    let together = logprobs(&scorer.label_logprobs(&requests)?);
+    let mut alone = Vec::new();
+    for request in &requests {
+        alone.extend(logprobs(
+            &scorer.label_logprobs(std::slice::from_ref(request))?,
+        ));
+    }
+    let d = max_diff(&together, &alone);
+    assert!(d < 1e-4, "batched and single log-probs differ by {d}");
+    Ok(())
+}
+
+/// Where two texts share characters but their tokens part earlier, the trie shares
+/// exactly the common token prefix, computed on ids.
+#[test]
+fn the_trie_shares_exactly_the_common_token_prefix() -> Result<()> {
+    let scorer = common::smollm2_scorer(DecoderSettings::default());
+    let texts = [
+        "The cat sat on the mat",
+        "The cats sat on the mat",
+        "The cat satisfied",
+    ];
+    let ids: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| scorer.tokenizer().encode(t))
+        .collect::<Result<_>>()?;
+    let common_len = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    // " cat" and " cats" are different tokens: the text prefix "The cat" is not shared.
+    assert!(common_len(&ids[0], &ids[1]) < scorer.tokenizer().encode("The cat")?.len());
+    let sequences: Vec<(Vec<u32>, Vec<QueryAt>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            (
+                s.clone(),
+                vec![QueryAt {
+                    position: s.len() - 1,
+                    query: i,
+                }],
+            )
+        })
+        .collect();
+    let trie = TokenTrie::build(&sequences)?;
+    let root = trie.node(trie.root());
+    assert_eq!(root.children.len(), 1);
+    let shared = trie.node(root.children[0]);
+    let expected = common_len(&ids[0], &ids[1]).min(common_len(&ids[0], &ids[2]));
+    assert_eq!(shared.tokens, ids[0][..expected].to_vec());
+    let unique: usize = ids.iter().map(Vec::len).sum::<usize>()
+        - expected * 2
+        - (common_len(&ids[0], &ids[2]) - expected);
+    assert_eq!(trie.total_tokens(), unique);
+    Ok(())
+}
+
+/// A two-token label's log-prob is the sum of its teacher-forced tokens, which equals
+/// scoring the second token as a continuation of prompt + first token.
+#[test]
+fn multi_token_labels_are_teacher_forced() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let prompt = Prompt::plain(TextPrompt::user("Rate the summary from 1 to 10. Score:"));
+    let ten = scorer.encode_label(&Label::Text(" 10".into()))?;
+    assert!(
+        ten.len() >= 2,
+        "' 10' should be several tokens for SmolLM2: {ten:?}"
+    );
+    let result = scorer.label_logprobs(&[LabelRequest {
+        prompt: prompt.clone(),
+        labels: vec![Label::Tokens(ten.clone())],
+    }])?;
+    let continuation = scorer.continuation_logprobs(&[ContinuationRequest {
+        prompt,
+        continuation: " 10".to_string(),
+    }])?;
+    assert_eq!(continuation[0].tokens, ten);
+    let d = (result[0].labels[0].logprob - continuation[0].total_logprob()).abs();
+    assert!(d < 1e-6, "label and continuation log-probs differ by {d}");
+    Ok(())
+}
+
+#[test]
+fn generation_is_deterministic_and_seeded() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let request = |sampling| GenerationRequest {
+        prompt: Prompt::chat(TextPrompt::user("List three colours.")),
+        max_tokens: 24,
+        sampling,
+        stop: vec![],
+    };
+    let greedy = scorer.generate(&request(Sampling::Greedy))?;
+    assert_eq!(greedy.tokens.len(), greedy.tokens.len().min(24));
+    assert!(!greedy.text.trim().is_empty());
+    assert_eq!(scorer.generate(&request(Sampling::Greedy))?, greedy);
+    let sampled = |seed| {
+        request(Sampling::TopP {
+            temperature: 1.0,
+            top_p: 0.9,
+            seed,
+        })
+    };
+    let a = scorer.generate(&sampled(1))?;
+    assert_eq!(scorer.generate(&sampled(1))?, a);
+    let others: Vec<_> = (2..6)
+        .map(|seed| scorer.generate(&sampled(seed)))
+        .collect::<Result<_>>()?;
+    assert!(
+        others.iter().any(|o| o.tokens != a.tokens),
+        "different seeds never differ"
+    );
+    Ok(())
+}
+
+#[test]
+fn stop_strings_end_generation() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let greedy = scorer.generate(&GenerationRequest {
+        prompt: Prompt::chat(TextPrompt::user("Count from 1 to 20, separated by commas.")),
+        max_tokens: 40,
+        sampling: Sampling::Greedy,
+        stop: vec![],
+    })?;
+    let Some(cut) = greedy.text.find('5') else {
+        panic!("the greedy count has no 5: {:?}", greedy.text);
+    };
+    let stopped = scorer.generate(&GenerationRequest {
+        prompt: Prompt::chat(TextPrompt::user("Count from 1 to 20, separated by commas.")),
+        max_tokens: 40,
+        sampling: Sampling::Greedy,
+        stop: vec!["5".to_string()],
+    })?;
+    assert_eq!(stopped.text, greedy.text[..cut]);
+    assert_eq!(stopped.finish, nlg_judge::engine::FinishReason::Stop);
+    Ok(())
+}
+
+#[test]
+fn bad_requests_are_clear_errors() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let empty_label = LabelRequest {
+        prompt: Prompt::plain(TextPrompt::user("Hello")),
+        labels: vec!["".into()],
+    };
+    let err = format!("{:#}", scorer.label_logprobs(&[empty_label]).unwrap_err());
+    assert!(err.contains("empty label"), "{err}");
+
+    let window = scorer.info().context_window;
+    let long = LabelRequest {
+        prompt: Prompt::plain(TextPrompt::user("word ".repeat(window + 10))),
+        labels: vec![" A".into()],
+    };
+    let ok = LabelRequest {
+        prompt: Prompt::plain(TextPrompt::user("Hello")),
+        labels: vec![" A".into()],
+    };
+    let err = format!("{:#}", scorer.label_logprobs(&[ok, long]).unwrap_err());
+    assert!(
+        err.contains("request 1") && err.contains("context window"),
+        "{err}"
+    );
+
+    let chat_less = LabelRequest {
+        prompt: Prompt::Tokens(nlg_judge::engine::TokenPrompt {
+            input: vec![1, 2, 3],
+            decoder_prefix: vec![4],
+        }),
+        labels: vec![" A".into()],
+    };
+    assert!(scorer.label_logprobs(&[chat_less]).is_err());
+    Ok(())
+}
