@@ -466,3 +466,77 @@ fn missing_human_scores_fail_before_any_model_call() {
     );
     assert_eq!(calls.labels(), 0);
 }
+
+#[test]
+fn the_first_summeval_documents_with_a_mock_fill_every_table() {
+    let Some(dir) = nlg_judge::data::find_shared_data_dir() else {
+        eprintln!("shared data not found; skipping");
+        return;
+    };
+    let data = Experiment::Summeval
+        .load(
+            &dir,
+            nlg_judge::reproduce::DataOptions {
+                limit: Some(3),
+                include_reference: false,
+            },
+        )
+        .unwrap();
+    // Prefer the longer summary, a little, with a first-position bias.
+    let mut scorer = MockScorer::new().with_labels(|prompt, _| {
+        let length = |label: &str| -> Result<f64> {
+            let start = prompt.find(label).ok_or_else(|| anyhow!("no {label:?}"))?;
+            Ok(prompt[start..].lines().next().unwrap_or_default().len() as f64)
+        };
+        let p = sigmoid((length("Summary A: ")? - length("Summary B: ")?) / 40.0 + 0.5);
+        Ok(vec![p.ln(), (1.0 - p).ln()])
+    });
+    let grid = nlg_judge::reproduce::subset::default_grid(16);
+    let mut options = options(grid, 2);
+    options.bootstrap = None;
+    let report = reproduce(&mut scorer, &data, &options, None, &mut []).unwrap();
+    // 4 attributes x 2 prompts x the distinct prompts of 3 documents x 240 ordered
+    // pairs (some SummEval systems wrote identical summaries: their prompts are asked
+    // once).
+    let distinct: usize = data
+        .contexts
+        .iter()
+        .map(|context| {
+            let texts: Vec<&str> = context.candidates.iter().map(|c| c.text.as_str()).collect();
+            let mut pairs = std::collections::HashSet::new();
+            for (i, a) in texts.iter().enumerate() {
+                for (j, b) in texts.iter().enumerate() {
+                    if i != j {
+                        pairs.insert((*a, *b));
+                    }
+                }
+            }
+            pairs.len()
+        })
+        .sum();
+    assert!(
+        distinct < 720,
+        "the first documents hold duplicate summaries"
+    );
+    assert_eq!((report.computed, report.cached), (8 * distinct, 0));
+    assert_eq!((report.contexts, report.candidates), (3, 48));
+    assert_eq!(report.curve_grid.first(), Some(&10));
+    assert_eq!(report.curve_grid.last(), Some(&240));
+    for row in &report.rows {
+        for cell in &row.cells {
+            let cell = cell.as_ref().unwrap();
+            assert!(cell.mean.spearman.is_some(), "{} {:?}", row.method, cell);
+        }
+    }
+    // The bias statistics see 3 x 240 comparisons per prompt; the first position is
+    // favoured before debiasing and balanced after.
+    for cell in &report.decisions {
+        assert_eq!(cell.plain.first_position.total, 720);
+        assert!(cell.plain.first_position.value().unwrap() > 0.5);
+        let balanced = cell.debiased.first_position.value().unwrap();
+        assert!((balanced - 0.5).abs() < 0.01, "{balanced}");
+    }
+    let out = tempfile::tempdir().unwrap();
+    let written = write_outputs(&report, out.path()).unwrap();
+    assert!(written.iter().all(|p| p.is_file()));
+}
