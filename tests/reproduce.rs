@@ -16,15 +16,15 @@ use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
-use nlg_judge::engine::{MockScorer, ResultCache};
+use nlg_judge::engine::{MockScorer, ResultCache, Scorer};
 use nlg_judge::judge::pairwise::{run_compare, CompareOptions, Debias, Design, PairwiseTemplate};
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::reproduce::report::{
     markdown, CORRELATIONS_COLUMNS, DECISIONS_COLUMNS, SUBSET_COLUMNS,
 };
 use nlg_judge::reproduce::{
-    reproduce, write_outputs, BootstrapSettings, Experiment, LoadedExperiment, ReproduceOptions,
-    Reproduction,
+    reproduce, write_outputs, AttributeTask, BootstrapSettings, Experiment, LoadedExperiment,
+    MethodRow, PromptScores, ReproduceOptions, Reproduction, RowSource, SourceRows,
 };
 use nlg_judge::stats::{summary_level, Item, SkipRule};
 
@@ -539,4 +539,63 @@ fn the_first_summeval_documents_with_a_mock_fill_every_table() {
     let out = tempfile::tempdir().unwrap();
     let written = write_outputs(&report, out.path()).unwrap();
     assert!(written.iter().all(|p| p.is_file()));
+}
+
+/// A stand-in for a later absolute-scoring source: predicts the human scores.
+struct Oracle;
+
+impl RowSource for Oracle {
+    fn name(&self) -> &str {
+        "oracle"
+    }
+
+    fn rows(&mut self, _scorer: &mut dyn Scorer, task: &AttributeTask) -> Result<SourceRows> {
+        let scores = task
+            .contexts
+            .iter()
+            .map(|c| c.human_scores(&task.column.field).unwrap())
+            .collect();
+        Ok(SourceRows {
+            rows: vec![MethodRow {
+                family: "absolute".into(),
+                method: "oracle".into(),
+                debiased: false,
+                in_paper: false,
+                per_prompt: vec![PromptScores {
+                    prompt: "s1".into(),
+                    scores,
+                }],
+            }],
+            computed: 0,
+            cached: 0,
+        })
+    }
+}
+
+#[test]
+fn other_row_sources_join_the_tables() {
+    let mut options = options(vec![2], 1);
+    options.curves = None;
+    let mut extra: Vec<Box<dyn RowSource>> = vec![Box::new(Oracle)];
+    let report = reproduce(&mut mock(), &loaded(), &options, None, &mut extra).unwrap();
+    let oracle = report.rows.last().unwrap();
+    assert_eq!(
+        (oracle.family.as_str(), oracle.method.as_str()),
+        ("absolute", "oracle")
+    );
+    for cell in &oracle.cells {
+        let spearman = cell.as_ref().unwrap().mean.spearman.unwrap();
+        assert!((spearman - 1.0).abs() < 1e-12);
+    }
+    assert_eq!(report.rows.len(), 7);
+    let text = markdown(&report);
+    assert!(
+        text.contains("| absolute, oracle (ext.) | ✗ | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| absolute, oracle (ext.) | ✗ | s1 | 100.0 |"),
+        "{text}"
+    );
+    assert!(!text.contains("subset.png"));
 }

@@ -154,16 +154,25 @@ pub fn per_prompt_table(report: &Reproduction) -> String {
     header.extend(labels(report));
     let mut rows = Vec::new();
     for row in &report.rows {
-        for (k, prompt) in report.prompts.iter().enumerate() {
+        // Each source names its own prompts (pairwise c1/c2, scoring prompts, ...).
+        let mut prompts: Vec<&str> = Vec::new();
+        for cell in row.cells.iter().flatten() {
+            for prompt in &cell.per_prompt {
+                if !prompts.contains(&prompt.prompt.as_str()) {
+                    prompts.push(&prompt.prompt);
+                }
+            }
+        }
+        for prompt in prompts {
             let mut cells = vec![
                 row_name(row),
                 mark(row.debiased).to_string(),
-                prompt.clone(),
+                prompt.to_string(),
             ];
             cells.extend(row.cells.iter().map(|c| {
                 x100(
                     c.as_ref()
-                        .and_then(|c| c.per_prompt.get(k))
+                        .and_then(|c| c.per_prompt.iter().find(|p| p.prompt == prompt))
                         .and_then(|p| p.correlations.spearman),
                 )
             }));

@@ -48,7 +48,8 @@ pub struct AttributeTask<'a> {
     pub experiment: Experiment,
     pub column: &'a Column,
     pub contexts: &'a [Context],
-    /// The built-in prompts to run (`c1`, `c2`).
+    /// The pairwise prompts of the run (`c1`, `c2`). Other sources run their own prompt
+    /// variants and name them in their [`PromptScores`].
     pub prompts: &'a [String],
     pub cache: Option<&'a ResultCache>,
     pub progress: bool,
