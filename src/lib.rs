@@ -8,6 +8,7 @@
 //! - [`rank`]: from pairwise outcomes to scores and ranks, positional bias;
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
+//! - [`reproduce`]: the comparative-assessment paper's tables and figures;
 //! - [`cli`]: the command-line front end.
 
 pub mod arch;
@@ -16,6 +17,7 @@ pub mod data;
 pub mod engine;
 pub mod judge;
 pub mod rank;
+pub mod reproduce;
 pub mod runtime;
 pub mod stats;
 

@@ -106,3 +106,47 @@ fn compare_reports_bad_arguments_clearly() {
     let error = compare_error(&["--attribute", "fluency"], &input);
     assert!(error.contains("no-such-model"), "{error}");
 }
+
+fn reproduce_error(args: &[&str]) -> String {
+    let output = nlg_judge()
+        .arg("reproduce")
+        .args(args)
+        .args(["--model", "no-such-model", "--no-cache"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn reproduce_reports_bad_data_and_grids_before_loading_a_model() {
+    let error = reproduce_error(&["summeval", "--data-dir", "/no/such/data"]);
+    assert!(
+        error.contains("/no/such/data/summeval/summeval.jsonl"),
+        "{error}"
+    );
+    let error = reproduce_error(&["webnlg", "--limit-docs", "0"]);
+    assert!(error.contains("--limit-docs"), "{error}");
+    let Some(data) = find_shared_data_dir() else {
+        eprintln!("shared data not found; skipping the grid checks");
+        return;
+    };
+    let data = data.to_string_lossy().into_owned();
+    let common = ["--data-dir", data.as_str(), "--limit-docs", "1"];
+    let mut args = vec!["topicalchat"];
+    args.extend(common);
+    args.extend(["--grid", "4,7"]);
+    let error = reproduce_error(&args);
+    assert!(error.contains("R = 7") && error.contains("even"), "{error}");
+    // Six responses allow at most 30 ordered pairs.
+    let mut args = vec!["topicalchat"];
+    args.extend(common);
+    args.extend(["--grid", "32"]);
+    let error = reproduce_error(&args);
+    assert!(error.contains("N(N-1) = 30"), "{error}");
+    // With good arguments the model is the first thing to fail.
+    let mut args = vec!["topicalchat"];
+    args.extend(common);
+    let error = reproduce_error(&args);
+    assert!(error.contains("no-such-model"), "{error}");
+}

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod labels;
 pub mod model_args;
 pub mod models;
+pub mod reproduce;
 
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]
@@ -39,6 +40,9 @@ pub enum Command {
     /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
     /// generic JSONL input format.
     Convert(convert::ConvertArgs),
+    /// Reproduce the comparative-assessment paper's tables and figures on one data set
+    /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
+    Reproduce(reproduce::ReproduceArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -64,5 +68,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Reproduce(args) => reproduce::run(args),
     }
 }

@@ -64,6 +64,26 @@ pub fn score(method: RankMethod, n: usize, outcomes: &[Outcome], tau: f64) -> Re
     }
 }
 
+/// Scores under decision threshold `tau`, the way debiasing applies to each method: the
+/// win ratio decides at `tau`; the probability-based methods read the probabilities
+/// reweighted so that `tau` maps to 0.5 (unchanged when `tau` is 0.5).
+pub fn score_at_threshold(
+    method: RankMethod,
+    n: usize,
+    outcomes: &[Outcome],
+    tau: f64,
+) -> Result<Vec<f64>> {
+    if method == RankMethod::WinRatio || tau == 0.5 {
+        return score(method, n, outcomes, tau);
+    }
+    let factor = reweight_factor(tau);
+    let reweighted: Vec<Outcome> = outcomes
+        .iter()
+        .map(|o| Outcome::new(o.first, o.second, reweight(o.p, factor)))
+        .collect();
+    score(method, n, &reweighted, 0.5)
+}
+
 /// Indices in range, distinct, and probabilities in [0, 1].
 pub fn check_outcomes(n: usize, outcomes: &[Outcome]) -> Result<()> {
     for (index, o) in outcomes.iter().enumerate() {
@@ -97,6 +117,43 @@ mod tests {
         assert!(score(RankMethod::Soft, 2, &[Outcome::new(1, 1, 0.5)], 0.5).is_err());
         assert!(score(RankMethod::Soft, 2, &[Outcome::new(0, 1, f64::NAN)], 0.5).is_err());
         assert!(score(RankMethod::Soft, 2, &[Outcome::new(0, 1, 0.7)], 0.5).is_ok());
+    }
+
+    #[test]
+    fn threshold_scoring_matches_reweighted_probabilities() {
+        // A first-position bias: every first candidate gets +0.25.
+        let outcomes = [
+            Outcome::new(0, 1, 0.95),
+            Outcome::new(1, 0, 0.55),
+            Outcome::new(1, 2, 0.9),
+            Outcome::new(2, 1, 0.6),
+            Outcome::new(0, 2, 0.99),
+            Outcome::new(2, 0, 0.3),
+        ];
+        // At 0.5 every method equals plain scoring.
+        for method in [RankMethod::WinRatio, RankMethod::Soft] {
+            assert_eq!(
+                score_at_threshold(method, 3, &outcomes, 0.5).unwrap(),
+                score(method, 3, &outcomes, 0.5).unwrap()
+            );
+        }
+        // Win ratio at tau .7 by hand; winners: (0,1) 0, (1,0) 0, (1,2) 1, (2,1) 1,
+        // (0,2) 0, (2,0) 0 -> 0: 4 of 4, 1: 2 of 4, 2: 0 of 4. At 0.5 the first
+        // position also takes (1,0) and (2,1): 0: 3 of 4, 1: 2 of 4, 2: 1 of 4.
+        assert_eq!(
+            score_at_threshold(RankMethod::WinRatio, 3, &outcomes, 0.7).unwrap(),
+            [1.0, 0.5, 0.0]
+        );
+        assert_eq!(
+            score_at_threshold(RankMethod::WinRatio, 3, &outcomes, 0.5).unwrap(),
+            [0.75, 0.5, 0.25]
+        );
+        // Soft at tau .7 reads a p / (a p + 1 - p) with a = 3/7.
+        let soft = score_at_threshold(RankMethod::Soft, 3, &outcomes, 0.7).unwrap();
+        let a = 0.3 / 0.7;
+        let r = |p: f64| a * p / (a * p + 1.0 - p);
+        let expected_0 = (r(0.95) + (1.0 - r(0.55)) + r(0.99) + (1.0 - r(0.3))) / 4.0;
+        assert!((soft[0] - expected_0).abs() < 1e-12, "{soft:?}");
     }
 
     #[test]

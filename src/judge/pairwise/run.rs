@@ -25,8 +25,8 @@ use crate::data::Context;
 use crate::engine::{CacheKey, Label, LabelRequest, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Task};
 use crate::rank::{
-    self, balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
-    ranks_from_scores, reweight, reweight_factor, Outcome, RankMethod, Rate,
+    balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
+    ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
 };
 
 /// Positional debiasing.
@@ -326,7 +326,6 @@ fn summarise(
         Debias::None => 0.5,
         Debias::Threshold => balanced_threshold(&all_p),
     };
-    let factor = reweight_factor(tau);
     let field = options
         .score_field
         .clone()
@@ -348,19 +347,8 @@ fn summarise(
             .iter()
             .map(|c| Outcome::new(c.first, c.second, c.p_a))
             .collect();
-        let scores = match (options.rank, options.debias) {
-            (RankMethod::WinRatio, _) | (_, Debias::None) => {
-                rank::score(options.rank, n, &outcomes, tau)
-            }
-            (_, Debias::Threshold) => {
-                let reweighted: Vec<Outcome> = outcomes
-                    .iter()
-                    .map(|o| Outcome::new(o.first, o.second, reweight(o.p, factor)))
-                    .collect();
-                rank::score(options.rank, n, &reweighted, 0.5)
-            }
-        }
-        .with_context(|| format!("context `{}`: ranking", context.id))?;
+        let scores = score_at_threshold(options.rank, n, &outcomes, tau)
+            .with_context(|| format!("context `{}`: ranking", context.id))?;
         let human = context.human_scores(&field);
         if human.is_none() && options.score_field.is_some() {
             bail!(

@@ -1,0 +1,143 @@
+//! `nlg-judge reproduce`: the comparative-assessment paper's tables and figures for one
+//! data set, with one model, resumable through the result cache.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use crate::data::DEFAULT_DATA_DIR;
+use crate::engine::ResultCache;
+use crate::reproduce::report::terminal_tables;
+use crate::reproduce::subset::{check_grid, default_grid};
+use crate::reproduce::{
+    reproduce, write_outputs, BootstrapSettings, DataOptions, Experiment, ReproduceOptions,
+};
+
+/// Arguments of `nlg-judge reproduce`.
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// The paper's experiment: summeval (COH CON FLU REL), topicalchat (COH CNT ENG NAT),
+    /// webnlg (FLU GRA SEM).
+    #[arg(value_enum)]
+    pub experiment: Experiment,
+
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// The shared human-judgement data directory (see its README.md).
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// Evaluate only the first K contexts (documents, dialogues, triple sets).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit_docs: Option<u64>,
+
+    /// Output directory for report.md, the CSV files and the figures
+    /// [default: reproduction/<EXPERIMENT>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Seeded draws per point of the subset-of-comparisons curves (the paper used 50).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seeds: u64,
+
+    /// Comparisons per context R of the curves, comma-separated even numbers
+    /// [default: about 24 steps up to N(N-1)].
+    #[arg(long, value_delimiter = ',', value_name = "R,R,...")]
+    pub grid: Option<Vec<usize>>,
+
+    /// Skip the subset-of-comparisons curves.
+    #[arg(long)]
+    pub no_curves: bool,
+
+    /// Bootstrap resamples of the contexts for the Spearman intervals (0: none).
+    #[arg(long, default_value_t = 1000)]
+    pub bootstrap: usize,
+
+    /// WebNLG: also compare the human reference (team `webnlg`) as a candidate.
+    #[arg(long)]
+    pub include_reference: bool,
+
+    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
+    /// cache directory's nlg-judge/results.sqlite.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Do not read or write the result cache (every comparison is computed).
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+}
+
+/// The command line as typed, quoting arguments with spaces.
+fn command_line() -> String {
+    std::env::args()
+        .map(|arg| {
+            if arg.contains(char::is_whitespace) || arg.is_empty() {
+                format!("{arg:?}")
+            } else {
+                arg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn run(args: ReproduceArgs) -> Result<()> {
+    let loaded = args.experiment.load(
+        &args.data_dir,
+        DataOptions {
+            limit: args.limit_docs.map(|k| k as usize),
+            include_reference: args.include_reference,
+        },
+    )?;
+    let max_candidates = loaded
+        .contexts
+        .iter()
+        .map(|c| c.candidates.len())
+        .max()
+        .unwrap_or(0);
+    let grid = match &args.grid {
+        Some(grid) => {
+            check_grid(grid, max_candidates)?;
+            grid.clone()
+        }
+        None => default_grid(max_candidates),
+    };
+    let mut options = ReproduceOptions::new(grid, args.seeds);
+    if args.no_curves {
+        options.curves = None;
+    }
+    options.bootstrap = (args.bootstrap > 0).then_some(BootstrapSettings {
+        resamples: args.bootstrap,
+        confidence: 0.95,
+        seed: 0,
+    });
+    options.progress = true;
+    options.command = command_line();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reproduction").join(args.experiment.name()));
+    let cache = if args.no_cache {
+        None
+    } else {
+        let path = match &args.cache {
+            Some(path) => path.clone(),
+            None => ResultCache::default_path()?,
+        };
+        Some(ResultCache::open(&path)?)
+    };
+    let loading = Instant::now();
+    let mut scorer = args.model.load()?;
+    options.model_load_seconds = Some(loading.elapsed().as_secs_f64());
+    let report = reproduce(scorer.as_mut(), &loaded, &options, cache.as_ref(), &mut [])?;
+    let written = write_outputs(&report, &out)?;
+    print!("{}", terminal_tables(&report));
+    for path in written {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

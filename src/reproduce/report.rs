@@ -1,0 +1,536 @@
+//! The reproduction as files: a Markdown report (the paper-style tables, the figure, how
+//! it was run), the same tables for the terminal, CSV files with every number, and the
+//! subset-of-comparisons figure as PNG and SVG.
+//!
+//! Tables show Spearman and accuracy x100 with one decimal and P(A) with two, as the
+//! paper does; the CSV files keep full precision (coefficients unscaled).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+
+use super::figure::{subset_figure, write_png, write_svg};
+use super::{DecisionCell, Reproduction, RowResult};
+use crate::rank::Rate;
+use crate::stats::Coefficient;
+
+/// File names inside the output directory.
+pub const REPORT: &str = "report.md";
+pub const CORRELATIONS_CSV: &str = "correlations.csv";
+pub const DECISIONS_CSV: &str = "decisions.csv";
+pub const SUBSET_CSV: &str = "subset.csv";
+pub const SUBSET_PNG: &str = "subset.png";
+pub const SUBSET_SVG: &str = "subset.svg";
+
+/// Header of `correlations.csv`.
+pub const CORRELATIONS_COLUMNS: [&str; 14] = [
+    "experiment",
+    "family",
+    "method",
+    "debiased",
+    "in_paper",
+    "attribute",
+    "prompt",
+    "spearman",
+    "pearson",
+    "kendall",
+    "contexts_kept",
+    "contexts_skipped",
+    "spearman_ci_lower",
+    "spearman_ci_upper",
+];
+
+/// Header of `decisions.csv`.
+pub const DECISIONS_COLUMNS: [&str; 13] = [
+    "experiment",
+    "attribute",
+    "prompt",
+    "debiased",
+    "tau",
+    "p_a",
+    "first_wins",
+    "comparisons",
+    "consistency",
+    "consistent_pairs",
+    "pairs",
+    "accuracy",
+    "judged",
+];
+
+/// Header of `subset.csv`.
+pub const SUBSET_COLUMNS: [&str; 9] = [
+    "experiment",
+    "attribute",
+    "design",
+    "debiased",
+    "r",
+    "prompt",
+    "spearman_x100_mean",
+    "spearman_x100_sd",
+    "seeds",
+];
+
+fn x100(value: Option<f64>) -> String {
+    match value {
+        Some(v) => {
+            let text = format!("{:.1}", 100.0 * v);
+            if text == "-0.0" {
+                "0.0".to_string()
+            } else {
+                text
+            }
+        }
+        None => "-".to_string(),
+    }
+}
+
+fn rate(rate: Rate, decimals: usize, scale: f64) -> String {
+    match rate.value() {
+        Some(v) => format!("{:.decimals$}", scale * v),
+        None => "-".to_string(),
+    }
+}
+
+fn mark(debiased: bool) -> &'static str {
+    if debiased {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+fn row_name(row: &RowResult) -> String {
+    let paper = if row.in_paper { "" } else { " (ext.)" };
+    format!("{}, {}{paper}", row.family, row.method)
+}
+
+/// A Markdown table from a header and rows; the first `left` columns left-aligned.
+fn table(header: &[String], rows: &[Vec<String>], left: usize) -> String {
+    let mut text = format!("| {} |\n|", header.join(" | "));
+    for k in 0..header.len() {
+        text.push_str(if k < left { "---|" } else { "---:|" });
+    }
+    text.push('\n');
+    for row in rows {
+        let _ = writeln!(text, "| {} |", row.join(" | "));
+    }
+    text
+}
+
+fn labels(report: &Reproduction) -> Vec<String> {
+    report.columns.iter().map(|c| c.label.clone()).collect()
+}
+
+/// Spearman x100, averaged over prompts (Tables 1, 3, 4, 6).
+pub fn correlation_table(report: &Reproduction) -> String {
+    let mut header = vec!["Method".to_string(), "Debias".to_string()];
+    header.extend(labels(report));
+    header.push("Avg.".to_string());
+    let rows: Vec<Vec<String>> = report
+        .rows
+        .iter()
+        .map(|row| {
+            let mut cells = vec![row_name(row), mark(row.debiased).to_string()];
+            cells.extend(
+                row.cells
+                    .iter()
+                    .map(|c| x100(c.as_ref().and_then(|c| c.mean.spearman))),
+            );
+            cells.push(x100(row.average_spearman()));
+            cells
+        })
+        .collect();
+    table(&header, &rows, 2)
+}
+
+/// Spearman x100 of each prompt on its own.
+pub fn per_prompt_table(report: &Reproduction) -> String {
+    let mut header = vec![
+        "Method".to_string(),
+        "Debias".to_string(),
+        "Prompt".to_string(),
+    ];
+    header.extend(labels(report));
+    let mut rows = Vec::new();
+    for row in &report.rows {
+        // Each source names its own prompts (pairwise c1/c2, scoring prompts, ...).
+        let mut prompts: Vec<&str> = Vec::new();
+        for cell in row.cells.iter().flatten() {
+            for prompt in &cell.per_prompt {
+                if !prompts.contains(&prompt.prompt.as_str()) {
+                    prompts.push(&prompt.prompt);
+                }
+            }
+        }
+        for prompt in prompts {
+            let mut cells = vec![
+                row_name(row),
+                mark(row.debiased).to_string(),
+                prompt.to_string(),
+            ];
+            cells.extend(row.cells.iter().map(|c| {
+                x100(
+                    c.as_ref()
+                        .and_then(|c| c.per_prompt.iter().find(|p| p.prompt == prompt))
+                        .and_then(|p| p.correlations.spearman),
+                )
+            }));
+            rows.push(cells);
+        }
+    }
+    table(&header, &rows, 3)
+}
+
+/// The bootstrap intervals of the prompt-averaged Spearman x100.
+pub fn interval_table(report: &Reproduction) -> String {
+    let mut header = vec!["Method".to_string(), "Debias".to_string()];
+    header.extend(labels(report));
+    let rows: Vec<Vec<String>> = report
+        .rows
+        .iter()
+        .map(|row| {
+            let mut cells = vec![row_name(row), mark(row.debiased).to_string()];
+            cells.extend(row.cells.iter().map(
+                |c| match c.as_ref().and_then(|c| c.spearman_interval) {
+                    Some(i) => format!("[{}, {}]", x100(Some(i.lower)), x100(Some(i.upper))),
+                    None => "-".to_string(),
+                },
+            ));
+            cells
+        })
+        .collect();
+    table(&header, &rows, 2)
+}
+
+fn decision<'a>(report: &'a Reproduction, column: &str, prompt: &str) -> Option<&'a DecisionCell> {
+    report
+        .decisions
+        .iter()
+        .find(|d| d.column == column && d.prompt == prompt)
+}
+
+/// P(A) at 0.5 per prompt (Tables 5, 8), with the debiasing threshold and the order
+/// consistency.
+pub fn bias_table(report: &Reproduction) -> String {
+    let mut header = vec!["Statistic".to_string(), "Prompt".to_string()];
+    header.extend(labels(report));
+    let mut rows = Vec::new();
+    type Pick = fn(&DecisionCell) -> String;
+    let statistics: [(&str, Pick); 4] = [
+        ("P(A)", |d| rate(d.plain.first_position, 2, 1.0)),
+        ("threshold τ", |d| format!("{:.3}", d.debiased.tau)),
+        ("consistency", |d| rate(d.plain.consistency, 2, 1.0)),
+        ("consistency, debiased", |d| {
+            rate(d.debiased.consistency, 2, 1.0)
+        }),
+    ];
+    for (name, pick) in statistics {
+        for (k, prompt) in report.prompts.iter().enumerate() {
+            let mut cells = vec![name.to_string(), format!("{} ({prompt})", k + 1)];
+            cells.extend(report.columns.iter().map(|column| {
+                decision(report, &column.label, prompt)
+                    .map(pick)
+                    .unwrap_or_else(|| "-".to_string())
+            }));
+            rows.push(cells);
+        }
+    }
+    table(&header, &rows, 2)
+}
+
+/// Pairwise accuracy x100 averaged over prompts (Tables 7, 9).
+pub fn accuracy_table(report: &Reproduction) -> String {
+    let mut header = vec!["Debias".to_string()];
+    header.extend(labels(report));
+    let rows: Vec<Vec<String>> = [false, true]
+        .into_iter()
+        .map(|debiased| {
+            let mut cells = vec![mark(debiased).to_string()];
+            cells.extend(report.columns.iter().map(|column| {
+                let values: Vec<f64> = report
+                    .prompts
+                    .iter()
+                    .filter_map(|prompt| decision(report, &column.label, prompt))
+                    .filter_map(|d| {
+                        let stats = if debiased { &d.debiased } else { &d.plain };
+                        stats.accuracy.value()
+                    })
+                    .collect();
+                if values.is_empty() {
+                    "-".to_string()
+                } else {
+                    x100(Some(values.iter().sum::<f64>() / values.len() as f64))
+                }
+            }));
+            cells
+        })
+        .collect();
+    table(&header, &rows, 1)
+}
+
+/// The tables printed in the terminal.
+pub fn terminal_tables(report: &Reproduction) -> String {
+    format!(
+        "{title}: Spearman x100 (summary level, mean of prompts {prompts})\n{corr}\n\
+         Positional bias P(A) at 0.5 and debiasing threshold\n{bias}\n\
+         Pairwise accuracy x100 (mean of prompts)\n{acc}\n\
+         {contexts} contexts; comparisons: {computed} computed, {cached} from the cache; \
+         {wall:.1} s\n",
+        title = report.experiment.title(),
+        prompts = report.prompts.join(", "),
+        corr = correlation_table(report),
+        bias = bias_table(report),
+        acc = accuracy_table(report),
+        contexts = report.contexts,
+        computed = report.computed,
+        cached = report.cached,
+        wall = report.wall_seconds,
+    )
+}
+
+/// The whole Markdown report.
+pub fn markdown(report: &Reproduction) -> String {
+    let mut text = String::new();
+    let title = report.experiment.title();
+    let _ = writeln!(text, "# Comparative assessment reproduction: {title}\n");
+    let _ = writeln!(text, "- Command: `{}`", report.command);
+    let _ = writeln!(
+        text,
+        "- Model: `{}`, fingerprint `{}`",
+        report.model_name, report.fingerprint
+    );
+    let _ = writeln!(
+        text,
+        "- Data: {} contexts, {} candidates",
+        report.contexts, report.candidates
+    );
+    if report.experiment == super::Experiment::Webnlg {
+        let _ = writeln!(
+            text,
+            "- WebNLG: the nine system teams, empty outputs left out; human reference {}",
+            if report.reference_included {
+                "**included** as a candidate"
+            } else {
+                "not included"
+            }
+        );
+    }
+    let _ = writeln!(
+        text,
+        "- Comparisons: {} computed, {} from the result cache",
+        report.computed, report.cached
+    );
+    let load = report
+        .model_load_seconds
+        .map(|s| format!(" (+ {s:.1} s loading the model)"))
+        .unwrap_or_default();
+    let _ = writeln!(text, "- Wall time: {:.1} s{load}\n", report.wall_seconds);
+
+    let _ = writeln!(
+        text,
+        "## Spearman x100 (Tables 1, 3, 4, 6)\n\n\
+         Summary level: Spearman between predicted and human scores within each context, \
+         averaged over contexts; contexts whose human scores are all equal are skipped and a \
+         constant prediction scores 0 (the authors' rule). Computed per prompt, then averaged \
+         over prompts {}. Full comparison set (all ordered pairs). Rows marked (ext.) are not \
+         in the paper.\n",
+        report.prompts.join(" and ")
+    );
+    text.push_str(&correlation_table(report));
+    let _ = writeln!(text, "\nPer prompt:\n");
+    text.push_str(&per_prompt_table(report));
+    if let Some((resamples, confidence)) = report.bootstrap {
+        let _ = writeln!(
+            text,
+            "\n{:.0}% percentile bootstrap intervals of the prompt-averaged Spearman x100 \
+             ({resamples} resamples of the contexts):\n",
+            100.0 * confidence
+        );
+        text.push_str(&interval_table(report));
+    }
+    let _ = writeln!(
+        text,
+        "\n## Positional bias (Tables 5, 8)\n\n\
+         P(A): fraction of the full (symmetric) comparison set won by the first position at \
+         threshold 0.5. τ: the debiasing threshold (smallest on a 0.001 grid with half the \
+         probabilities below it, over all of the prompt's comparisons). Consistency: pairs \
+         whose two orders name the same winner.\n"
+    );
+    text.push_str(&bias_table(report));
+    let _ = writeln!(
+        text,
+        "\n## Pairwise accuracy x100 (Tables 7, 9)\n\n\
+         Over all comparisons of candidates whose human scores differ, pooled over contexts, \
+         per prompt, then averaged over prompts.\n"
+    );
+    text.push_str(&accuracy_table(report));
+    if !report.curves.is_empty() {
+        let _ = writeln!(
+            text,
+            "\n## Subset of comparisons (Figures 4, 5)\n\n\
+             Win ratio over R comparisons per context drawn by each design (seeds 0..{}), \
+             looked up in the full comparison matrices; summary-level Spearman x100, averaged \
+             over prompts, then over seeds. Debiased (dashed): threshold balanced over the \
+             subset's own comparisons. R grid: {}.\n\n\
+             ![subset curves]({SUBSET_PNG})\n\n\
+             [SVG]({SUBSET_SVG}) · [CSV]({SUBSET_CSV})\n",
+            report.curve_seeds,
+            report
+                .curve_grid
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\nAll numbers: [{CORRELATIONS_CSV}]({CORRELATIONS_CSV}), \
+         [{DECISIONS_CSV}]({DECISIONS_CSV})."
+    );
+    text
+}
+
+fn float(value: Option<f64>) -> String {
+    value.map(|v| format!("{v:.6}")).unwrap_or_default()
+}
+
+fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<()> {
+    let mut writer = csv::Writer::from_path(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    writer
+        .write_record(header)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    for row in rows {
+        writer
+            .write_record(row)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    writer
+        .flush()
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn correlation_rows(report: &Reproduction) -> Vec<Vec<String>> {
+    let experiment = report.experiment.name().to_string();
+    let mut out = Vec::new();
+    for row in &report.rows {
+        for (column, cell) in report.columns.iter().zip(&row.cells) {
+            let Some(cell) = cell else { continue };
+            let base = vec![
+                experiment.clone(),
+                row.family.clone(),
+                row.method.clone(),
+                row.debiased.to_string(),
+                row.in_paper.to_string(),
+                column.label.clone(),
+            ];
+            for prompt in &cell.per_prompt {
+                let mut line = base.clone();
+                line.push(prompt.prompt.clone());
+                line.extend(
+                    Coefficient::ALL
+                        .iter()
+                        .map(|&c| float(prompt.correlations.get(c))),
+                );
+                line.push(prompt.contexts_kept.to_string());
+                line.push(prompt.contexts_skipped.to_string());
+                line.extend([String::new(), String::new()]);
+                out.push(line);
+            }
+            let mut line = base;
+            line.push("mean".to_string());
+            line.extend(Coefficient::ALL.iter().map(|&c| float(cell.mean.get(c))));
+            line.extend([String::new(), String::new()]);
+            line.push(float(cell.spearman_interval.map(|i| i.lower)));
+            line.push(float(cell.spearman_interval.map(|i| i.upper)));
+            out.push(line);
+        }
+    }
+    out
+}
+
+fn decision_rows(report: &Reproduction) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for cell in &report.decisions {
+        for (debiased, stats) in [(false, &cell.plain), (true, &cell.debiased)] {
+            out.push(vec![
+                report.experiment.name().to_string(),
+                cell.column.clone(),
+                cell.prompt.clone(),
+                debiased.to_string(),
+                format!("{:.3}", stats.tau),
+                float(stats.first_position.value()),
+                stats.first_position.hits.to_string(),
+                stats.first_position.total.to_string(),
+                float(stats.consistency.value()),
+                stats.consistency.hits.to_string(),
+                stats.consistency.total.to_string(),
+                float(stats.accuracy.value()),
+                stats.accuracy.total.to_string(),
+            ]);
+        }
+    }
+    out
+}
+
+fn subset_rows(report: &Reproduction) -> Vec<Vec<String>> {
+    report
+        .curves
+        .iter()
+        .map(|p| {
+            vec![
+                report.experiment.name().to_string(),
+                p.column.clone(),
+                p.design.to_string(),
+                p.debiased.to_string(),
+                p.r.to_string(),
+                p.prompt.clone(),
+                format!("{:.4}", p.mean),
+                format!("{:.4}", p.sd),
+                p.seeds.to_string(),
+            ]
+        })
+        .collect()
+}
+
+/// Write the report, the CSV files and the figures into `dir` (created if needed);
+/// returns the paths written.
+pub fn write_outputs(report: &Reproduction, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    let mut written = Vec::new();
+    let path = dir.join(CORRELATIONS_CSV);
+    write_csv(&path, &CORRELATIONS_COLUMNS, &correlation_rows(report))?;
+    written.push(path);
+    let path = dir.join(DECISIONS_CSV);
+    write_csv(&path, &DECISIONS_COLUMNS, &decision_rows(report))?;
+    written.push(path);
+    if !report.curves.is_empty() {
+        let path = dir.join(SUBSET_CSV);
+        write_csv(&path, &SUBSET_COLUMNS, &subset_rows(report))?;
+        written.push(path);
+        let figure = subset_figure(
+            &format!(
+                "{}: Spearman x100 vs R comparisons per context ({}, mean of prompts, {} seeds)",
+                report.experiment.title(),
+                report.model_name,
+                report.curve_seeds
+            ),
+            &labels(report),
+            &report.curves,
+        );
+        let path = dir.join(SUBSET_PNG);
+        write_png(&figure, &path)?;
+        written.push(path);
+        let path = dir.join(SUBSET_SVG);
+        write_svg(&figure, &path)?;
+        written.push(path);
+    }
+    let path = dir.join(REPORT);
+    std::fs::write(&path, markdown(report))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    written.push(path);
+    Ok(written)
+}
