@@ -175,7 +175,8 @@ mod tests {
         assert_eq!(kids, vec![vec![3], vec![7]]);
         let three = trie.node(shared.children[0]);
         assert_eq!(three.start, 2);
-        let leaves: Vec<(Vec<u32>, usize, Vec<(usize, usize)>)> = three
+        type Leaf = (Vec<u32>, usize, Vec<(usize, usize)>);
+        let leaves: Vec<Leaf> = three
             .children
             .iter()
             .map(|&c| {
