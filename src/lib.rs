@@ -8,6 +8,7 @@
 //! - [`rank`]: from pairwise outcomes to scores and ranks, positional bias;
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
+//! - [`server`]: the metrics service (HTTP, one model worker thread);
 //! - [`cli`]: the command-line front end.
 
 pub mod arch;
@@ -17,4 +18,5 @@ pub mod engine;
 pub mod judge;
 pub mod rank;
 pub mod runtime;
+pub mod server;
 pub mod stats;

@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(kids, vec![vec![3], vec![7]]);
         let three = trie.node(shared.children[0]);
         assert_eq!(three.start, 2);
-        let leaves: Vec<(Vec<u32>, usize, Vec<(usize, usize)>)> = three
+        let leaves: Vec<_> = three
             .children
             .iter()
             .map(|&c| {
