@@ -5,7 +5,9 @@
 //! The steps prompt is the introduction and the criteria followed by "Evaluation Steps:",
 //! with the answer opened by "1." so that the model writes a numbered list. Generation is
 //! greedy, bounded by a token count, and stops where the model starts writing the rest
-//! of the form (or leaves a run of blank lines). The result is kept in the result cache
+//! of the form (or leaves a run of blank lines); only the numbered list is kept (blank
+//! lines between items are allowed, the first paragraph that is not an item ends it). The
+//! result is kept in the result cache
 //! under the model's fingerprint and a hash of the steps prompt as the model reads it, so
 //! a second run (or a second process) reads it back instead of generating.
 
@@ -136,7 +138,30 @@ pub fn generate_steps(
             text.truncate(end);
         }
     }
-    Ok(text.trim().to_string())
+    Ok(numbered_list(&text))
+}
+
+/// Whether a paragraph opens with a list number ("2.", "10)").
+fn is_item(paragraph: &str) -> bool {
+    let digits = paragraph.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && matches!(paragraph[digits..].chars().next(), Some('.' | ')'))
+}
+
+/// The leading numbered list of `text`: its paragraphs up to the first one that is not a
+/// list item (the first paragraph is always kept).
+fn numbered_list(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for paragraph in text.trim().split("\n\n") {
+        let paragraph = paragraph.trim();
+        if paragraph.is_empty() {
+            continue;
+        }
+        if !kept.is_empty() && !is_item(paragraph) {
+            break;
+        }
+        kept.push(paragraph);
+    }
+    kept.join("\n")
 }
 
 /// The steps to use for `criteria`: the given ones, else the stored ones, else freshly
@@ -177,4 +202,23 @@ pub fn resolve_steps(
         text,
         origin: StepsOrigin::Generated,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_numbered_list_is_kept() {
+        assert_eq!(
+            numbered_list("1. Read.\n2. Rate.\n\nThe article is fine.\n\n3. More."),
+            "1. Read.\n2. Rate."
+        );
+        assert_eq!(
+            numbered_list("1. Read.\n\n2) Compare.\n\n10. Rate.\n"),
+            "1. Read.\n2) Compare.\n10. Rate."
+        );
+        assert_eq!(numbered_list("1. Only.\n\n\n"), "1. Only.");
+        assert!(is_item("12. x") && !is_item("x. 1") && !is_item("3 steps"));
+    }
 }
