@@ -104,12 +104,14 @@ fn number_labels_are_the_numbers_tokens_in_the_full_text() {
         load_tokenizer(&resolve_model(CARD, &common::resolve_options()).unwrap()).unwrap();
     assert!(scorer.info().conventions.chat);
 
-    // Chat (the card's convention): the score opens the assistant turn, no space.
+    // Chat (the card's convention): the score opens the assistant turn, no space. The
+    // context is long enough that the labels come from the prompt's tail only.
+    let article = "The cat sat on the mat all day. ".repeat(20);
     let request = absolute::request(
         scorer.as_ref(),
         Task::Summary,
         "coherence",
-        "The cat sat on the mat all day.",
+        &article,
         "A cat sat.",
         absolute::DEFAULT_SCALE,
     )
@@ -138,7 +140,9 @@ fn number_labels_are_the_numbers_tokens_in_the_full_text() {
     assert_eq!(full[full.len() - 3..], labels[9][..]);
 
     // Teacher forcing: log P("10") is the sum of its tokens' log-probs as a continuation.
-    let result = scorer.label_logprobs(std::slice::from_ref(&request)).unwrap();
+    let result = scorer
+        .label_logprobs(std::slice::from_ref(&request))
+        .unwrap();
     let continuation = scorer
         .continuation_logprobs(&[ContinuationRequest {
             prompt: request.prompt.clone(),

@@ -4,7 +4,7 @@
 //! context.
 //!
 //! Chat models read the instruction and context as the user's message and the candidate
-//! as their answer; plain decoders read "<instruction>\n\n<context>\n\nSummary:" and the
+//! as their answer; plain decoders read `"<instruction>\n\n<context>\n\nSummary:"` and the
 //! candidate after a space; encoder-decoders read the instruction and context in the
 //! encoder and score the candidate in the decoder.
 

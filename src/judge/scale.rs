@@ -7,7 +7,10 @@
 //! number after "Score:" is " 7" (with the space the tokeniser attaches to it) and after
 //! an assistant turn opening ("assistant\n") or at a decoder start it is "7". Multi-digit
 //! scores ("10" is two tokens for many tokenisers) are multi-token labels that the engine
-//! scores by teacher forcing.
+//! scores by teacher forcing. Only the prompt's end decides how the number is tokenised
+//! (tokens never reach back over hundreds of characters), so the labels are read off the
+//! prompt's last [`TAIL_CHARS`] characters: cheap for long prompts, and the same labels
+//! for every candidate of a run.
 //!
 //! A shorter score can be a token prefix of a longer one ("1" of "10"): `P("1")` then also
 //! counts every answer that goes on to "10". The distribution therefore uses each score's
@@ -110,6 +113,30 @@ impl std::fmt::Display for ScoreScale {
     }
 }
 
+/// How many characters of the user text's end are kept when deriving score labels.
+pub const TAIL_CHARS: usize = 256;
+
+/// `prompt` with its user text cut to about its last [`TAIL_CHARS`] characters, from a
+/// whitespace on.
+fn tail_of(prompt: &TextPrompt) -> TextPrompt {
+    let user = &prompt.user;
+    if user.len() <= TAIL_CHARS {
+        return prompt.clone();
+    }
+    let mut start = user.len() - TAIL_CHARS;
+    while !user.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(space) = user[start..].find(char::is_whitespace) {
+        start += space;
+    }
+    TextPrompt {
+        system: prompt.system.clone(),
+        user: user[start..].to_string(),
+        answer_prefix: prompt.answer_prefix.clone(),
+    }
+}
+
 /// The text that precedes a label scored after `prompt`, as the model reads it.
 fn text_before_label(scorer: &dyn Scorer, prompt: &Prompt) -> Result<String> {
     let rendered = scorer.render(prompt)?;
@@ -143,6 +170,7 @@ pub fn score_label_tokens(
     chat: bool,
     scale: ScoreScale,
 ) -> Result<Vec<Vec<u32>>> {
+    let prompt = &tail_of(prompt);
     let wrap = |text: TextPrompt| {
         if chat {
             Prompt::chat(text)
@@ -361,6 +389,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("expected 2 score labels"), "{error}");
+    }
+
+    #[test]
+    fn long_prompts_are_cut_to_their_tail_at_a_word_boundary() {
+        let mut prompt = TextPrompt::user(format!("{}end: é", "wörd ".repeat(100)));
+        prompt.system = Some("sys".into());
+        prompt.answer_prefix = "Score".into();
+        let tail = tail_of(&prompt);
+        assert!(tail.user.len() <= TAIL_CHARS && tail.user.len() > TAIL_CHARS - 10);
+        assert!(tail.user.starts_with(' ') && tail.user.ends_with("wörd end: é"));
+        assert!(prompt.user.ends_with(&tail.user));
+        assert_eq!(
+            (tail.system, tail.answer_prefix),
+            (prompt.system, prompt.answer_prefix)
+        );
+        let short = TextPrompt::user("Score:");
+        assert_eq!(tail_of(&short), short);
     }
 
     #[test]

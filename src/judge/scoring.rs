@@ -25,7 +25,7 @@ use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
 use super::scale::{ScoreDistribution, ScoreScale};
 use crate::data::{Candidate, Context};
-use crate::engine::{CacheKey, LabelRequest, LabelResult, ResultCache, Scorer};
+use crate::engine::{CacheKey, LabelRequest, LabelResult, Prompt, ResultCache, Scorer};
 
 /// How candidates are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -318,7 +318,7 @@ fn plan_context(
     let mut requests = Vec::with_capacity(context.candidates.len());
     let mut keys = Vec::with_capacity(context.candidates.len());
     for candidate in &context.candidates {
-        let request = method
+        let mut request = method
             .label_request(scorer, context, candidate)
             .with_context(|| format!("candidate `{}`", candidate.id))?;
         let tokens = scorer.encode_prompt(&request.prompt)?;
@@ -328,6 +328,8 @@ fn plan_context(
             .map(|label| scorer.encode_label(label))
             .collect::<Result<Vec<_>>>()?;
         keys.push(CacheKey::new(&fingerprint, template, &tokens, labels));
+        // Tokenised once: the scorer reads the ids.
+        request.prompt = Prompt::Tokens(tokens);
         requests.push(request);
     }
     Ok((requests, keys))

@@ -7,6 +7,19 @@
 //!
 //! [`serve`] runs the service on a bound listener until its shutdown future completes;
 //! requests in flight are finished first, then the worker thread ends.
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `POST /v1/geval` | `output`, `criteria` (built-in name, or `{name, criterion, introduction?, scale?}`), `context?`, `expected_output?`, `task?`, `steps?`, `scale?` (`[1, 5]`) | `score`, `argmax`, `probabilities` (normalised), `raw_probabilities`, `label_mass`, `steps` |
+//! | `POST /v1/score` | `output`, `attribute`, `context?`, `task?`, `scale?` (`[1, 10]`) | as G-Eval, without `steps` |
+//! | `POST /v1/compare` | `context`, `candidates` (texts or `{id, text}`), `attribute`, `task?`, `template?` (`c1`, `c2`), `rank?` | `candidates` (`id`, `score`, `rank`), `comparisons` |
+//! | `GET /v1/models` | | the loaded model, the built-in criteria |
+//! | `GET /healthz` | | `status`, queue and worker counters (no token needed) |
+//!
+//! Errors answer `{"error": message}`: 400 malformed or invalid body (the message names
+//! the field, line and column), 401 missing or wrong bearer token, 413 body over the
+//! limit, 422 too many candidates or a request the model cannot score (e.g. longer than
+//! its context window), 503 the worker has stopped.
 
 pub mod api;
 pub mod auth;

@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result};
 use tokio::sync::oneshot;
 
 use crate::data::Context;
-use crate::engine::{CacheKey, LabelRequest, LabelResult, ResultCache, Scorer};
+use crate::engine::{CacheKey, LabelRequest, LabelResult, Prompt, ResultCache, Scorer};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
 use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
 use crate::judge::scoring::fill_label_results;
@@ -221,7 +221,7 @@ impl Worker {
         &mut self,
         task: &LabelTask,
     ) -> Result<(LabelRequest, CacheKey, ScoreScale, Option<String>)> {
-        let (request, template, scale, steps) = match task {
+        let (mut request, template, scale, steps) = match task {
             LabelTask::Geval {
                 criteria,
                 steps,
@@ -281,6 +281,8 @@ impl Worker {
             .map(|label| self.scorer.encode_label(label))
             .collect::<Result<Vec<_>>>()?;
         let key = CacheKey::new(&self.scorer.info().fingerprint, &template, &tokens, labels);
+        // Tokenised once: the scorer reads the ids.
+        request.prompt = Prompt::Tokens(tokens);
         Ok((request, key, scale, steps))
     }
 
