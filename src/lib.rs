@@ -9,6 +9,7 @@
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
 //! - [`reproduce`]: the comparative-assessment paper's tables and figures;
+//! - [`server`]: the metrics service (HTTP, one model worker thread);
 //! - [`cli`]: the command-line front end.
 
 pub mod arch;
@@ -19,6 +20,7 @@ pub mod judge;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;
+pub mod server;
 pub mod stats;
 
 /// mimalloc instead of the system allocator: every layer allocates and frees

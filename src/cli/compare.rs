@@ -94,7 +94,10 @@ pub struct CompareArgs {
 }
 
 /// Write to `path` through a temporary file renamed into place.
-fn write_file(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+pub(crate) fn write_file(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".partial");
     let temporary = PathBuf::from(temporary);

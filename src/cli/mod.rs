@@ -12,6 +12,8 @@ pub mod labels;
 pub mod model_args;
 pub mod models;
 pub mod reproduce;
+pub mod score;
+pub mod serve;
 
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]
@@ -37,6 +39,11 @@ pub enum Command {
     Labels(labels::LabelsArgs),
     /// Rank the candidates of each context by pairwise comparisons with a model.
     Compare(compare::CompareArgs),
+    /// Score each candidate on its own: prompt scoring, G-Eval or GPTScore.
+    Score(score::ScoreArgs),
+    /// Serve G-Eval, prompt scoring and pairwise comparison over HTTP (a metrics
+    /// service; one worker thread owns the model).
+    Serve(serve::ServeArgs),
     /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
     /// generic JSONL input format.
     Convert(convert::ConvertArgs),
@@ -69,5 +76,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Reproduce(args) => reproduce::run(args),
+        Command::Score(args) => score::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -88,7 +88,13 @@ fn read_located(path: &Path) -> Result<Vec<(String, CandidateRecord)>> {
 /// Read a generic JSONL file and group it by context; every context needs at least two
 /// candidates (a pairwise comparison needs a pair).
 pub fn read_contexts(path: &Path) -> Result<Vec<Context>> {
-    group_located(read_located(path)?).with_context(|| format!("in {}", path.display()))
+    group_located(read_located(path)?, 2).with_context(|| format!("in {}", path.display()))
+}
+
+/// Read a generic JSONL file and group it by context, allowing contexts with a single
+/// candidate (methods that score each candidate on its own).
+pub fn read_single_contexts(path: &Path) -> Result<Vec<Context>> {
+    group_located(read_located(path)?, 1).with_context(|| format!("in {}", path.display()))
 }
 
 /// Group records by `context_id`: contexts in order of first appearance, candidates in
@@ -102,10 +108,14 @@ pub fn group_contexts(records: Vec<CandidateRecord>) -> Result<Vec<Context>> {
             .enumerate()
             .map(|(index, record)| (format!("record {}", index + 1), record))
             .collect(),
+        2,
     )
 }
 
-fn group_located(records: Vec<(String, CandidateRecord)>) -> Result<Vec<Context>> {
+fn group_located(
+    records: Vec<(String, CandidateRecord)>,
+    min_candidates: usize,
+) -> Result<Vec<Context>> {
     let mut contexts: Vec<Context> = Vec::new();
     let mut index_of: HashMap<String, usize> = HashMap::new();
     for (location, record) in records {
@@ -149,7 +159,10 @@ fn group_located(records: Vec<(String, CandidateRecord)>) -> Result<Vec<Context>
             system_id: record.system_id,
         });
     }
-    if let Some(lonely) = contexts.iter().find(|c| c.candidates.len() < 2) {
+    if let Some(lonely) = contexts
+        .iter()
+        .find(|c| c.candidates.len() < min_candidates)
+    {
         bail!(
             "context `{}` has only one candidate (`{}`); pairwise comparison needs at least two",
             lonely.id,
@@ -355,6 +368,8 @@ mod tests {
             error.contains("`alone`") && error.contains("only one candidate"),
             "{error}"
         );
+        let contexts = read_single_contexts(file.path()).unwrap();
+        assert_eq!(contexts[1].candidates.len(), 1);
     }
 
     #[test]

@@ -9,7 +9,8 @@ pub mod webnlg;
 use std::path::{Path, PathBuf};
 
 pub use jsonl::{
-    group_contexts, read_contexts, read_records, write_records, Candidate, CandidateRecord, Context,
+    group_contexts, read_contexts, read_records, read_single_contexts, write_records, Candidate,
+    CandidateRecord, Context,
 };
 
 /// Where the shared human-judgement data lives, relative to the repository root.

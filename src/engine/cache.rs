@@ -8,6 +8,11 @@
 //! bit for bit), the label mass and the prompt length. Each [`ResultCache::put`] is its
 //! own small transaction in a write-ahead-logged database: a killed run loses only what
 //! was in flight, and several processes may share the file.
+//!
+//! Methods whose results are not label log-probabilities (G-Eval's generated evaluation
+//! steps, GPTScore's continuation likelihoods) keep text in a second table, keyed by the
+//! model's fingerprint, a kind (`geval-steps`, `gptscore`) and a key the method derives
+//! from everything that determines the value ([`ResultCache::get_text`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -87,6 +92,13 @@ CREATE TABLE IF NOT EXISTS label_results (
     label_mass   REAL    NOT NULL,
     prompt_tokens INTEGER NOT NULL,
     PRIMARY KEY (model, template, prompt, labels)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS text_results (
+    model        TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    value        TEXT    NOT NULL,
+    PRIMARY KEY (model, kind, key)
 ) WITHOUT ROWID;
 ";
 
@@ -214,7 +226,30 @@ impl ResultCache {
         Ok(())
     }
 
-    /// Number of stored results.
+    /// The text stored under `(model, kind, key)`, if any.
+    pub fn get_text(&self, model: &str, kind: &str, key: &str) -> Result<Option<String>> {
+        let mut statement = self.connection.prepare_cached(
+            "SELECT value FROM text_results WHERE model = ?1 AND kind = ?2 AND key = ?3",
+        )?;
+        statement
+            .query_row(params![model, kind, key], |row| row.get(0))
+            .optional()
+            .with_context(|| format!("cannot read result cache {}", self.location))
+    }
+
+    /// Store (or replace) the text under `(model, kind, key)`: one transaction.
+    pub fn put_text(&self, model: &str, kind: &str, key: &str, value: &str) -> Result<()> {
+        let mut statement = self.connection.prepare_cached(
+            "INSERT OR REPLACE INTO text_results (model, kind, key, value)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        statement
+            .execute(params![model, kind, key, value])
+            .with_context(|| format!("cannot write result cache {}", self.location))?;
+        Ok(())
+    }
+
+    /// Number of stored label results.
     pub fn len(&self) -> Result<usize> {
         let count: i64 =
             self.connection
@@ -311,6 +346,30 @@ mod tests {
         let mut short = result(-1.0, -2.0);
         short.labels.pop();
         assert!(cache.put(&key("m", &[1]), &short).is_err());
+    }
+
+    #[test]
+    fn text_entries_are_kept_apart_by_model_kind_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.sqlite");
+        {
+            let cache = ResultCache::open(&path).unwrap();
+            assert_eq!(cache.get_text("m", "steps", "k").unwrap(), None);
+            cache.put_text("m", "steps", "k", "1. Read.").unwrap();
+            cache.put_text("m", "steps", "k", "1. Read it.").unwrap();
+        }
+        let cache = ResultCache::open(&path).unwrap();
+        assert_eq!(
+            cache.get_text("m", "steps", "k").unwrap().as_deref(),
+            Some("1. Read it.")
+        );
+        assert_eq!(cache.get_text("other", "steps", "k").unwrap(), None);
+        assert_eq!(cache.get_text("m", "gptscore", "k").unwrap(), None);
+        assert_eq!(cache.get_text("m", "steps", "k2").unwrap(), None);
+        assert!(
+            cache.is_empty().unwrap(),
+            "text entries are not label results"
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! relevant, natural, "good a continuation" (their wording for Topical-Chat continuity,
 //! kept as is), engaging, "grammatically correct". For WebNLG semantics, which the papers
 //! do not spell out, we ask for "semantically accurate" (the WebNLG 2017 annotators
-//! judged whether the text correctly conveys the triples).
+//! judged whether the text correctly conveys the triples). Topical-Chat's groundedness
+//! and understandability (USR) are asked for as "grounded in the fact" and
+//! "understandable".
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -50,7 +52,7 @@ pub struct Attribute {
 }
 
 /// `(canonical name, adjective)` of every known attribute.
-pub const ATTRIBUTES: [(&str, &str); 9] = [
+pub const ATTRIBUTES: [(&str, &str); 11] = [
     ("coherence", "coherent"),
     ("consistency", "consistent"),
     ("fluency", "fluent"),
@@ -60,6 +62,8 @@ pub const ATTRIBUTES: [(&str, &str); 9] = [
     ("engagingness", "engaging"),
     ("grammaticality", "grammatically correct"),
     ("semantics", "semantically accurate"),
+    ("groundedness", "grounded in the fact"),
+    ("understandability", "understandable"),
 ];
 
 /// Other spellings: `(alias, canonical name)`. `grammar` is WebNLG's score column.

@@ -1,0 +1,219 @@
+//! `nlg-judge score`: absolute scoring of every candidate on its own (prompt scoring,
+//! G-Eval, GPTScore), cached and resumable like `compare`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::compare::write_file;
+use super::model_args::ModelArgs;
+use crate::data::read_single_contexts;
+use crate::engine::ResultCache;
+use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
+use crate::judge::geval::{Criteria, StepsOrigin, StepsSource};
+use crate::judge::scoring::show_first_prompt;
+use crate::judge::{
+    resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions, ScoreRun,
+    ScoreScale, Task,
+};
+
+/// Arguments of `nlg-judge score`.
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Scoring method: prompt (ask for a 1-10 score, expectation over the score tokens),
+    /// geval (G-Eval: criteria, evaluation steps, form filling) or gptscore (mean
+    /// log-likelihood of the candidate).
+    #[arg(long, value_enum, default_value_t = ScoreMethod::Geval)]
+    pub method: ScoreMethod,
+
+    /// Candidates in the generic JSONL format (one candidate per line, see `convert`).
+    #[arg(long)]
+    pub input: PathBuf,
+
+    /// Attribute to judge. G-Eval's built-in criteria: coherence, consistency, fluency,
+    /// relevance (summary); naturalness, coherence (continuity), engagingness,
+    /// groundedness, understandability (dialogue).
+    #[arg(long)]
+    pub attribute: String,
+
+    /// Kind of task; sets the prompt nouns and G-Eval's built-in criteria.
+    #[arg(long, value_enum, default_value_t = Task::Summary)]
+    pub task: Task,
+
+    /// G-Eval criteria file (TOML: name, scale, introduction, criterion; see
+    /// criteria/README.md) instead of the built-in criteria for the attribute.
+    #[arg(long, value_name = "FILE")]
+    pub criteria: Option<PathBuf>,
+
+    /// G-Eval evaluation steps from this file instead of steps the model writes.
+    #[arg(long, value_name = "FILE")]
+    pub steps: Option<PathBuf>,
+
+    /// Most tokens the model may write for G-Eval's evaluation steps.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    pub max_step_tokens: usize,
+
+    /// Score scale as LOW-HIGH (prompt scoring: default 1-10; G-Eval: replaces the
+    /// criteria's scale).
+    #[arg(long, value_parser = parse_scale)]
+    pub scale: Option<ScoreScale>,
+
+    /// G-Eval: show each candidate's `reference` as the expected output
+    /// (reference-based rating).
+    #[arg(long)]
+    pub reference: bool,
+
+    /// Write one line per candidate (context_id, candidate_id, system_id, score, the
+    /// probabilities, the human scores) here; default: standard output.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+
+    /// Also write the G-Eval evaluation steps in use to this file.
+    #[arg(long, value_name = "FILE")]
+    pub steps_out: Option<PathBuf>,
+
+    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
+    /// cache directory's nlg-judge/results.sqlite.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Do not read or write the result cache (G-Eval steps are then generated anew).
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+
+    /// Print the first candidate's prompt as the model reads it, then continue.
+    #[arg(long)]
+    pub show_prompt: bool,
+}
+
+fn parse_scale(text: &str) -> Result<ScoreScale, String> {
+    ScoreScale::parse(text).map_err(|e| format!("{e:#}"))
+}
+
+/// The options of a run from the arguments (files read, method-specific flags checked).
+fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
+    let geval_only = [
+        ("--criteria", args.criteria.is_some()),
+        ("--steps", args.steps.is_some()),
+        ("--reference", args.reference),
+        ("--steps-out", args.steps_out.is_some()),
+    ];
+    if args.method != ScoreMethod::Geval {
+        if let Some((flag, _)) = geval_only.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{flag} applies to --method geval only");
+        }
+        if args.method == ScoreMethod::Gptscore && args.scale.is_some() {
+            anyhow::bail!("--scale does not apply to --method gptscore");
+        }
+    }
+    let mut options = ScoreOptions::new(args.method, args.task, &args.attribute);
+    options.scale = args.scale;
+    options.reference = args.reference;
+    options.progress = true;
+    if let Some(path) = &args.criteria {
+        options.criteria = Some(Criteria::from_file(path)?);
+    }
+    options.steps = match &args.steps {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read steps file {}", path.display()))?;
+            if text.trim().is_empty() {
+                anyhow::bail!("steps file {} is empty", path.display());
+            }
+            StepsSource::Given(text)
+        }
+        None => StepsSource::Generate {
+            max_tokens: args.max_step_tokens,
+        },
+    };
+    Ok(options)
+}
+
+/// A summary of the run for people.
+fn summary(run: &ScoreRun) -> String {
+    let n = run.candidates.len().max(1) as f64;
+    let mean = run.candidates.iter().map(|c| c.score).sum::<f64>() / n;
+    let mut text = format!(
+        "{} candidates scored by {} ({} computed, {} from the cache); mean score {mean:.4}",
+        run.candidates.len(),
+        run.method.method().name(),
+        run.computed,
+        run.cached
+    );
+    let masses: Vec<f64> = run
+        .candidates
+        .iter()
+        .filter_map(|c| c.distribution.as_ref().map(|d| d.mass))
+        .collect();
+    if !masses.is_empty() {
+        let mean_mass = masses.iter().sum::<f64>() / masses.len() as f64;
+        text.push_str(&format!("; mean probability on the scale {mean_mass:.4}"));
+    }
+    text.push('\n');
+    text
+}
+
+pub fn run(args: ScoreArgs) -> Result<()> {
+    let options = options(&args)?;
+    let contexts = read_single_contexts(&args.input)?;
+    let cache = if args.no_cache {
+        None
+    } else {
+        let path = match &args.cache {
+            Some(path) => path.clone(),
+            None => ResultCache::default_path()?,
+        };
+        Some(ResultCache::open(&path)?)
+    };
+    let mut scorer = args.model.load()?;
+    let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;
+    if let ResolvedMethod::Geval {
+        criteria, steps, ..
+    } = &method
+    {
+        let origin = match steps.origin {
+            StepsOrigin::Given => "given",
+            StepsOrigin::Cached => "from the cache",
+            StepsOrigin::Generated => "written by the model",
+        };
+        eprintln!(
+            "G-Eval {} ({}), evaluation steps {origin}:\n{}\n",
+            criteria.name, criteria.scale, steps.text
+        );
+        if let Some(path) = &args.steps_out {
+            write_file(path, |out| Ok(writeln!(out, "{}", steps.text)?))?;
+        }
+    }
+    if args.show_prompt {
+        eprint!(
+            "{}",
+            show_first_prompt(scorer.as_ref(), &contexts, &method)?
+        );
+    }
+    let run = run_scoring(
+        scorer.as_mut(),
+        &contexts,
+        &method,
+        options.progress,
+        cache.as_ref(),
+    )?;
+    match &args.output {
+        Some(path) => {
+            write_file(path, |out| write_scored(&run.candidates, out))?;
+            print!("{}", summary(&run));
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            write_scored(&run.candidates, &mut out)?;
+            out.flush()?;
+            eprint!("{}", summary(&run));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `nlg-judge serve`: the metrics service (see [`crate::server`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use crate::engine::ResultCache;
+use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
+use crate::server::{
+    serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES,
+};
+
+/// Arguments of `nlg-judge serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: String,
+
+    /// File holding the bearer token every /v1 request must present
+    /// (`Authorization: Bearer <token>`); without it the service is open.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// Largest request body in bytes (larger: 413).
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+
+    /// Most candidates in one /v1/compare request (more: 422).
+    #[arg(long, default_value_t = DEFAULT_MAX_CANDIDATES)]
+    pub max_candidates: usize,
+
+    /// Most tokens the model may write for G-Eval's evaluation steps.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    pub max_step_tokens: usize,
+
+    /// Most queued requests the model worker serves together in one round.
+    #[arg(long, default_value_t = WorkerConfig::default().max_round)]
+    pub max_round: usize,
+
+    /// Result cache (SQLite) shared with the CLI. Default: $NLG_JUDGE_CACHE/results.sqlite,
+    /// else the user cache directory's nlg-judge/results.sqlite.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Keep results and G-Eval steps in memory only.
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let token = args
+        .token_file
+        .as_deref()
+        .map(BearerToken::from_file)
+        .transpose()?;
+    let cache = if args.no_cache {
+        ResultCache::in_memory()?
+    } else {
+        let path = match &args.cache {
+            Some(path) => path.clone(),
+            None => ResultCache::default_path()?,
+        };
+        ResultCache::open(&path)?
+    };
+    let scorer = args.model.load()?;
+    let config = ServerConfig {
+        token,
+        limits: Limits {
+            max_body_bytes: args.max_body_bytes,
+            max_candidates: args.max_candidates,
+        },
+        worker: WorkerConfig {
+            steps_max_tokens: args.max_step_tokens,
+            max_round: args.max_round,
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&args.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.addr))?;
+        let address = listener.local_addr()?;
+        eprintln!(
+            "serving {} on http://{address} ({}); Ctrl-C stops",
+            scorer.info().name,
+            if config.token.is_some() {
+                "bearer token required"
+            } else {
+                "no token"
+            }
+        );
+        serve(
+            listener,
+            scorer,
+            cache,
+            config,
+            Arc::new(WorkerStats::default()),
+            shutdown_signal(),
+        )
+        .await
+    })?;
+    eprintln!("stopped");
+    Ok(())
+}

@@ -1,0 +1,348 @@
+//! The model worker: the one thread that owns the [`Scorer`] (which is `Send` but not
+//! `Sync`). HTTP handlers send it jobs through a channel and wait for the reply.
+//!
+//! Each round the worker takes every job already queued (up to a bound) and serves them
+//! together: G-Eval steps are resolved once per criterion (given, stored, or generated
+//! and stored), all label jobs (G-Eval and prompt scoring) of the round go to the scorer
+//! in one `label_logprobs_each` call, so the engine batches them and shares their common
+//! prefixes, and compare jobs run the pairwise runner on their one context. Results go
+//! through the result cache like the CLI's (same keys), so the service and the CLI reuse
+//! each other's work. If the joint call fails, the round's label jobs are retried one by
+//! one so that one bad request does not fail the others.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use tokio::sync::oneshot;
+
+use crate::data::Context;
+use crate::engine::{CacheKey, LabelRequest, LabelResult, Prompt, ResultCache, Scorer};
+use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
+use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
+use crate::judge::scoring::fill_label_results;
+use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
+
+/// A label job: one output rated on a scale.
+#[derive(Debug, Clone)]
+pub enum LabelTask {
+    Geval {
+        criteria: Criteria,
+        /// Given steps; `None`: the model's own (generated once per criterion).
+        steps: Option<String>,
+        source: Option<String>,
+        reference: Option<String>,
+        output: String,
+    },
+    Score {
+        task: Task,
+        attribute: Attribute,
+        scale: ScoreScale,
+        context: String,
+        output: String,
+    },
+}
+
+/// The answer to a label job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelAnswer {
+    pub distribution: ScoreDistribution,
+    /// G-Eval: the steps used.
+    pub steps: Option<String>,
+}
+
+/// Replies carry the error chain as text.
+pub type Reply<T> = oneshot::Sender<std::result::Result<T, String>>;
+
+/// Work for the model thread.
+pub enum Job {
+    Label {
+        task: LabelTask,
+        reply: Reply<LabelAnswer>,
+    },
+    Compare {
+        context: Context,
+        options: CompareOptions,
+        reply: Reply<CompareResult>,
+    },
+}
+
+/// Counters shared with the HTTP side.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Jobs sent and not yet taken by the worker.
+    pub queued: AtomicUsize,
+    /// Jobs taken.
+    pub jobs: AtomicUsize,
+    /// Rounds served.
+    pub rounds: AtomicUsize,
+    /// `label_logprobs_each` calls made.
+    pub label_calls: AtomicUsize,
+}
+
+impl WorkerStats {
+    pub fn get(counter: &AtomicUsize) -> usize {
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+/// Settings of the worker.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Bound on generated G-Eval step tokens.
+    pub steps_max_tokens: usize,
+    /// Most jobs served in one round.
+    pub max_round: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            steps_max_tokens: geval::steps::DEFAULT_MAX_TOKENS,
+            max_round: 64,
+        }
+    }
+}
+
+/// Start the worker thread; it ends when every sender is dropped.
+pub fn spawn(
+    scorer: Box<dyn Scorer>,
+    cache: ResultCache,
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+) -> Result<(mpsc::Sender<Job>, std::thread::JoinHandle<()>)> {
+    let (sender, receiver) = mpsc::channel::<Job>();
+    let handle = std::thread::Builder::new()
+        .name("nlg-judge-model".to_string())
+        .spawn(move || {
+            let mut worker = Worker {
+                scorer,
+                cache,
+                config,
+                stats,
+            };
+            worker.run(receiver);
+        })
+        .context("cannot start the model worker thread")?;
+    Ok((sender, handle))
+}
+
+struct Worker {
+    scorer: Box<dyn Scorer>,
+    cache: ResultCache,
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+}
+
+/// A label job ready for the scorer.
+struct Planned {
+    request: LabelRequest,
+    key: CacheKey,
+    scale: ScoreScale,
+    steps: Option<String>,
+    reply: Reply<LabelAnswer>,
+}
+
+fn chain(error: &anyhow::Error) -> String {
+    format!("{error:#}")
+}
+
+impl Worker {
+    fn run(&mut self, receiver: mpsc::Receiver<Job>) {
+        while let Ok(first) = receiver.recv() {
+            let mut round = vec![first];
+            while round.len() < self.config.max_round.max(1) {
+                match receiver.try_recv() {
+                    Ok(job) => round.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.stats.queued.fetch_sub(round.len(), Ordering::SeqCst);
+            self.stats.jobs.fetch_add(round.len(), Ordering::SeqCst);
+            self.stats.rounds.fetch_add(1, Ordering::SeqCst);
+            let started = std::time::Instant::now();
+            let jobs = round.len();
+            self.serve_round(round);
+            tracing::info!(
+                jobs,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "served a round"
+            );
+        }
+    }
+
+    fn serve_round(&mut self, round: Vec<Job>) {
+        let mut planned = Vec::new();
+        for job in round {
+            match job {
+                Job::Label { task, reply } => {
+                    if reply.is_closed() {
+                        continue; // the client went away
+                    }
+                    match self.plan(&task) {
+                        Ok((request, key, scale, steps)) => planned.push(Planned {
+                            request,
+                            key,
+                            scale,
+                            steps,
+                            reply,
+                        }),
+                        Err(error) => {
+                            let _ = reply.send(Err(chain(&error)));
+                        }
+                    }
+                }
+                Job::Compare {
+                    context,
+                    options,
+                    reply,
+                } => {
+                    if reply.is_closed() {
+                        continue;
+                    }
+                    let result = run_compare(
+                        self.scorer.as_mut(),
+                        std::slice::from_ref(&context),
+                        &options,
+                        Some(&self.cache),
+                    );
+                    let _ = reply.send(result.map_err(|e| chain(&e)));
+                }
+            }
+        }
+        if !planned.is_empty() {
+            self.score_planned(planned);
+        }
+    }
+
+    /// The request, cache key, scale and steps of a label job.
+    fn plan(
+        &mut self,
+        task: &LabelTask,
+    ) -> Result<(LabelRequest, CacheKey, ScoreScale, Option<String>)> {
+        let (mut request, template, scale, steps) = match task {
+            LabelTask::Geval {
+                criteria,
+                steps,
+                source,
+                reference,
+                output,
+            } => {
+                let source_of_steps = match steps {
+                    Some(text) => StepsSource::Given(text.clone()),
+                    None => StepsSource::Generate {
+                        max_tokens: self.config.steps_max_tokens,
+                    },
+                };
+                let steps = geval::resolve_steps(
+                    self.scorer.as_mut(),
+                    criteria,
+                    &source_of_steps,
+                    Some(&self.cache),
+                )?;
+                let input = GevalInput {
+                    source: source.as_deref(),
+                    reference: reference.as_deref(),
+                    output,
+                };
+                let request = geval::request(self.scorer.as_ref(), criteria, &steps.text, &input)?;
+                (
+                    request,
+                    geval::template_id(criteria, &steps.text),
+                    criteria.scale,
+                    Some(steps.text),
+                )
+            }
+            LabelTask::Score {
+                task,
+                attribute,
+                scale,
+                context,
+                output,
+            } => (
+                absolute::request(
+                    self.scorer.as_ref(),
+                    *task,
+                    &attribute.name,
+                    context,
+                    output,
+                    *scale,
+                )?,
+                absolute::TEMPLATE_ID.to_string(),
+                *scale,
+                None,
+            ),
+        };
+        let tokens = self.scorer.encode_prompt(&request.prompt)?;
+        let labels = request
+            .labels
+            .iter()
+            .map(|label| self.scorer.encode_label(label))
+            .collect::<Result<Vec<_>>>()?;
+        let key = CacheKey::new(&self.scorer.info().fingerprint, &template, &tokens, labels);
+        // Tokenised once: the scorer reads the ids.
+        request.prompt = Prompt::Tokens(tokens);
+        Ok((request, key, scale, steps))
+    }
+
+    /// Score planned jobs together (cache first), falling back to one at a time when the
+    /// joint call fails.
+    fn score_planned(&mut self, planned: Vec<Planned>) {
+        let requests: Vec<LabelRequest> = planned.iter().map(|p| p.request.clone()).collect();
+        let keys: Vec<CacheKey> = planned.iter().map(|p| p.key.clone()).collect();
+        let mut results: Vec<Option<LabelResult>> = Vec::with_capacity(keys.len());
+        for key in &keys {
+            results.push(self.cache.get(key).unwrap_or_else(|error| {
+                tracing::warn!(error = %chain(&error), "result cache read failed");
+                None
+            }));
+        }
+        let joint = self.fill(&requests, &keys, &mut results);
+        if let Err(error) = joint {
+            if planned.len() > 1 {
+                tracing::debug!(error = %chain(&error), "joint scoring failed; scoring one by one");
+                for job in planned {
+                    self.score_planned(vec![job]);
+                }
+                return;
+            }
+            for job in planned {
+                let _ = job.reply.send(Err(chain(&error)));
+            }
+            return;
+        }
+        for (job, result) in planned.into_iter().zip(results) {
+            let answer = result
+                .context("the scorer returned no result")
+                .and_then(|result| ScoreDistribution::from_result(job.scale, &result))
+                .map(|distribution| LabelAnswer {
+                    distribution,
+                    steps: job.steps,
+                })
+                .map_err(|e| chain(&e));
+            let _ = job.reply.send(answer);
+        }
+    }
+
+    fn fill(
+        &mut self,
+        requests: &[LabelRequest],
+        keys: &[CacheKey],
+        results: &mut [Option<LabelResult>],
+    ) -> Result<()> {
+        if results.iter().all(Option::is_some) {
+            return Ok(());
+        }
+        self.stats.label_calls.fetch_add(1, Ordering::SeqCst);
+        fill_label_results(
+            self.scorer.as_mut(),
+            requests,
+            keys,
+            results,
+            Some(&self.cache),
+            &mut |_| {},
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! `nlg-judge score` through the binary with the tiny T5 fixture (random weights, the real
+//! T5 tokenizer): G-Eval, prompt scoring and GPTScore on an encoder-decoder model, the
+//! resumable cache, output that `correlate` reads as it is, and argument errors.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn nlg_judge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const INPUT: &str = r#"{"context_id": "d1", "context": "The council approved the new park on Monday.", "candidate_id": "a", "candidate": "The council approved a park.", "reference": "A park was approved.", "scores": {"coherence": 4.0}, "system_id": "S1"}
+{"context_id": "d1", "context": "The council approved the new park on Monday.", "candidate_id": "b", "candidate": "Monday park the.", "reference": "A park was approved.", "scores": {"coherence": 1.5}, "system_id": "S2"}
+{"context_id": "d1", "context": "The council approved the new park on Monday.", "candidate_id": "c", "candidate": "A new park was approved by the council.", "reference": "A park was approved.", "scores": {"coherence": 3.0}, "system_id": "S3"}
+{"context_id": "d2", "context": "Rain is expected all week.", "candidate_id": "a", "candidate": "It will rain.", "scores": {"coherence": 3.5}, "system_id": "S1"}
+"#;
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn check_distribution(line: &Value, low: i64, high: i64) {
+    let score = line["score"].as_f64().unwrap();
+    assert!(score >= low as f64 && score <= high as f64, "{line}");
+    let probabilities = line["probabilities"].as_object().unwrap();
+    let mut keys: Vec<i64> = probabilities.keys().map(|k| k.parse().unwrap()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, (low..=high).collect::<Vec<_>>());
+    let total: f64 = probabilities.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    let raw: f64 = line["raw_probabilities"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((raw - line["label_mass"].as_f64().unwrap()).abs() < 1e-12);
+}
+
+#[test]
+fn geval_on_t5_is_cached_resumable_and_correlatable() {
+    let model = common::t5::fixture_model_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let cache = dir.path().join("cache.sqlite");
+    let steps = dir.path().join("steps.txt");
+    let args = [
+        "score",
+        "--model",
+        model.path().to_str().unwrap(),
+        "--method",
+        "geval",
+        "--attribute",
+        "coherence",
+        "--reference",
+        "--max-step-tokens",
+        "12",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--steps-out",
+        steps.to_str().unwrap(),
+    ];
+    // d2's candidate has no reference: the run stops after the model wrote the steps.
+    let run = nlg_judge(&args);
+    assert!(!run.status.success());
+    let error = text(&run.stderr);
+    assert!(error.contains("written by the model"), "{error}");
+    assert!(
+        error.contains("`a`") && error.contains("reference"),
+        "{error}"
+    );
+
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| *a != "--reference")
+        .collect();
+    let run = nlg_judge(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(text(&run.stderr).contains("evaluation steps from the cache"));
+    assert!(
+        text(&run.stdout).contains("4 computed, 0 from the cache"),
+        "{}",
+        text(&run.stdout)
+    );
+    let first = std::fs::read(&output).unwrap();
+    let scored = lines(&output);
+    assert_eq!(scored.len(), 4);
+    for line in &scored {
+        check_distribution(line, 1, 5);
+    }
+    assert_eq!(scored[1]["candidate_id"], "b");
+    assert_eq!(scored[1]["system_id"], "S2");
+    assert_eq!(scored[1]["scores"]["coherence"], 1.5);
+    assert!(std::fs::read_to_string(&steps).unwrap().starts_with("1."));
+
+    let rerun = nlg_judge(&args);
+    assert!(rerun.status.success(), "{}", text(&rerun.stderr));
+    assert!(text(&rerun.stderr).contains("evaluation steps from the cache"));
+    assert!(text(&rerun.stdout).contains("0 computed, 4 from the cache"));
+    assert_eq!(std::fs::read(&output).unwrap(), first);
+
+    let correlate = nlg_judge(&[
+        "correlate",
+        "--input",
+        output.to_str().unwrap(),
+        "--pred",
+        "score",
+        "--human",
+        "scores.coherence",
+        "--level",
+        "pooled",
+        "--json",
+    ]);
+    assert!(correlate.status.success(), "{}", text(&correlate.stderr));
+    assert!(
+        text(&correlate.stdout).contains("spearman"),
+        "{}",
+        text(&correlate.stdout)
+    );
+}
+
+#[test]
+fn prompt_scoring_and_gptscore_on_t5() {
+    let model = common::t5::fixture_model_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let output = dir.path().join("out.jsonl");
+    for method in ["prompt", "gptscore"] {
+        let run = nlg_judge(&[
+            "score",
+            "--model",
+            model.path().to_str().unwrap(),
+            "--method",
+            method,
+            "--attribute",
+            "fluency",
+            "--no-cache",
+            "--show-prompt",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+        ]);
+        assert!(run.status.success(), "{method}: {}", text(&run.stderr));
+        assert!(
+            text(&run.stderr).contains("measures the summary's fluency") || method == "gptscore"
+        );
+        let scored = lines(&output);
+        assert_eq!(scored.len(), 4);
+        for line in &scored {
+            if method == "prompt" {
+                check_distribution(line, 1, 10);
+            } else {
+                assert!(line["score"].as_f64().unwrap() < 0.0, "{line}");
+                assert!(line.get("probabilities").is_none());
+            }
+        }
+    }
+}
+
+#[test]
+fn argument_errors_are_reported_before_loading_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let base = [
+        "score",
+        "--model",
+        "no-such-model",
+        "--no-cache",
+        "--attribute",
+        "coherence",
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    let error = |extra: &[&str]| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        let run = nlg_judge(&args);
+        assert!(!run.status.success());
+        text(&run.stderr)
+    };
+    assert!(error(&["--method", "prompt", "--steps", "s.txt"])
+        .contains("--steps applies to --method geval"));
+    assert!(error(&["--scale", "5-1"]).contains("low < high"));
+    let missing = error(&["--criteria", "/nonexistent/crit.toml"]);
+    assert!(missing.contains("/nonexistent/crit.toml"), "{missing}");
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "\n").unwrap();
+    assert!(error(&["--steps", empty.to_str().unwrap()]).contains("is empty"));
+}
