@@ -188,15 +188,21 @@ impl DecoderScorer {
     }
 
     /// Evaluate tokenised requests, reporting each finished request's per-label
-    /// log-probabilities.
+    /// log-probabilities; requests marked `done` are not reported, and are computed only
+    /// where the evaluation plan of all requests needs them (see
+    /// [`TreeEvaluator::evaluate`]).
     fn evaluate(
         &mut self,
         requests: &[(Vec<u32>, Vec<Vec<u32>>)],
+        done: &[bool],
         on_done: &mut dyn FnMut(usize, Vec<Vec<f64>>) -> Result<()>,
     ) -> Result<()> {
         let groups: Vec<Vec<usize>> = match self.settings.strategy {
             Strategy::Tree => vec![(0..requests.len()).collect()],
-            Strategy::Naive => (0..requests.len()).map(|i| vec![i]).collect(),
+            Strategy::Naive => (0..requests.len())
+                .filter(|&i| !done[i])
+                .map(|i| vec![i])
+                .collect(),
         };
         let evaluator = TreeEvaluator::new(&self.model, self.settings.budget)?;
         for group in groups {
@@ -215,16 +221,25 @@ impl DecoderScorer {
                 .iter()
                 .map(|labels| labels.iter().map(Vec::len).sum())
                 .collect();
-            // Queries of one label arrive in position order (depth-first walk).
-            let stats = evaluator.evaluate(&trie, &targets, &mut |query, logprob| {
-                let (request, label, _) = expanded.queries[query];
-                token_logprobs[request][label].push(logprob);
-                remaining[request] -= 1;
-                if remaining[request] == 0 {
-                    on_done(group[request], std::mem::take(&mut token_logprobs[request]))?;
-                }
-                Ok(())
-            })?;
+            let pending: Vec<bool> = expanded
+                .queries
+                .iter()
+                .map(|&(request, _, _)| !done[group[request]])
+                .collect();
+            // Queries of one label arrive in position order (parents before children).
+            let stats =
+                evaluator.evaluate(&trie, &targets, Some(&pending), &mut |query, logprob| {
+                    let (request, label, _) = expanded.queries[query];
+                    if !pending[query] {
+                        return Ok(());
+                    }
+                    token_logprobs[request][label].push(logprob);
+                    remaining[request] -= 1;
+                    if remaining[request] == 0 {
+                        on_done(group[request], std::mem::take(&mut token_logprobs[request]))?;
+                    }
+                    Ok(())
+                })?;
             tracing::debug!(
                 requests = group.len(),
                 trie_tokens = trie.total_tokens(),
@@ -316,6 +331,18 @@ impl Scorer for DecoderScorer {
         requests: &[LabelRequest],
         on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
     ) -> Result<()> {
+        self.label_logprobs_resume(requests, &vec![false; requests.len()], on_result)
+    }
+
+    fn label_logprobs_resume(
+        &mut self,
+        requests: &[LabelRequest],
+        done: &[bool],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        if done.len() != requests.len() {
+            bail!("{} done flags for {} requests", done.len(), requests.len());
+        }
         let tokenised = requests
             .iter()
             .enumerate()
@@ -336,7 +363,7 @@ impl Scorer for DecoderScorer {
             })
             .collect::<Result<Vec<_>>>()?;
         let shapes = tokenised.clone();
-        self.evaluate(&tokenised, &mut |index, per_label| {
+        self.evaluate(&tokenised, done, &mut |index, per_label| {
             let (prompt, labels) = &shapes[index];
             let result = LabelResult {
                 labels: labels
@@ -372,13 +399,17 @@ impl Scorer for DecoderScorer {
             })
             .collect::<Result<Vec<_>>>()?;
         let mut results: Vec<Option<ContinuationResult>> = vec![None; requests.len()];
-        self.evaluate(&tokenised, &mut |index, mut per_label| {
-            results[index] = Some(ContinuationResult {
-                tokens: tokenised[index].1[0].clone(),
-                token_logprobs: per_label.remove(0),
-            });
-            Ok(())
-        })?;
+        self.evaluate(
+            &tokenised,
+            &vec![false; requests.len()],
+            &mut |index, mut per_label| {
+                results[index] = Some(ContinuationResult {
+                    tokens: tokenised[index].1[0].clone(),
+                    token_logprobs: per_label.remove(0),
+                });
+                Ok(())
+            },
+        )?;
         results
             .into_iter()
             .enumerate()

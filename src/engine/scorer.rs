@@ -107,6 +107,25 @@ pub trait Scorer: Send {
         on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
     ) -> Result<()>;
 
+    /// Score the requests not marked `done` (results handed to `on_result` with their
+    /// index into `requests`), computing them exactly as a call with all `requests`
+    /// would, so that a run resumed after an interruption gives bitwise the results of an
+    /// uninterrupted one. The default scores the pending requests on their own, which is
+    /// exact for scorers whose results do not depend on what else is in the call.
+    fn label_logprobs_resume(
+        &mut self,
+        requests: &[LabelRequest],
+        done: &[bool],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        if done.len() != requests.len() {
+            anyhow::bail!("{} done flags for {} requests", done.len(), requests.len());
+        }
+        let pending: Vec<usize> = (0..requests.len()).filter(|&i| !done[i]).collect();
+        let subset: Vec<LabelRequest> = pending.iter().map(|&i| requests[i].clone()).collect();
+        self.label_logprobs_each(&subset, &mut |k, result| on_result(pending[k], result))
+    }
+
     /// Score every request; results in request order.
     fn label_logprobs(&mut self, requests: &[LabelRequest]) -> Result<Vec<LabelResult>> {
         let mut slots: Vec<Option<LabelResult>> = vec![None; requests.len()];

@@ -9,7 +9,7 @@
 //! it still waits. Only the queried positions go through the output head, and only for
 //! the queried token ids plus one full-vocabulary log-sum-exp per position.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
@@ -62,7 +62,6 @@ impl EvalStats {
 struct PathNode {
     own: Vec<KvCache>,
     parent: Option<Rc<PathNode>>,
-    bytes: usize,
 }
 
 impl PathNode {
@@ -82,10 +81,12 @@ impl PathNode {
     }
 }
 
-/// A node whose parent is done: it can run on `path` (its parent's path).
-struct Ready {
-    node: usize,
-    path: Option<Rc<PathNode>>,
+/// One forward pass of the plan: trie nodes, siblings next to each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedBatch {
+    pub nodes: Vec<usize>,
+    /// A single node longer than the token budget, computed in pieces.
+    pub long: bool,
 }
 
 /// Evaluates tries with one model.
@@ -100,7 +101,8 @@ struct Walk<'a> {
     targets: &'a [u32],
     on_logprob: &'a mut dyn FnMut(usize, f64) -> Result<()>,
     stats: EvalStats,
-    live_cache_bytes: usize,
+    /// The path of every computed node that needed children still wait on.
+    paths: HashMap<usize, (Rc<PathNode>, usize)>,
 }
 
 impl<'m> TreeEvaluator<'m> {
@@ -111,81 +113,167 @@ impl<'m> TreeEvaluator<'m> {
         Ok(Self { model, budget })
     }
 
-    /// Evaluate every query of `trie`: query `q` asks for `log P(targets[q] | path)` and
-    /// its answer goes to `on_logprob(q, logprob)` as soon as it is known.
+    /// The forward passes that evaluate the whole trie, in order: nodes are taken
+    /// depth-first from a stack of ready nodes (whose parents come in earlier batches),
+    /// as many as the budget allows. The plan depends only on the trie and the budget.
+    pub fn plan(&self, trie: &TokenTrie) -> Vec<PlannedBatch> {
+        let mut stack: Vec<usize> = trie
+            .node(trie.root())
+            .children
+            .iter()
+            .rev()
+            .copied()
+            .collect();
+        let mut batches = Vec::new();
+        while let Some(&top) = stack.last() {
+            let long = trie.node(top).tokens.len() > self.budget.max_batch_tokens;
+            let mut nodes = Vec::new();
+            if long {
+                nodes.extend(stack.pop());
+            } else {
+                let mut tokens = 0;
+                while let Some(&next) = stack.last() {
+                    let len = trie.node(next).tokens.len();
+                    if !nodes.is_empty()
+                        && (tokens + len > self.budget.max_batch_tokens
+                            || len > self.budget.max_batch_tokens
+                            || nodes.len() == self.budget.max_batch_rows)
+                    {
+                        break;
+                    }
+                    tokens += len;
+                    nodes.extend(stack.pop());
+                }
+            }
+            // Children go on the stack so that the first child of the first node is on top.
+            for &node in nodes.iter().rev() {
+                stack.extend(trie.node(node).children.iter().rev());
+            }
+            batches.push(PlannedBatch { nodes, long });
+        }
+        batches
+    }
+
+    /// Evaluate the queries of `trie`: query `q` asks for `log P(targets[q] | path)` and
+    /// its answer goes to `on_logprob(q, logprob)` as soon as it is known. With
+    /// `pending`, only the batches of the plan that lead to a pending query run (and
+    /// queries of other nodes in those batches are answered too); every batch that runs
+    /// is the same as in a full evaluation, so answers are bitwise the same whichever
+    /// queries were pending.
     pub fn evaluate(
         &self,
         trie: &TokenTrie,
         targets: &[u32],
+        pending: Option<&[bool]>,
         on_logprob: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<EvalStats> {
+        let plan = self.plan(trie);
+        let parents = parents(trie);
+        let mut batch_of = vec![usize::MAX; trie.len()];
+        for (index, batch) in plan.iter().enumerate() {
+            for &node in &batch.nodes {
+                batch_of[node] = index;
+            }
+        }
+        // A batch runs if one of its nodes has a pending query, or if a running batch
+        // holds one of its nodes' children. Parents come in earlier batches, so one
+        // backward pass settles it.
+        let mut runs = vec![false; plan.len()];
+        for (index, batch) in plan.iter().enumerate() {
+            runs[index] = batch.nodes.iter().any(|&node| {
+                trie.node(node)
+                    .queries
+                    .iter()
+                    .any(|&(_, q)| pending.is_none_or(|p| p[q]))
+            });
+        }
+        for index in (0..plan.len()).rev() {
+            if runs[index] {
+                for &node in &plan[index].nodes {
+                    if let Some(parent) = parents[node] {
+                        runs[batch_of[parent]] = true;
+                    }
+                }
+            }
+        }
         let mut walk = Walk {
             trie,
             targets,
             on_logprob,
             stats: EvalStats::default(),
-            live_cache_bytes: 0,
+            paths: HashMap::new(),
         };
-        let mut stack: Vec<Ready> = trie
-            .node(trie.root())
-            .children
-            .iter()
-            .rev()
-            .map(|&node| Ready { node, path: None })
-            .collect();
-        while let Some(top) = stack.last() {
-            if trie.node(top.node).tokens.len() > self.budget.max_batch_tokens {
-                let ready = stack.pop().context("stack top")?;
-                self.long_run(&mut walk, ready, &mut stack)?;
-                continue;
+        for (batch, _) in plan.iter().zip(&runs).filter(|(_, &run)| run) {
+            let waiting = |node: usize| {
+                trie.node(node)
+                    .children
+                    .iter()
+                    .filter(|&&child| runs[batch_of[child]])
+                    .count()
+            };
+            if batch.long {
+                self.long_run(&mut walk, batch.nodes[0], parents[batch.nodes[0]], &waiting)?;
+            } else {
+                self.batch(&mut walk, &batch.nodes, &parents, &waiting)?;
             }
-            let batch = self.take_batch(trie, &mut stack);
-            self.batch(&mut walk, batch, &mut stack)?;
+            for &node in &batch.nodes {
+                if let Some(parent) = parents[node] {
+                    release(&mut walk.paths, parent);
+                }
+            }
+            let live: usize = walk
+                .paths
+                .values()
+                .map(|(p, _)| p.own.iter().map(KvCache::memory_bytes).sum::<usize>())
+                .sum();
+            walk.stats.peak_cache_bytes = walk.stats.peak_cache_bytes.max(live);
         }
         Ok(walk.stats)
     }
 
-    /// Pop ready nodes depth-first while they fit the budget (at least one).
-    fn take_batch(&self, trie: &TokenTrie, stack: &mut Vec<Ready>) -> Vec<Ready> {
-        let mut batch = Vec::new();
-        let mut tokens = 0;
-        while let Some(top) = stack.last() {
-            let len = trie.node(top.node).tokens.len();
-            if !batch.is_empty()
-                && (tokens + len > self.budget.max_batch_tokens
-                    || len > self.budget.max_batch_tokens
-                    || batch.len() == self.budget.max_batch_rows)
-            {
-                break;
-            }
-            tokens += len;
-            batch.extend(stack.pop());
+    /// The path a node runs on: its parent's (none for the root's children).
+    fn path_of(walk: &Walk, parent: Option<usize>) -> Result<Option<Rc<PathNode>>> {
+        match parent {
+            None => Ok(None),
+            Some(parent) => Ok(Some(
+                walk.paths
+                    .get(&parent)
+                    .map(|(path, _)| path.clone())
+                    .with_context(|| {
+                        format!("trie node {parent} was not computed before its children")
+                    })?,
+            )),
         }
-        batch
     }
 
-    /// One forward pass over `batch`, grouped by parent path; children of its nodes are
-    /// pushed onto `stack`.
-    fn batch(&self, walk: &mut Walk, batch: Vec<Ready>, stack: &mut Vec<Ready>) -> Result<()> {
+    /// One forward pass over `nodes`, grouped by parent.
+    fn batch(
+        &self,
+        walk: &mut Walk,
+        nodes: &[usize],
+        parents: &[Option<usize>],
+        waiting: &dyn Fn(usize) -> usize,
+    ) -> Result<()> {
         let trie = walk.trie;
-        // Group consecutive nodes that share a parent path (siblings come out together).
-        let mut groups: Vec<(Option<Rc<PathNode>>, Vec<usize>)> = Vec::new();
-        for ready in batch {
+        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        for &node in nodes {
             match groups.last_mut() {
-                Some((path, nodes)) if same_path(path, &ready.path) => nodes.push(ready.node),
-                _ => groups.push((ready.path, vec![ready.node])),
+                Some((parent, members)) if *parent == parents[node] => members.push(node),
+                _ => groups.push((parents[node], vec![node])),
             }
         }
-        let keep_kv = groups
+        let keep_kv = nodes.iter().any(|&n| waiting(n) > 0);
+        let paths = groups
             .iter()
-            .flat_map(|(_, nodes)| nodes)
-            .any(|&n| !trie.node(n).children.is_empty());
+            .map(|(parent, _)| Self::path_of(walk, *parent))
+            .collect::<Result<Vec<_>>>()?;
         let outputs = {
             let row_groups: Vec<RowGroup> = groups
                 .iter()
-                .map(|(path, nodes)| RowGroup {
+                .zip(&paths)
+                .map(|((_, members), path)| RowGroup {
                     prefix: path.as_ref().map(|p| p.segments()).unwrap_or_default(),
-                    rows: nodes
+                    rows: members
                         .iter()
                         .map(|&n| trie.node(n).tokens.as_slice())
                         .collect(),
@@ -195,8 +283,8 @@ impl<'m> TreeEvaluator<'m> {
         };
         walk.stats.forward_calls += 1;
         let mut positions = Vec::new();
-        for ((_, nodes), out) in groups.iter().zip(&outputs) {
-            for (row, &n) in nodes.iter().enumerate() {
+        for ((_, members), out) in groups.iter().zip(&outputs) {
+            for (row, &n) in members.iter().enumerate() {
                 let node = trie.node(n);
                 walk.stats.tokens += node.tokens.len();
                 for &(offset, query) in &node.queries {
@@ -207,50 +295,44 @@ impl<'m> TreeEvaluator<'m> {
         if let Some(first) = outputs.first() {
             self.score(walk, first, &positions)?;
         }
-        // Children go on the stack so that the first child of the first node is on top.
-        let mut pushes = Vec::new();
-        for ((path, nodes), out) in groups.into_iter().zip(outputs) {
-            for (row, n) in nodes.into_iter().enumerate() {
-                let node = trie.node(n);
-                if node.children.is_empty() {
+        for (((_, members), out), path) in groups.iter().zip(&outputs).zip(paths) {
+            for (row, &n) in members.iter().enumerate() {
+                let children = waiting(n);
+                if children == 0 {
                     continue;
                 }
                 let kv = out.kv.as_ref().context("forward pass kept no cache")?;
-                let own = kv.row(row, node.tokens.len())?;
-                let child_path = link(vec![own], path.clone());
-                pushes.push((n, child_path));
-            }
-        }
-        for (n, child_path) in pushes.into_iter().rev() {
-            for &child in trie.node(n).children.iter().rev() {
-                stack.push(Ready {
-                    node: child,
-                    path: Some(child_path.clone()),
+                let own = kv.row(row, trie.node(n).tokens.len())?;
+                let node_path = Rc::new(PathNode {
+                    own: vec![own],
+                    parent: path.clone(),
                 });
+                walk.paths.insert(n, (node_path, children));
             }
         }
-        walk.live_cache_bytes = live_bytes(stack);
-        walk.stats.peak_cache_bytes = walk.stats.peak_cache_bytes.max(walk.live_cache_bytes);
         Ok(())
     }
 
     /// A node longer than the budget, computed alone in consecutive pieces.
-    fn long_run(&self, walk: &mut Walk, ready: Ready, stack: &mut Vec<Ready>) -> Result<()> {
+    fn long_run(
+        &self,
+        walk: &mut Walk,
+        node_id: usize,
+        parent: Option<usize>,
+        waiting: &dyn Fn(usize) -> usize,
+    ) -> Result<()> {
         let trie = walk.trie;
-        let node = trie.node(ready.node);
+        let node = trie.node(node_id);
+        let path = Self::path_of(walk, parent)?;
+        let children = waiting(node_id);
         let piece_len = self.budget.max_batch_tokens;
         let pieces = node.tokens.len().div_ceil(piece_len);
         let mut own: Vec<KvCache> = Vec::with_capacity(pieces);
         for piece in 0..pieces {
             let start = piece * piece_len;
             let end = (start + piece_len).min(node.tokens.len());
-            let last = piece + 1 == pieces;
-            let keep_kv = !last || !node.children.is_empty();
-            let mut prefix: Vec<&KvCache> = ready
-                .path
-                .as_ref()
-                .map(|p| p.segments())
-                .unwrap_or_default();
+            let keep_kv = piece + 1 < pieces || children > 0;
+            let mut prefix: Vec<&KvCache> = path.as_ref().map(|p| p.segments()).unwrap_or_default();
             prefix.extend(own.iter());
             let group = RowGroup {
                 prefix,
@@ -270,14 +352,9 @@ impl<'m> TreeEvaluator<'m> {
                 own.push(kv);
             }
         }
-        if !node.children.is_empty() {
-            let path = link(own, ready.path);
-            for &child in node.children.iter().rev() {
-                stack.push(Ready {
-                    node: child,
-                    path: Some(path.clone()),
-                });
-            }
+        if children > 0 {
+            let node_path = Rc::new(PathNode { own, parent: path });
+            walk.paths.insert(node_id, (node_path, children));
         }
         Ok(())
     }
@@ -320,35 +397,26 @@ impl<'m> TreeEvaluator<'m> {
     }
 }
 
-/// A node's own cache segments hung below its parent's path.
-fn link(own: Vec<KvCache>, parent: Option<Rc<PathNode>>) -> Rc<PathNode> {
-    let bytes = own.iter().map(KvCache::memory_bytes).sum();
-    Rc::new(PathNode { own, parent, bytes })
-}
-
-fn same_path(a: &Option<Rc<PathNode>>, b: &Option<Rc<PathNode>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Rc::ptr_eq(a, b),
-        _ => false,
-    }
-}
-
-/// Bytes of the distinct path segments the waiting nodes still need.
-fn live_bytes(stack: &[Ready]) -> usize {
-    let mut seen: Vec<*const PathNode> = Vec::new();
-    let mut total = 0;
-    for ready in stack {
-        let mut current = ready.path.as_ref();
-        while let Some(node) = current {
-            let pointer = Rc::as_ptr(node);
-            if seen.contains(&pointer) {
-                break;
-            }
-            seen.push(pointer);
-            total += node.bytes;
-            current = node.parent.as_ref();
+/// Each node's parent (`None` for the root's children and the root).
+fn parents(trie: &TokenTrie) -> Vec<Option<usize>> {
+    let mut parents = vec![None; trie.len()];
+    for id in 0..trie.len() {
+        if id == trie.root() {
+            continue;
+        }
+        for &child in &trie.node(id).children {
+            parents[child] = Some(id);
         }
     }
-    total
+    parents
+}
+
+/// One child of `parent` is done: drop the parent's path when none waits any more.
+fn release(paths: &mut HashMap<usize, (Rc<PathNode>, usize)>, parent: usize) {
+    if let Some((_, waiting)) = paths.get_mut(&parent) {
+        *waiting -= 1;
+        if *waiting == 0 {
+            paths.remove(&parent);
+        }
+    }
 }

@@ -193,7 +193,9 @@ fn progress_bar(total: usize, visible: bool) -> ProgressBar {
 }
 
 /// Score the missing comparisons of one context with one scorer call, storing each
-/// result as it arrives. Identical prompts are asked once.
+/// result as it arrives. Identical prompts are asked once. The scorer sees all of the
+/// context's prompts, cached ones marked done, so that it computes the missing ones
+/// exactly as an uninterrupted run would (same batches, bitwise the same results).
 fn score_missing(
     scorer: &mut dyn Scorer,
     plan: &Plan,
@@ -203,20 +205,20 @@ fn score_missing(
 ) -> Result<usize> {
     let mut unique: Vec<usize> = Vec::new();
     let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
-    for (index, result) in results.iter().enumerate() {
-        if result.is_none() {
-            let slots = copies.entry(&plan.keys[index]).or_default();
-            if slots.is_empty() {
-                unique.push(index);
-            }
-            slots.push(index);
+    for index in 0..results.len() {
+        let slots = copies.entry(&plan.keys[index]).or_default();
+        if slots.is_empty() {
+            unique.push(index);
         }
+        slots.push(index);
     }
-    if unique.is_empty() {
+    let done: Vec<bool> = unique.iter().map(|&i| results[i].is_some()).collect();
+    let missing = done.iter().filter(|&&d| !d).count();
+    if missing == 0 {
         return Ok(0);
     }
     let requests: Vec<LabelRequest> = unique.iter().map(|&i| plan.requests[i].clone()).collect();
-    scorer.label_logprobs_each(&requests, &mut |k, result| {
+    scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
         let index = *unique
             .get(k)
             .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
@@ -225,12 +227,14 @@ fn score_missing(
             cache.put(key, &result)?;
         }
         for &slot in &copies[key] {
-            results[slot] = Some(result.clone());
-            bar.inc(1);
+            if results[slot].is_none() {
+                results[slot] = Some(result.clone());
+                bar.inc(1);
+            }
         }
         Ok(())
     })?;
-    Ok(unique.len())
+    Ok(missing)
 }
 
 /// Run pairwise comparative assessment over `contexts`.
