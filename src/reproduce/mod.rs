@@ -35,6 +35,8 @@ pub use rows::{
 pub use subset::{CurvePoint, SubsetOptions};
 
 use crate::engine::{ResultCache, Scorer};
+use crate::judge::pairwise::run::prefetch_comparisons;
+use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
 
 /// The paper's two prompts.
 pub const PROMPTS: [&str; 2] = ["c1", "c2"];
@@ -157,9 +159,46 @@ pub fn reproduce(
     for column in &columns {
         rows::human_scores(contexts, column)?;
     }
+    // All attributes and prompts of a context in one scorer call, so that the prefixes
+    // the attributes share are computed once; the per-attribute runs below then read
+    // the cache. Without a result cache, an in-memory one carries the results over.
+    let memory_cache;
+    let cache = match cache {
+        Some(cache) => cache,
+        None => {
+            memory_cache = ResultCache::in_memory()?;
+            &memory_cache
+        }
+    };
+    let option_sets = columns
+        .iter()
+        .flat_map(|column| {
+            options.prompts.iter().map(move |prompt| {
+                let template = PairwiseTemplate::builtin(prompt, experiment.task())?;
+                Ok(CompareOptions::new(
+                    experiment.task(),
+                    column.attribute.clone(),
+                    template,
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if options.progress {
+        eprintln!(
+            "computing the comparisons of {} attribute(s) x {} prompt(s) over {} contexts",
+            columns.len(),
+            options.prompts.len(),
+            contexts.len()
+        );
+    }
+    let (prefetched, found) =
+        prefetch_comparisons(scorer, contexts, &option_sets, cache, options.progress)?;
+    let cache = Some(cache);
     let mut comparative = ComparativeSource::new();
     let mut rows: Vec<RowResult> = Vec::new();
-    let (mut computed, mut cached) = (0, 0);
+    // The comparative runs read from the cache what the prefetch computed: count the
+    // prefetch's work for them.
+    let (mut computed, mut cached) = (prefetched, found);
     for (index, column) in columns.iter().enumerate() {
         let human = rows::human_scores(contexts, column)?;
         let task = AttributeTask {
@@ -179,9 +218,11 @@ pub fn reproduce(
                     .with_context(|| format!("row source `{name}`, {}", column.label))?,
             );
         }
-        for source_rows in produced {
-            computed += source_rows.computed;
-            cached += source_rows.cached;
+        for (source_index, source_rows) in produced.into_iter().enumerate() {
+            if source_index > 0 {
+                computed += source_rows.computed;
+                cached += source_rows.cached;
+            }
             for row in source_rows.rows {
                 let cell = rows::evaluate_row(&row, contexts, &human, options.bootstrap)
                     .with_context(|| format!("{} {}, {}", row.family, row.method, column.label))?;

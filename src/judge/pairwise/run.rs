@@ -237,6 +237,73 @@ fn score_missing(
     Ok(missing)
 }
 
+/// Compute the comparisons of several option sets into `cache`, one scorer call per
+/// context. The attributes of one template differ only in the question at the end, so
+/// asking for all of them at once lets the engine compute every shared prefix (context,
+/// first candidate, second candidate) once for all attributes. Returns the comparisons
+/// (distinct prompts) computed and found in the cache; later [`run_compare`] calls with
+/// the same options then read everything from the cache.
+pub fn prefetch_comparisons(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    option_sets: &[CompareOptions],
+    cache: &ResultCache,
+    progress: bool,
+) -> Result<(usize, usize)> {
+    let conventions = scorer.info().conventions.clone();
+    let labels = [&conventions.label_a, &conventions.label_b]
+        .into_iter()
+        .map(|text| {
+            scorer
+                .encode_label(&Label::Text(text.clone()))
+                .with_context(|| format!("cannot encode label {text:?}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut per_context = Vec::with_capacity(contexts.len());
+    let (mut total, mut cached) = (0, 0);
+    for context in contexts {
+        let mut requests = Vec::new();
+        let mut keys: Vec<CacheKey> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for options in option_sets {
+            let plan = plan_context(scorer, context, options, &labels)
+                .with_context(|| format!("context `{}`", context.id))?;
+            for (request, key) in plan.requests.into_iter().zip(plan.keys) {
+                if seen.insert(key.clone()) {
+                    requests.push(request);
+                    keys.push(key);
+                }
+            }
+        }
+        let done = keys
+            .iter()
+            .map(|key| Ok(cache.get(key)?.is_some()))
+            .collect::<Result<Vec<bool>>>()?;
+        total += keys.len();
+        cached += done.iter().filter(|&&d| d).count();
+        per_context.push((requests, keys, done));
+    }
+    let bar = progress_bar(total, progress);
+    bar.inc(cached as u64);
+    for (context, (requests, keys, done)) in contexts.iter().zip(&per_context) {
+        if done.iter().all(|&d| d) {
+            continue;
+        }
+        scorer
+            .label_logprobs_resume(requests, done, &mut |k, result| {
+                let key = keys
+                    .get(k)
+                    .with_context(|| format!("scorer answered request {k} of {}", keys.len()))?;
+                cache.put(key, &result)?;
+                bar.inc(1);
+                Ok(())
+            })
+            .with_context(|| format!("context `{}`", context.id))?;
+    }
+    bar.finish_and_clear();
+    Ok((total - cached, cached))
+}
+
 /// Run pairwise comparative assessment over `contexts`.
 pub fn run_compare(
     scorer: &mut dyn Scorer,
