@@ -167,6 +167,22 @@ impl LlamaConfig {
         if let Some(scaling) = raw.rope_scaling.as_ref().filter(|s| !s.is_null()) {
             bail!("rope_scaling {scaling} is not supported");
         }
+        // transformers 5 writes `rope_parameters: {rope_theta, rope_type}` instead of a
+        // top-level `rope_theta`.
+        let mut rope_theta = raw.rope_theta;
+        if let Some(parameters) = raw.rope_parameters.as_ref().filter(|p| !p.is_null()) {
+            match parameters.get("rope_type").and_then(|t| t.as_str()) {
+                None | Some("default") => {}
+                Some(other) => bail!("rope_type '{other}' is not supported"),
+            }
+            if let Some(theta) = parameters.get("rope_theta") {
+                rope_theta = Some(
+                    theta
+                        .as_f64()
+                        .ok_or_else(|| anyhow!("rope_parameters.rope_theta is not a number"))?,
+                );
+            }
+        }
         let num_kv_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         let head_dim = raw
             .head_dim
@@ -181,7 +197,7 @@ impl LlamaConfig {
             num_kv_heads,
             head_dim,
             rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+            rope_theta: rope_theta.unwrap_or(10_000.0),
             rope_interleaved: false,
             context_length: raw.max_position_embeddings,
             tie_embeddings: raw.tie_word_embeddings.unwrap_or(false),
@@ -206,6 +222,7 @@ struct HfConfig {
     max_position_embeddings: usize,
     tie_word_embeddings: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
+    rope_parameters: Option<serde_json::Value>,
     #[serde(flatten)]
     _rest: HashMap<String, serde_json::Value>,
 }
@@ -240,6 +257,18 @@ mod tests {
             "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
         );
         assert!(LlamaConfig::from_json(&scaled).is_err());
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters_are_read() -> Result<()> {
+        let v5 = SMOL_CONFIG.replace(
+            "\"rope_theta\": 100000.0",
+            "\"rope_parameters\": {\"rope_theta\": 50000.0, \"rope_type\": \"default\"}",
+        );
+        assert_eq!(LlamaConfig::from_json(&v5)?.rope_theta, 50000.0);
+        let scaled = v5.replace("\"default\"", "\"yarn\"");
+        assert!(LlamaConfig::from_json(&scaled).is_err());
+        Ok(())
     }
 
     #[test]
