@@ -29,7 +29,9 @@ fn fixture() -> PathBuf {
 }
 
 fn reference() -> Result<HashMap<String, Model>> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json"))?)?)
+    Ok(serde_json::from_str(&std::fs::read_to_string(
+        fixture().join("reference.json"),
+    )?)?)
 }
 
 fn all_logits(model: &LlamaModel, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
@@ -41,7 +43,11 @@ fn all_logits(model: &LlamaModel, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
 fn check(kind: &str, dtype: &str, weights: &[PathBuf]) -> Result<f32> {
     let reference = reference()?;
     let expected = &reference[kind];
-    let model = llama::from_safetensors(&fixture().join(kind).join("config.json"), weights, &Device::Cpu)?;
+    let model = llama::from_safetensors(
+        &fixture().join(kind).join("config.json"),
+        weights,
+        &Device::Cpu,
+    )?;
     let mut worst = 0f32;
     for (ids, case) in expected.sequences.iter().zip(&expected.logits[dtype]) {
         let ours = all_logits(&model, ids)?;
@@ -54,7 +60,10 @@ fn check(kind: &str, dtype: &str, weights: &[PathBuf]) -> Result<f32> {
             worst = worst.max((ours[ids.len() - 1][v] - value).abs());
         }
     }
-    assert!(worst < 1e-4, "{kind} {dtype}: largest logit difference {worst}");
+    assert!(
+        worst < 1e-4,
+        "{kind} {dtype}: largest logit difference {worst}"
+    );
     Ok(worst)
 }
 
@@ -62,7 +71,9 @@ fn check(kind: &str, dtype: &str, weights: &[PathBuf]) -> Result<f32> {
 fn llama_and_qwen2_safetensors_match_transformers_in_every_dtype() -> Result<()> {
     for kind in ["llama", "qwen2"] {
         for dtype in ["f32", "f16", "bf16"] {
-            let weights = vec![fixture().join(kind).join(format!("model.{dtype}.safetensors"))];
+            let weights = vec![fixture()
+                .join(kind)
+                .join(format!("model.{dtype}.safetensors"))];
             let worst = check(kind, dtype, &weights)?;
             eprintln!("{kind} {dtype}: largest |logit - transformers| = {worst:e}");
         }
@@ -91,7 +102,10 @@ fn sharded_weights_load_identically() -> Result<()> {
     let (first, second): (Vec<_>, Vec<_>) = tensors
         .into_iter()
         .partition(|(name, _)| name.contains("layers.0") || name.contains("embed"));
-    let shards = [dir.path().join("part1.safetensors"), dir.path().join("part2.safetensors")];
+    let shards = [
+        dir.path().join("part1.safetensors"),
+        dir.path().join("part2.safetensors"),
+    ];
     for (path, part) in shards.iter().zip([first, second]) {
         let map: HashMap<String, Tensor> = part.into_iter().collect();
         candle_core::safetensors::save(&map, path)?;
@@ -109,8 +123,10 @@ fn sharded_weights_load_identically() -> Result<()> {
 #[test]
 fn a_missing_tensor_is_named() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut tensors =
-        candle_core::safetensors::load(fixture().join("qwen2/model.f32.safetensors"), &Device::Cpu)?;
+    let mut tensors = candle_core::safetensors::load(
+        fixture().join("qwen2/model.f32.safetensors"),
+        &Device::Cpu,
+    )?;
     tensors.remove("model.layers.1.self_attn.k_proj.bias");
     let path = dir.path().join("broken.safetensors");
     candle_core::safetensors::save(&tensors, &path)?;
@@ -118,6 +134,9 @@ fn a_missing_tensor_is_named() -> Result<()> {
         .err()
         .map(|e| format!("{e:#}"))
         .unwrap_or_default();
-    assert!(err.contains("model.layers.1.self_attn.k_proj.bias"), "{err}");
+    assert!(
+        err.contains("model.layers.1.self_attn.k_proj.bias"),
+        "{err}"
+    );
     Ok(())
 }

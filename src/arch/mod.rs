@@ -4,7 +4,7 @@
 //! decoders, caller-owned key/value caches) and return hidden states or logits at the
 //! positions asked for.
 
-pub mod attention;
+pub mod fused;
 pub mod kv;
 pub mod linear;
 pub mod llama;

@@ -119,8 +119,11 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
 
 fn table(result: &PairwiseBench, model: &str) -> String {
     let mut out = format!(
-        "{model}: {} SummEval document(s), {} comparisons\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>12}\n",
-        result.docs, result.comparisons, "strategy", "tokens", "forwards", "seconds", "comparisons/s", "peak RSS MiB"
+        "{model}: {} SummEval document(s), {} comparisons; CPU {}\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>12}\n",
+        result.docs,
+        result.comparisons,
+        crate::runtime::cpu_features(),
+        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "peak RSS MiB"
     );
     for run in &result.runs {
         out.push_str(&format!(

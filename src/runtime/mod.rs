@@ -22,7 +22,7 @@ pub mod wheel;
 pub use cache::ModelCache;
 pub use card::{Architecture, CardCatalog, ModelCard, WeightFormat};
 pub use chat::ChatTemplate;
-pub use device::{select_device, DeviceSpec};
+pub use device::{cpu_features, select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;
 pub use load::{load_decoder, load_resolved, load_scorer, load_t5, LoadOptions};

@@ -16,7 +16,7 @@ use candle_core::{DType, Device, Tensor, D};
 pub use config::{LlamaConfig, LlamaVariant};
 pub use load::{from_gguf, from_safetensors, read_gguf_header};
 
-use super::attention::masked_softmax;
+use super::fused::{log_sum_exp_rows, masked_softmax};
 use super::kv::KvCache;
 use super::linear::Linear;
 
@@ -587,10 +587,7 @@ impl LlamaModel {
     /// `log sum_v exp(logit_v)` over the whole vocabulary, per row: `(n, hidden)` -> `(n)`.
     /// Subtract it from [`Self::token_logits`] to get log-probabilities.
     pub fn log_normaliser(&self, hidden: &Tensor) -> Result<Tensor> {
-        let logits = self.full_logits(hidden)?;
-        let max = logits.max_keepdim(D::Minus1)?;
-        let sum = logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?;
-        Ok((sum.log()? + max)?.squeeze(D::Minus1)?)
+        log_sum_exp_rows(&self.full_logits(hidden)?)
     }
 }
 

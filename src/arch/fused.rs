@@ -1,5 +1,8 @@
-//! Masked softmax for the decoders' attention, fused into one pass on the CPU.
+//! Fused CPU kernels: the decoders' masked attention softmax and the output head's
+//! log-sum-exp, each one pass with a vectorised exponential instead of several
+//! full-size temporaries. Other devices use candle's own operations.
 //!
+//! Masked softmax.
 //! Attention scores arrive as `(batch, kv_heads, group, queries, keys)` where the keys are
 //! a shared prefix of `prefix_len` positions followed by the batch's own (right-padded)
 //! positions. Row `b`'s query `t` may see the whole prefix and its own keys up to `t`;
@@ -65,6 +68,115 @@ fn additive_mask(
         (lengths.len(), 1, 1, queries, keys),
         device,
     )?)
+}
+
+/// `log sum_j exp(x[i, j])` of every row of a 2-D tensor: `(n, v)` -> `(n)`.
+pub fn log_sum_exp_rows(x: &Tensor) -> Result<Tensor> {
+    let (rows, _) = x.dims2()?;
+    if x.device().is_cpu() && x.dtype() == DType::F32 {
+        return Ok(x
+            .contiguous()?
+            .apply_op1_no_bwd(&LogSumExp)?
+            .reshape(rows)?);
+    }
+    let max = x.max_keepdim(1)?;
+    let sum = x.broadcast_sub(&max)?.exp()?.sum_keepdim(1)?;
+    Ok((sum.log()? + max)?.squeeze(1)?)
+}
+
+struct LogSumExp;
+
+impl CustomOp1 for LogSumExp {
+    fn name(&self) -> &'static str {
+        "log-sum-exp"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("log-sum-exp expects f32 values");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("log-sum-exp expects a contiguous tensor");
+        };
+        let (rows, columns) = layout.shape().dims2()?;
+        let values = &data[start..end];
+        let out: Vec<f32> = values
+            .par_chunks(columns)
+            .map(|row| {
+                let (max, sum) = max_and_exp_sum(row);
+                max + sum.ln()
+            })
+            .collect();
+        Ok((CpuStorage::F32(out), Shape::from(rows)))
+    }
+}
+
+/// The maximum of `row` and `sum exp(x - max)`, choosing the widest instructions.
+fn max_and_exp_sum(row: &[f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU supports the features the function is compiled for.
+            return unsafe { max_and_exp_sum_avx2(row) };
+        }
+    }
+    max_and_exp_sum_portable(row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn max_and_exp_sum_avx2(row: &[f32]) -> (f32, f32) {
+    max_and_exp_sum_portable(row)
+}
+
+#[inline(always)]
+fn max_and_exp_sum_portable(row: &[f32]) -> (f32, f32) {
+    let max = lane_max(row);
+    let mut sums = [0f32; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for lane in 0..LANES {
+            sums[lane] += exp_non_positive(chunk[lane] - max);
+        }
+    }
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|&x| exp_non_positive(x - max))
+        .sum();
+    (max, sums.iter().sum::<f32>() + tail)
+}
+
+/// Independent lanes for reductions, so that the compiler can keep them in one vector
+/// register (a single running max or sum would force sequential order).
+const LANES: usize = 8;
+
+#[inline(always)]
+fn lane_max(values: &[f32]) -> f32 {
+    let mut maxes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for lane in 0..LANES {
+            maxes[lane] = if chunk[lane] > maxes[lane] {
+                chunk[lane]
+            } else {
+                maxes[lane]
+            };
+        }
+    }
+    let mut max = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    for lane in maxes {
+        max = if lane > max { lane } else { max };
+    }
+    max
 }
 
 /// How many keys query `t` of a row of `length` tokens may see (0: a padded query).
@@ -141,27 +253,7 @@ unsafe fn softmax_avx2(scores: &[f32], out: &mut [f32], scale: f32) {
 
 #[inline(always)]
 fn softmax_portable(scores: &[f32], out: &mut [f32], scale: f32) {
-    // Eight independent lanes for the reductions, so that the compiler can keep them in
-    // one vector register (a single running max or sum would force sequential order).
-    const LANES: usize = 8;
-    let mut maxes = [f32::NEG_INFINITY; LANES];
-    let mut chunks = scores.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for lane in 0..LANES {
-            maxes[lane] = if chunk[lane] > maxes[lane] {
-                chunk[lane]
-            } else {
-                maxes[lane]
-            };
-        }
-    }
-    let mut max = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    for lane in maxes {
-        max = if lane > max { lane } else { max };
-    }
+    let max = lane_max(scores);
     let shift = max * scale;
     for (o, &x) in out.iter_mut().zip(scores) {
         *o = exp_non_positive(x * scale - shift);
@@ -247,6 +339,23 @@ mod tests {
             } else {
                 assert_eq!(*a, 0.0, "padded query {index} must get zero weights");
             }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn log_sum_exp_matches_the_tensor_formulation() -> Result<()> {
+        let device = Device::Cpu;
+        let data: Vec<f32> = (0..3 * 1001)
+            .map(|i| ((i * 37) % 101) as f32 * 0.3 - 15.0)
+            .collect();
+        let x = Tensor::from_vec(data, (3, 1001), &device)?;
+        let fused: Vec<f32> = log_sum_exp_rows(&x)?.to_vec1()?;
+        let max = x.max_keepdim(1)?;
+        let plain = (x.broadcast_sub(&max)?.exp()?.sum_keepdim(1)?.log()? + max)?;
+        let plain: Vec<f32> = plain.squeeze(1)?.to_vec1()?;
+        for (a, b) in fused.iter().zip(&plain) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
         Ok(())
     }
