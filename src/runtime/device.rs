@@ -95,6 +95,40 @@ pub fn select_device(spec: &str) -> Result<Device> {
     spec.parse::<DeviceSpec>()?.open()
 }
 
+/// The CPU's vector instruction sets that the matrix kernels can use, as one line
+/// (`avx512f avx2 fma f16c`); candle's gemm picks the widest at run time.
+pub fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut found = Vec::new();
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            found.push("avx512f");
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            found.push("avx2");
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            found.push("fma");
+        }
+        if std::arch::is_x86_feature_detected!("f16c") {
+            found.push("f16c");
+        }
+        if found.is_empty() {
+            "sse2".to_string()
+        } else {
+            found.join(" ")
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon".to_string()
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar".to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,39 +177,5 @@ mod tests {
     fn metal_without_feature_is_a_clear_error() {
         let error = DeviceSpec::Metal.open().unwrap_err().to_string();
         assert!(error.contains("--features metal"), "{error}");
-    }
-}
-
-/// The CPU's vector instruction sets that the matrix kernels can use, as one line
-/// (`avx512f avx2 fma f16c`); candle's gemm picks the widest at run time.
-pub fn cpu_features() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut found = Vec::new();
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            found.push("avx512f");
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            found.push("avx2");
-        }
-        if std::arch::is_x86_feature_detected!("fma") {
-            found.push("fma");
-        }
-        if std::arch::is_x86_feature_detected!("f16c") {
-            found.push("f16c");
-        }
-        if found.is_empty() {
-            "sse2".to_string()
-        } else {
-            found.join(" ")
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        "neon".to_string()
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        "scalar".to_string()
     }
 }
