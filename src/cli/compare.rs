@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use clap::Args;
 
+use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
 use crate::data::read_contexts;
-use crate::engine::ResultCache;
 use crate::judge::pairwise::{
     format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
     Debias, Design, PairwiseTemplate,
@@ -79,14 +79,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub comparisons_out: Option<PathBuf>,
 
-    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
-    /// cache directory's nlg-judge/results.sqlite.
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-
-    /// Do not read or write the result cache.
-    #[arg(long, conflicts_with = "cache")]
-    pub no_cache: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
@@ -129,15 +123,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         score_field: args.score_field.clone(),
         progress: true,
     };
-    let cache = if args.no_cache {
-        None
-    } else {
-        let path = match &args.cache {
-            Some(path) => path.clone(),
-            None => ResultCache::default_path()?,
-        };
-        Some(ResultCache::open(&path)?)
-    };
+    let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;
     if args.show_prompt {
         eprint!(

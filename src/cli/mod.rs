@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod cache_args;
 pub mod labels;
 pub mod model_args;
 pub mod models;

@@ -7,9 +7,9 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
+use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
 use crate::data::DEFAULT_DATA_DIR;
-use crate::engine::ResultCache;
 use crate::reproduce::report::terminal_tables;
 use crate::reproduce::subset::{check_grid, default_grid};
 use crate::reproduce::{
@@ -61,14 +61,8 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub include_reference: bool,
 
-    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
-    /// cache directory's nlg-judge/results.sqlite.
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-
-    /// Do not read or write the result cache (every comparison is computed).
-    #[arg(long, conflicts_with = "cache")]
-    pub no_cache: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 /// The command line as typed, quoting arguments with spaces.
@@ -121,15 +115,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("reproduction").join(args.experiment.name()));
-    let cache = if args.no_cache {
-        None
-    } else {
-        let path = match &args.cache {
-            Some(path) => path.clone(),
-            None => ResultCache::default_path()?,
-        };
-        Some(ResultCache::open(&path)?)
-    };
+    let cache = args.cache.open()?;
     let loading = Instant::now();
     let mut scorer = args.model.load()?;
     options.model_load_seconds = Some(loading.elapsed().as_secs_f64());

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use clap::Args;
 
+use super::cache_args::CacheArgs;
 use super::compare::write_file;
 use super::model_args::ModelArgs;
 use crate::data::read_single_contexts;
-use crate::engine::ResultCache;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::{Criteria, StepsOrigin, StepsSource};
 use crate::judge::scoring::show_first_prompt;
@@ -77,14 +77,8 @@ pub struct ScoreArgs {
     #[arg(long, value_name = "FILE")]
     pub steps_out: Option<PathBuf>,
 
-    /// Result cache (SQLite). Default: $NLG_JUDGE_CACHE/results.sqlite, else the user
-    /// cache directory's nlg-judge/results.sqlite.
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-
-    /// Do not read or write the result cache (G-Eval steps are then generated anew).
-    #[arg(long, conflicts_with = "cache")]
-    pub no_cache: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 
     /// Print the first candidate's prompt as the model reads it, then continue.
     #[arg(long)]
@@ -161,15 +155,7 @@ fn summary(run: &ScoreRun) -> String {
 pub fn run(args: ScoreArgs) -> Result<()> {
     let options = options(&args)?;
     let contexts = read_single_contexts(&args.input)?;
-    let cache = if args.no_cache {
-        None
-    } else {
-        let path = match &args.cache {
-            Some(path) => path.clone(),
-            None => ResultCache::default_path()?,
-        };
-        Some(ResultCache::open(&path)?)
-    };
+    let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;
     let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;
     if let ResolvedMethod::Geval {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::Args;
 
+use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
-use crate::engine::ResultCache;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::server::{
     serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
@@ -45,14 +45,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = WorkerConfig::default().max_round)]
     pub max_round: usize,
 
-    /// Result cache (SQLite) shared with the CLI. Default: $NLG_JUDGE_CACHE/results.sqlite,
-    /// else the user cache directory's nlg-judge/results.sqlite.
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-
-    /// Keep results and G-Eval steps in memory only.
-    #[arg(long, conflicts_with = "cache")]
-    pub no_cache: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -61,15 +55,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .as_deref()
         .map(BearerToken::from_file)
         .transpose()?;
-    let cache = if args.no_cache {
-        ResultCache::in_memory()?
-    } else {
-        let path = match &args.cache {
-            Some(path) => path.clone(),
-            None => ResultCache::default_path()?,
-        };
-        ResultCache::open(&path)?
-    };
+    let cache = args.cache.open_or_memory()?;
     let scorer = args.model.load()?;
     let config = ServerConfig {
         token,

@@ -8,10 +8,10 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
-use super::run::plan_context;
+use super::run::{pairwise_labels, plan_context};
 use super::{first_wins, CompareOptions, PairwiseTemplate};
 use crate::data::Context;
-use crate::engine::{DecoderScorer, Label, Scorer, Strategy};
+use crate::engine::{DecoderScorer, Scorer, Strategy};
 use crate::judge::{Attribute, Task};
 
 /// What one strategy did on the workload.
@@ -70,11 +70,7 @@ pub fn bench_pairwise(
         Attribute::named("coherence")?,
         PairwiseTemplate::builtin("c1", Task::Summary)?,
     );
-    let conventions = scorer.info().conventions.clone();
-    let labels = [&conventions.label_a, &conventions.label_b]
-        .into_iter()
-        .map(|text| scorer.encode_label(&Label::Text(text.clone())))
-        .collect::<Result<Vec<_>>>()?;
+    let labels = pairwise_labels(scorer)?;
     let plans = contexts
         .iter()
         .map(|context| plan_context(scorer, context, &options, &labels))

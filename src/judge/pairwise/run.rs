@@ -237,6 +237,19 @@ fn score_missing(
     Ok(missing)
 }
 
+/// The token ids of the scorer's two pairwise label words (first, second position).
+pub fn pairwise_labels(scorer: &dyn Scorer) -> Result<Vec<Vec<u32>>> {
+    let conventions = &scorer.info().conventions;
+    [&conventions.label_a, &conventions.label_b]
+        .into_iter()
+        .map(|text| {
+            scorer
+                .encode_label(&Label::Text(text.clone()))
+                .with_context(|| format!("cannot encode label {text:?}"))
+        })
+        .collect()
+}
+
 /// Compute the comparisons of several option sets into `cache`, one scorer call per
 /// context. The attributes of one template differ only in the question at the end, so
 /// asking for all of them at once lets the engine compute every shared prefix (context,
@@ -250,15 +263,7 @@ pub fn prefetch_comparisons(
     cache: &ResultCache,
     progress: bool,
 ) -> Result<(usize, usize)> {
-    let conventions = scorer.info().conventions.clone();
-    let labels = [&conventions.label_a, &conventions.label_b]
-        .into_iter()
-        .map(|text| {
-            scorer
-                .encode_label(&Label::Text(text.clone()))
-                .with_context(|| format!("cannot encode label {text:?}"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let labels = pairwise_labels(scorer)?;
     let mut per_context = Vec::with_capacity(contexts.len());
     let (mut total, mut cached) = (0, 0);
     for context in contexts {
@@ -312,15 +317,7 @@ pub fn run_compare(
     cache: Option<&ResultCache>,
 ) -> Result<CompareResult> {
     options.design.check_request(options.comparisons)?;
-    let conventions = scorer.info().conventions.clone();
-    let labels = [&conventions.label_a, &conventions.label_b]
-        .into_iter()
-        .map(|text| {
-            scorer
-                .encode_label(&Label::Text(text.clone()))
-                .with_context(|| format!("cannot encode label {text:?}"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let labels = pairwise_labels(scorer)?;
 
     let mut plans = Vec::with_capacity(contexts.len());
     let mut results: Vec<Vec<Option<LabelResult>>> = Vec::with_capacity(contexts.len());
