@@ -6,6 +6,8 @@
 //! is downloaded, lands in our cache verified, is found again offline with the server
 //! gone, and a corrupted cached copy is caught.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -395,4 +397,67 @@ fn settings_from_environment() {
     std::env::remove_var("HF_ENDPOINT");
     std::env::remove_var("HF_HOME");
     hub.shut_down();
+}
+
+/// The whole T5 path through the hub: the random-weight FlanT5-architecture fixture with
+/// the real T5 tokenizer, served by the stand-in hub under a card, downloaded, loaded as
+/// a scorer, and scoring labels exactly as the same files loaded from a directory.
+#[test]
+fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
+    use nlg_judge::engine::{LabelRequest, Prompt, Scorer, TextPrompt};
+    let local = common::t5::fixture_model_dir();
+    let files: HashMap<String, Vec<u8>> = ["config.json", "model.safetensors", "tokenizer.json"]
+        .iter()
+        .map(|name| {
+            (
+                name.to_string(),
+                std::fs::read(local.path().join(name)).unwrap(),
+            )
+        })
+        .collect();
+    let card = card(&files);
+    let hub = StandInHub::start(files.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = options(
+        &dir.path().join("cache"),
+        &dir.path().join("hf"),
+        Some(hub.endpoint.clone()),
+    );
+    let resolved = resolve_card(&card, &fetch).unwrap();
+    hub.shut_down();
+    let load = nlg_judge::runtime::LoadOptions {
+        resolve: nlg_judge::runtime::ResolveOptions {
+            fetch,
+            catalog: nlg_judge::runtime::CardCatalog::builtin().unwrap(),
+        },
+        device: "cpu".into(),
+        weights: nlg_judge::arch::WeightPolicy::F32,
+        decoder: Default::default(),
+    };
+    let mut from_hub = nlg_judge::runtime::load_resolved(&resolved, &load).unwrap();
+    let mut from_dir =
+        nlg_judge::engine::T5Scorer::from_dir(local.path(), &candle_core::Device::Cpu).unwrap();
+    let request = LabelRequest {
+        prompt: Prompt::plain(
+            TextPrompt::user("Passage: a short text.\n\nWhich Summary is better?")
+                .with_answer_prefix("Summary"),
+        ),
+        labels: vec![" A".into(), " B".into()],
+    };
+    let a = from_hub
+        .label_logprobs(std::slice::from_ref(&request))
+        .unwrap();
+    let b = from_dir
+        .label_logprobs(std::slice::from_ref(&request))
+        .unwrap();
+    assert_eq!(from_hub.info().architecture, "t5");
+    for (x, y) in a[0].labels.iter().zip(&b[0].labels) {
+        assert_eq!(x.tokens, y.tokens);
+        assert!(
+            (x.logprob - y.logprob).abs() < 1e-9,
+            "{} vs {}",
+            x.logprob,
+            y.logprob
+        );
+    }
 }
