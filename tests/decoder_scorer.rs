@@ -272,3 +272,23 @@ fn bad_requests_are_clear_errors() -> Result<()> {
     assert!(scorer.label_logprobs(&[chat_less]).is_err());
     Ok(())
 }
+
+/// A resumed call (some requests already done) computes the pending ones bitwise as the
+/// uninterrupted call did, and reports only those.
+#[test]
+fn resumed_calls_give_bitwise_the_uninterrupted_results() -> Result<()> {
+    let mut scorer = common::smollm2_scorer(settings(Strategy::Tree, 3));
+    let requests = summeval_requests(&scorer)?;
+    let full = scorer.label_logprobs(&requests)?;
+    let done: Vec<bool> = (0..requests.len()).map(|i| i % 3 != 1).collect();
+    let mut seen = Vec::new();
+    scorer.label_logprobs_resume(&requests, &done, &mut |index, result| {
+        seen.push(index);
+        assert_eq!(result, full[index], "request {index}");
+        Ok(())
+    })?;
+    seen.sort_unstable();
+    let pending: Vec<usize> = (0..requests.len()).filter(|&i| !done[i]).collect();
+    assert_eq!(seen, pending);
+    Ok(())
+}

@@ -419,3 +419,27 @@ fn missing_files_are_named() {
     };
     assert!(err.contains("/nonexistent/t5"), "{err}");
 }
+
+/// A resumed call (some requests already done) computes the pending ones bitwise as the
+/// uninterrupted call did, and reports only those.
+#[test]
+fn resumed_calls_give_bitwise_the_uninterrupted_results() {
+    let (_dir, mut scorer) = scorer();
+    let r = common::t5::reference();
+    let mut requests = reference_requests(&r);
+    let extra = requests.clone();
+    requests.extend(extra);
+    let full = scorer.label_logprobs(&requests).unwrap();
+    let done: Vec<bool> = (0..requests.len()).map(|i| i % 2 == 0).collect();
+    let mut seen = Vec::new();
+    scorer
+        .label_logprobs_resume(&requests, &done, &mut |index, result| {
+            seen.push(index);
+            assert_eq!(result, full[index], "request {index}");
+            Ok(())
+        })
+        .unwrap();
+    seen.sort_unstable();
+    let pending: Vec<usize> = (0..requests.len()).filter(|&i| !done[i]).collect();
+    assert_eq!(seen, pending);
+}

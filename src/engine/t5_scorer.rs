@@ -297,6 +297,23 @@ impl Scorer for T5Scorer {
         requests: &[LabelRequest],
         on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
     ) -> Result<()> {
+        self.label_logprobs_resume(requests, &vec![false; requests.len()], on_result)
+    }
+
+    /// Batches are planned over all requests; a batch runs when it holds a pending
+    /// request, whole, so that its results are bitwise those of an uninterrupted call.
+    fn label_logprobs_resume(
+        &mut self,
+        requests: &[LabelRequest],
+        done: &[bool],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        ensure!(
+            done.len() == requests.len(),
+            "{} done flags for {} requests",
+            done.len(),
+            requests.len()
+        );
         let mut prepared = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
             let item = self
@@ -307,9 +324,15 @@ impl Scorer for T5Scorer {
         let lengths: Vec<usize> = prepared.iter().map(|p| p.encoder.len()).collect();
         self.warn_if_long(lengths.iter().copied());
         for batch in plan_batches(&lengths, self.max_batch_tokens, self.max_padding) {
+            if batch.iter().all(|&i| done[i]) {
+                continue;
+            }
             let items: Vec<&labels::PreparedLabels> = batch.iter().map(|&i| &prepared[i]).collect();
             let scores = labels::score_batch(&self.model, &items, &mut self.usage)?;
             for (&index, scores) in batch.iter().zip(scores) {
+                if done[index] {
+                    continue;
+                }
                 let item = &prepared[index];
                 let result = LabelResult {
                     labels: item
