@@ -18,13 +18,15 @@ use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
 use nlg_judge::engine::{MockScorer, ResultCache, Scorer};
 use nlg_judge::judge::pairwise::{run_compare, CompareOptions, Debias, Design, PairwiseTemplate};
+use nlg_judge::judge::ScoreMethod;
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::reproduce::report::{
     markdown, CORRELATIONS_COLUMNS, DECISIONS_COLUMNS, SUBSET_COLUMNS,
 };
 use nlg_judge::reproduce::{
-    reproduce, write_outputs, AttributeTask, BootstrapSettings, Experiment, LoadedExperiment,
-    MethodRow, PromptScores, ReproduceOptions, Reproduction, RowSource, SourceRows,
+    reproduce, write_outputs, AbsoluteSource, AttributeTask, BootstrapSettings, Experiment,
+    LoadedExperiment, MethodRow, PromptScores, ReproduceOptions, Reproduction, RowSource,
+    SourceRows,
 };
 use nlg_judge::stats::{summary_level, Item, SkipRule};
 
@@ -50,18 +52,20 @@ fn quality_after(prompt: &str, label: &str) -> Result<f64> {
     Ok(q.trim().parse()?)
 }
 
+fn pairwise_answer(prompt: &str, labels: &[String]) -> Result<Vec<f64>> {
+    assert_eq!(labels, [" A", " B"]);
+    let bias = if prompt.starts_with("Passage:") {
+        0.0
+    } else {
+        5.5
+    };
+    let delta = quality_after(prompt, "Summary A: ")? - quality_after(prompt, "Summary B: ")?;
+    let p = sigmoid(8.0 * delta + bias);
+    Ok(vec![(0.9 * p).ln(), (0.9 * (1.0 - p)).ln()])
+}
+
 fn mock() -> MockScorer {
-    MockScorer::new().with_labels(|prompt, labels| {
-        assert_eq!(labels, [" A", " B"]);
-        let bias = if prompt.starts_with("Passage:") {
-            0.0
-        } else {
-            5.5
-        };
-        let delta = quality_after(prompt, "Summary A: ")? - quality_after(prompt, "Summary B: ")?;
-        let p = sigmoid(8.0 * delta + bias);
-        Ok(vec![(0.9 * p).ln(), (0.9 * (1.0 - p)).ln()])
-    })
+    MockScorer::new().with_labels(pairwise_answer)
 }
 
 /// Human scores: coherence = 5q; consistency = 5q rounded (ties); fluency reversed;
@@ -598,4 +602,86 @@ fn other_row_sources_join_the_tables() {
         "{text}"
     );
     assert!(!text.contains("subset.png"));
+}
+
+/// The quality of the one candidate in an absolute-scoring prompt (its last `q=`).
+fn single_quality(prompt: &str) -> Result<f64> {
+    let tail = prompt
+        .rsplit("q=")
+        .next()
+        .filter(|_| prompt.contains("q="))
+        .ok_or_else(|| anyhow!("no quality in prompt"))?;
+    let number: String = tail
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    Ok(number.parse()?)
+}
+
+/// The pairwise mock, which also answers score labels with a distribution centred on
+/// `low + (high - low) q` (so the expectation grows with the quality) and writes fixed
+/// G-Eval steps.
+fn mock_with_scores() -> MockScorer {
+    MockScorer::new()
+        .with_labels(|prompt, labels| {
+            if labels.len() == 2 {
+                return pairwise_answer(prompt, labels);
+            }
+            let scores: Vec<f64> = labels
+                .iter()
+                .map(|l| l.trim().parse::<f64>())
+                .collect::<Result<_, _>>()?;
+            let (low, high) = (scores[0], scores[scores.len() - 1]);
+            let centre = low + (high - low) * single_quality(prompt)?;
+            Ok(scores.iter().map(|s| -(s - centre).powi(2)).collect())
+        })
+        .with_generation(|_| Ok("1. Read the summary.\n2. Rate it.".to_string()))
+}
+
+#[test]
+fn absolute_scoring_rows_join_the_tables_and_a_rerun_computes_nothing() {
+    let mut options = options(vec![2], 1);
+    options.curves = None;
+    let cache = ResultCache::in_memory().unwrap();
+    let source = || -> Vec<Box<dyn RowSource>> {
+        vec![Box::new(AbsoluteSource::new(
+            vec![ScoreMethod::Prompt, ScoreMethod::Geval],
+            64,
+        ))]
+    };
+    let mut scorer = mock_with_scores();
+    let calls = scorer.calls();
+    let mut extra = source();
+    let report = reproduce(&mut scorer, &loaded(), &options, Some(&cache), &mut extra).unwrap();
+    // Steps written once per criterion (four attributes), 18 candidates x 4 attributes
+    // x 2 methods scored.
+    assert_eq!(calls.generations(), 4);
+    for method in ["prompt scoring", "G-Eval"] {
+        let row = row(&report, method, false);
+        assert_eq!(row.family, "absolute");
+        assert_eq!(row.in_paper, method == "prompt scoring");
+        let cell = |column: usize| row.cells[column].as_ref().unwrap().mean.spearman.unwrap();
+        // The expectation grows with the quality: coherence follows it exactly,
+        // fluency is its reverse.
+        assert!((cell(0) - 1.0).abs() < 1e-12, "{method} COH {}", cell(0));
+        assert!((cell(2) + 1.0).abs() < 1e-12, "{method} FLU {}", cell(2));
+    }
+    let text = markdown(&report);
+    assert!(
+        text.contains("| absolute, prompt scoring | ✗ | 100.0 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| absolute, G-Eval (ext.) | ✗ | 100.0 |"),
+        "{text}"
+    );
+
+    let mut again = mock_with_scores();
+    let again_calls = again.calls();
+    let mut extra = source();
+    let rerun = reproduce(&mut again, &loaded(), &options, Some(&cache), &mut extra).unwrap();
+    assert_eq!(again_calls.labels(), 0);
+    assert_eq!(again_calls.generations(), 0);
+    assert_eq!(rerun.computed, 0);
+    assert_eq!(rerun.rows, report.rows);
 }

@@ -10,10 +10,13 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
 use crate::data::DEFAULT_DATA_DIR;
+use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
+use crate::judge::ScoreMethod;
 use crate::reproduce::report::terminal_tables;
 use crate::reproduce::subset::{check_grid, default_grid};
 use crate::reproduce::{
-    reproduce, write_outputs, BootstrapSettings, DataOptions, Experiment, ReproduceOptions,
+    reproduce, write_outputs, AbsoluteSource, BootstrapSettings, DataOptions, Experiment,
+    ReproduceOptions, RowSource,
 };
 
 /// Arguments of `nlg-judge reproduce`.
@@ -60,6 +63,26 @@ pub struct ReproduceArgs {
     /// WebNLG: also compare the human reference (team `webnlg`) as a candidate.
     #[arg(long)]
     pub include_reference: bool,
+
+    /// Absolute-scoring rows next to comparative assessment, comma-separated: prompt
+    /// (the paper's 1-10 prompt-scoring baseline), geval (G-Eval with the built-in
+    /// criteria and steps the model writes), gptscore. Each candidate is scored once per
+    /// attribute, far fewer calls than the comparisons.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "prompt,geval"
+    )]
+    pub absolute: Vec<ScoreMethod>,
+
+    /// No absolute-scoring rows: comparative assessment only.
+    #[arg(long, conflicts_with = "absolute")]
+    pub no_absolute: bool,
+
+    /// Most tokens the model may write for G-Eval's evaluation steps.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    pub max_step_tokens: usize,
 
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -119,7 +142,23 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     let loading = Instant::now();
     let mut scorer = args.model.load()?;
     options.model_load_seconds = Some(loading.elapsed().as_secs_f64());
-    let report = reproduce(scorer.as_mut(), &loaded, &options, cache.as_ref(), &mut [])?;
+    let mut extra: Vec<Box<dyn RowSource>> = Vec::new();
+    if !args.no_absolute && !args.absolute.is_empty() {
+        let mut methods: Vec<ScoreMethod> = Vec::new();
+        for method in &args.absolute {
+            if !methods.contains(method) {
+                methods.push(*method);
+            }
+        }
+        extra.push(Box::new(AbsoluteSource::new(methods, args.max_step_tokens)));
+    }
+    let report = reproduce(
+        scorer.as_mut(),
+        &loaded,
+        &options,
+        cache.as_ref(),
+        &mut extra,
+    )?;
     let written = write_outputs(&report, &out)?;
     print!("{}", terminal_tables(&report));
     for path in written {

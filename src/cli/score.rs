@@ -37,7 +37,8 @@ pub struct ScoreArgs {
 
     /// Attribute to judge. G-Eval's built-in criteria: coherence, consistency, fluency,
     /// relevance (summary); naturalness, coherence (continuity), engagingness,
-    /// groundedness, understandability (dialogue).
+    /// groundedness, understandability (dialogue); fluency, grammar, semantics
+    /// (data-to-text).
     #[arg(long)]
     pub attribute: String,
 

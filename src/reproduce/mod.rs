@@ -12,6 +12,7 @@
 //! Everything model-dependent goes through the result cache, so a rerun computes
 //! nothing; the entry point takes any [`Scorer`], so tests drive it with a mock.
 
+pub mod absolute;
 pub mod comparative;
 pub mod experiment;
 pub mod figure;
@@ -25,6 +26,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context as _, Result};
 use serde::Serialize;
 
+pub use absolute::AbsoluteSource;
 pub use comparative::{ComparativeSource, DecisionStats};
 pub use experiment::{Column, DataOptions, Experiment, LoadedExperiment};
 pub use report::write_outputs;

@@ -15,7 +15,7 @@ use crate::judge::attribute::Task;
 use crate::judge::scale::ScoreScale;
 
 /// `(task, file text)` of every built-in criterion.
-const BUILTIN: [(Task, &str); 9] = [
+const BUILTIN: [(Task, &str); 12] = [
     (
         Task::Summary,
         include_str!("../../../criteria/summary/coherence.toml"),
@@ -51,6 +51,18 @@ const BUILTIN: [(Task, &str); 9] = [
     (
         Task::Dialogue,
         include_str!("../../../criteria/dialogue/understandability.toml"),
+    ),
+    (
+        Task::DataToText,
+        include_str!("../../../criteria/data-to-text/fluency.toml"),
+    ),
+    (
+        Task::DataToText,
+        include_str!("../../../criteria/data-to-text/grammar.toml"),
+    ),
+    (
+        Task::DataToText,
+        include_str!("../../../criteria/data-to-text/semantics.toml"),
     ),
 ];
 
