@@ -318,7 +318,8 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         text.contains("| comparative, win ratio | ✓ | 100.0 |"),
         "{text}"
     );
-    assert!(text.contains("Comparisons: 720 computed, 0 from the result cache"));
+    assert!(text
+        .contains("absolute scores when those rows run): 720 computed, 0 from the result cache"));
     assert!(text.contains("Model: `mock`, fingerprint `mock`"));
     assert!(text.contains("![subset curves](subset.png)"));
     assert_eq!(text, markdown(&report));

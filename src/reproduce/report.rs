@@ -275,7 +275,7 @@ pub fn terminal_tables(report: &Reproduction) -> String {
         "{title}: Spearman x100 (summary level, mean of prompts {prompts})\n{corr}\n\
          Positional bias P(A) at 0.5 and debiasing threshold\n{bias}\n\
          Pairwise accuracy x100 (mean of prompts)\n{acc}\n\
-         {contexts} contexts; comparisons: {computed} computed, {cached} from the cache; \
+         {contexts} contexts; model results: {computed} computed, {cached} from the cache; \
          {wall:.1} s\n",
         title = report.experiment.title(),
         prompts = report.prompts.join(", "),
@@ -318,7 +318,8 @@ pub fn markdown(report: &Reproduction) -> String {
     }
     let _ = writeln!(
         text,
-        "- Comparisons: {} computed, {} from the result cache",
+        "- Model results (distinct prompts: the comparisons, plus the absolute scores when \
+         those rows run): {} computed, {} from the result cache",
         report.computed, report.cached
     );
     let load = report
