@@ -1,0 +1,8 @@
+//! nlg-judge's own compute kernels.
+//!
+//! The model code in `nlg-judge`'s `src/arch/` calls these through small, slice-based
+//! interfaces (no tensors here): this crate knows nothing of models, tasks or candle.
+//! Every kernel has a portable fallback and picks its SIMD path at run time from
+//! [`cpu::CpuFeatures`], so one binary runs on any x86-64 (or other) machine.
+
+pub mod cpu;
