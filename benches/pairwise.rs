@@ -11,7 +11,8 @@ use nlg_judge::judge::pairwise::bench::summeval_contexts;
 use nlg_judge::judge::pairwise::run::plan_context;
 use nlg_judge::judge::pairwise::{CompareOptions, PairwiseTemplate};
 use nlg_judge::judge::{Attribute, Task};
-use nlg_judge::runtime::{load_decoder, resolve_model, LoadOptions};
+use nlg_judge::engine::{load_decoder, LoadOptions};
+use nlg_judge::runtime::resolve_model;
 
 fn pairwise(c: &mut Criterion) {
     let _ = Device::Cpu;

@@ -17,11 +17,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nlg_judge::arch::t5::{T5Config, T5Model};
-use nlg_judge::engine::t5_scorer::{
-    flan_t5_conventions, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_PADDING,
-};
+use nlg_judge::engine::t5_scorer::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_PADDING};
 use nlg_judge::engine::{
-    Label, LabelRequest, ModelInfo, ModelKind, Prompt, Scorer, T5Scorer, TokenPrompt,
+    Conventions, Label, LabelRequest, ModelInfo, ModelKind, Prompt, Scorer, T5Scorer, TokenPrompt,
 };
 use nlg_judge::runtime::{SpecialTokens, TextTokenizer};
 use rand::rngs::StdRng;
@@ -182,7 +180,7 @@ fn bench_pairwise(c: &mut Criterion) {
         kind: ModelKind::EncoderDecoder,
         fingerprint: "random".to_string(),
         context_window: 512,
-        conventions: flan_t5_conventions(),
+        conventions: Conventions::default(),
     };
     let requests = pairwise_requests();
     let scorer = |budget: usize, padding: f64| {

@@ -6,7 +6,7 @@
 mod common;
 
 use anyhow::Result;
-use nlg_judge::engine::trie::{QueryAt, TokenTrie};
+use nlg_judge::engine::decoder::trie::{QueryAt, TokenTrie};
 use nlg_judge::engine::{
     BatchBudget, ContinuationRequest, DecoderSettings, GenerationRequest, Label, LabelRequest,
     Prompt, Sampling, Scorer, Strategy, TextPrompt,

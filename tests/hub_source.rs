@@ -404,7 +404,7 @@ fn settings_from_environment() {
 /// a scorer, and scoring labels exactly as the same files loaded from a directory.
 #[test]
 fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
-    use nlg_judge::engine::{LabelRequest, Prompt, Scorer, TextPrompt};
+    use nlg_judge::engine::{LabelRequest, Prompt, TextPrompt};
     let local = common::t5::fixture_model_dir();
     let files: HashMap<String, Vec<u8>> = ["config.json", "model.safetensors", "tokenizer.json"]
         .iter()
@@ -425,7 +425,7 @@ fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
     );
     let resolved = resolve_card(&card, &fetch).unwrap();
     hub.shut_down();
-    let load = nlg_judge::runtime::LoadOptions {
+    let load = nlg_judge::engine::LoadOptions {
         resolve: nlg_judge::runtime::ResolveOptions {
             fetch,
             catalog: nlg_judge::runtime::CardCatalog::builtin().unwrap(),
@@ -434,9 +434,9 @@ fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
         weights: nlg_judge::arch::WeightPolicy::F32,
         decoder: Default::default(),
     };
-    let mut from_hub = nlg_judge::runtime::load_resolved(&resolved, &load).unwrap();
+    let mut from_hub = nlg_judge::engine::load_resolved(&resolved, &load).unwrap();
     let mut from_dir =
-        nlg_judge::engine::T5Scorer::from_dir(local.path(), &candle_core::Device::Cpu).unwrap();
+        nlg_judge::engine::load_scorer(local.path().to_str().unwrap(), &load).unwrap();
     let request = LabelRequest {
         prompt: Prompt::plain(
             TextPrompt::user("Passage: a short text.\n\nWhich Summary is better?")

@@ -36,7 +36,7 @@ fn default_card_resolves() {
     assert_eq!(model.context_window, 8192);
     assert!(matches!(model.tokenizer, TokenizerSource::Gguf(_)));
     assert!(model.conventions.chat);
-    let info = model.model_info();
+    let info = nlg_judge::engine::model_info(&model);
     assert_eq!(info.architecture, "llama");
     assert_eq!(info.kind, ModelKind::DecoderOnly);
     let tokenizer = load_tokenizer(&model).unwrap();

@@ -24,7 +24,8 @@ use nlg_judge::judge::scale::score_label_tokens;
 use nlg_judge::judge::{
     absolute, resolve_method, run_scoring, ResolvedMethod, ScoreMethod, ScoreOptions, Task,
 };
-use nlg_judge::runtime::{load_scorer, load_tokenizer, resolve_model, LoadOptions};
+use nlg_judge::engine::{load_scorer, LoadOptions};
+use nlg_judge::runtime::{load_tokenizer, resolve_model};
 
 const CARD: &str = "smollm2-135m-instruct";
 

@@ -7,7 +7,6 @@
 
 mod common;
 
-use candle_core::Device;
 use common::t5::{floats, ids, reference};
 use nlg_judge::engine::{
     ContinuationRequest, FinishReason, GenerationRequest, Label, LabelRequest, LabelResult,
@@ -19,7 +18,7 @@ const TOLERANCE: f64 = 1e-4;
 
 fn scorer() -> (tempfile::TempDir, T5Scorer) {
     let dir = common::t5::fixture_model_dir();
-    let scorer = T5Scorer::from_dir(dir.path(), &Device::Cpu).unwrap();
+    let scorer = common::t5::load_t5_dir(dir.path()).unwrap();
     (dir, scorer)
 }
 
@@ -361,7 +360,7 @@ fn model_info_describes_a_flan_t5_encoder_decoder() {
     let weights = dir.path().join("model.safetensors");
     assert_eq!(
         info.fingerprint,
-        nlg_judge::arch::t5::sha256_file(&weights).unwrap()
+        nlg_judge::runtime::cache::hash_file(&weights, false).unwrap()
     );
     assert_eq!(info.fingerprint.len(), 64);
 }
@@ -407,13 +406,13 @@ fn missing_files_are_named() {
     ] {
         let dir = common::t5::fixture_model_dir();
         std::fs::remove_file(dir.path().join(missing)).unwrap();
-        let err = match T5Scorer::from_dir(dir.path(), &Device::Cpu) {
+        let err = match common::t5::load_t5_dir(dir.path()) {
             Ok(_) => panic!("loaded without {missing}"),
             Err(err) => format!("{err:#}"),
         };
         assert!(err.contains(needle), "without {missing}: {err}");
     }
-    let err = match T5Scorer::from_dir(std::path::Path::new("/nonexistent/t5"), &Device::Cpu) {
+    let err = match common::t5::load_t5_dir(std::path::Path::new("/nonexistent/t5")) {
         Ok(_) => panic!("loaded a missing directory"),
         Err(err) => err.to_string(),
     };

@@ -4,11 +4,8 @@
 //! decoders, caller-owned key/value caches) and return hidden states or logits at the
 //! positions asked for.
 
-pub mod fused;
-pub mod kv;
 pub mod linear;
 pub mod llama;
 
-pub use kv::KvCache;
 pub use linear::{Linear, WeightPolicy};
 pub mod t5;

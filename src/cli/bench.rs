@@ -10,7 +10,8 @@ use super::model_args::ModelArgs;
 use crate::data::find_shared_data_dir;
 use crate::engine::Strategy;
 use crate::judge::pairwise::bench::{bench_pairwise, summeval_contexts, PairwiseBench};
-use crate::runtime::{load_decoder, resolve_model};
+use crate::engine::load_decoder;
+use crate::runtime::resolve_model;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::arch::WeightPolicy;
 use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
-use crate::runtime::{load_scorer, LoadOptions};
+use crate::engine::{load_scorer, LoadOptions};
 
 /// Which model to run, where, and how.
 #[derive(Debug, Clone, Args)]

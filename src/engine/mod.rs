@@ -5,18 +5,18 @@
 
 pub mod cache;
 pub mod decoder;
+pub mod load;
 pub mod mock;
 pub mod request;
 pub mod sampling;
 pub mod scorer;
 pub mod t5_scorer;
-pub mod tree_eval;
-pub mod trie;
 
 pub use cache::{CacheKey, ResultCache};
 pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
+pub use load::{load_decoder, load_resolved, load_scorer, load_t5, model_info, LoadOptions};
 pub use mock::MockScorer;
 pub use request::*;
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 pub use t5_scorer::T5Scorer;
-pub use tree_eval::{BatchBudget, EvalStats};
+pub use decoder::tree_eval::{BatchBudget, EvalStats};

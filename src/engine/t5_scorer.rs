@@ -14,18 +14,15 @@ mod continuation;
 mod generation;
 mod labels;
 
-use std::path::Path;
-
 use anyhow::{bail, ensure, Context, Result};
-use candle_core::Device;
 
 use super::request::{
     ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
     LabelResult, LabelScore, Prompt, TokenPrompt,
 };
-use super::scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
-use crate::arch::t5::{T5Config, T5Model, WeightFiles};
-use crate::runtime::{SpecialTokens, TextTokenizer};
+use super::scorer::{ModelInfo, ModelKind, RenderedPrompt, Scorer};
+use crate::arch::t5::T5Model;
+use crate::runtime::TextTokenizer;
 
 pub use batches::plan_batches;
 
@@ -61,32 +58,6 @@ impl Usage {
     }
 }
 
-/// The conventions of FlanT5 in the comparative-assessment paper: decoder prefix
-/// "Summary" (the item noun), labels " A"/" B" right after it, no chat template.
-pub fn flan_t5_conventions() -> Conventions {
-    Conventions {
-        pairwise_suffix: String::new(),
-        answer_prefix: "{item}".to_string(),
-        label_a: " A".to_string(),
-        label_b: " B".to_string(),
-        score_suffix: String::new(),
-        chat: false,
-    }
-}
-
-/// The tokenizer of a T5 checkpoint: eos appended to encoder inputs, pad = decoder start.
-pub fn load_t5_tokenizer(path: &Path, config: &T5Config) -> Result<TextTokenizer> {
-    TextTokenizer::from_json_file(
-        path,
-        SpecialTokens {
-            eos: Some(config.eos_token_id),
-            pad: Some(config.pad_token_id),
-            append_eos: true,
-            ..SpecialTokens::default()
-        },
-    )
-}
-
 /// A T5 model with its tokenizer, answering [`Scorer`] requests.
 pub struct T5Scorer {
     model: T5Model,
@@ -98,44 +69,6 @@ pub struct T5Scorer {
 }
 
 impl T5Scorer {
-    /// Load a model directory: `config.json`, `model.safetensors` (or
-    /// `model.safetensors.index.json` and its shards) and `tokenizer.json`. The weights'
-    /// sha256 becomes the fingerprint; the conventions are FlanT5's.
-    pub fn from_dir(dir: &Path, device: &Device) -> Result<T5Scorer> {
-        ensure!(
-            dir.is_dir(),
-            "model directory {} does not exist",
-            dir.display()
-        );
-        let needs = "a T5 model directory needs config.json, model.safetensors (or \
-                     model.safetensors.index.json with its shards) and tokenizer.json";
-        let config_path = dir.join("config.json");
-        if !config_path.is_file() {
-            bail!("missing {}: {needs}", config_path.display());
-        }
-        let tokenizer_path = dir.join("tokenizer.json");
-        if !tokenizer_path.is_file() {
-            bail!("missing {}: {needs}", tokenizer_path.display());
-        }
-        let config = T5Config::from_file(&config_path)?;
-        let files = WeightFiles::find(dir)?;
-        let tokenizer = load_t5_tokenizer(&tokenizer_path, &config)?;
-        let model = T5Model::from_files(&config, &files, device)
-            .with_context(|| format!("cannot load T5 model from {}", dir.display()))?;
-        let info = ModelInfo {
-            name: dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| dir.display().to_string()),
-            architecture: "t5".to_string(),
-            kind: ModelKind::EncoderDecoder,
-            fingerprint: files.fingerprint()?,
-            context_window: config.context_window,
-            conventions: flan_t5_conventions(),
-        };
-        Self::new(model, tokenizer, info)
-    }
-
     /// Assemble a scorer; the tokenizer's ids must fit the model's vocabulary.
     pub fn new(model: T5Model, tokenizer: TextTokenizer, info: ModelInfo) -> Result<Self> {
         let vocab = model.config().vocab_size;

@@ -14,7 +14,7 @@ use std::str::FromStr;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Conventions, ModelKind};
+use super::conventions::{Conventions, ModelKind};
 
 /// The built-in cards, compiled in. `tests` checks that every file in `models/` is here.
 const BUILTIN_CARDS: &[(&str, &str)] = &[

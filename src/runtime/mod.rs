@@ -1,5 +1,6 @@
-//! From a model name to a loaded model: devices, model cards, weight sources (local path,
-//! hub, PyPI wheel), the file cache, tokenisers and chat templates.
+//! From a model name to verified model files: devices, model cards, weight sources (local
+//! path, hub, PyPI wheel), the file cache, tokenisers and chat templates. Building a model
+//! from those files is the engine's (`engine::load`): this layer knows no model code.
 //!
 //! Entry points: [`resolve_model`] turns a `--model` argument into a [`ResolvedModel`]
 //! (verified files, architecture, chat template, conventions); [`load_tokenizer`] gives
@@ -9,11 +10,11 @@ pub mod cache;
 pub mod card;
 pub mod chat;
 pub mod checkpoint;
+pub mod conventions;
 pub mod device;
 pub mod fetch;
 pub mod gguf_tokenizer;
 pub mod hub;
-pub mod load;
 pub mod progress;
 pub mod resolve;
 pub mod tokenizer;
@@ -22,10 +23,10 @@ pub mod wheel;
 pub use cache::ModelCache;
 pub use card::{Architecture, CardCatalog, ModelCard, WeightFormat};
 pub use chat::ChatTemplate;
+pub use conventions::{Conventions, ModelKind};
 pub use device::{cpu_features, select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;
-pub use load::{load_decoder, load_resolved, load_scorer, load_t5, LoadOptions};
 pub use resolve::{
     load_tokenizer, resolve_card, resolve_model, ResolveOptions, ResolvedModel, TokenizerSource,
 };

@@ -17,7 +17,7 @@ use super::checkpoint::{read_config, read_tokenizer_config, safetensors_shards, 
 use super::fetch::{fetch_card, FetchOptions, FetchedFile};
 use super::gguf_tokenizer::tokenizer_from_gguf;
 use super::tokenizer::TextTokenizer;
-use crate::engine::{Conventions, ModelInfo, ModelKind};
+use super::conventions::{Conventions, ModelKind};
 
 /// Context window assumed when neither card nor weights state one.
 const FALLBACK_CONTEXT_WINDOW: usize = 2048;
@@ -77,17 +77,6 @@ impl ResolvedModel {
         self.architecture.kind()
     }
 
-    /// What methods may know about the model (for a scorer's `info()`).
-    pub fn model_info(&self) -> ModelInfo {
-        ModelInfo {
-            name: self.name.clone(),
-            architecture: self.architecture.as_str().to_string(),
-            kind: self.kind(),
-            fingerprint: self.fingerprint.clone(),
-            context_window: self.context_window,
-            conventions: self.conventions.clone(),
-        }
-    }
 }
 
 /// Resolve a `--model` argument: a card name, a `.gguf` file, or a checkpoint directory.

@@ -72,7 +72,7 @@ pub fn smollm2() -> &'static nlg_judge::arch::llama::LlamaModel {
 pub fn smollm2_scorer(
     settings: nlg_judge::engine::DecoderSettings,
 ) -> nlg_judge::engine::DecoderScorer {
-    let options = nlg_judge::runtime::LoadOptions {
+    let options = nlg_judge::engine::LoadOptions {
         resolve: resolve_options(),
         device: "cpu".to_string(),
         weights: nlg_judge::arch::WeightPolicy::F32,
@@ -80,7 +80,7 @@ pub fn smollm2_scorer(
     };
     let resolved = nlg_judge::runtime::resolve_model("smollm2-135m-instruct", &options.resolve)
         .expect("SmolLM2 resolves");
-    nlg_judge::runtime::load_decoder(&resolved, &options).expect("SmolLM2 loads")
+    nlg_judge::engine::load_decoder(&resolved, &options).expect("SmolLM2 loads")
 }
 
 /// The shared human-judgement data directory (`NLG_JUDGE_DATA`, else `../shared/data`

@@ -105,3 +105,19 @@ pub fn fixture_model_dir() -> tempfile::TempDir {
     std::fs::copy(t5_tokenizer_path(), dir.path().join("tokenizer.json")).expect("tokenizer");
     dir
 }
+
+/// Load a T5 model directory the way users do (`--model <dir>`: resolve, then the
+/// engine's loader), on the CPU; hash records go to a cache inside `dir`'s parent-free
+/// temporary directory, never the real cache.
+pub fn load_t5_dir(dir: &Path) -> anyhow::Result<nlg_judge::engine::T5Scorer> {
+    let records = tempfile::tempdir()?;
+    let options = nlg_judge::engine::LoadOptions {
+        resolve: super::resolve_options_in(records.path()),
+        device: "cpu".to_string(),
+        weights: nlg_judge::arch::WeightPolicy::F32,
+        decoder: Default::default(),
+    };
+    let spec = dir.to_str().ok_or_else(|| anyhow::anyhow!("non-UTF-8 path"))?;
+    let resolved = nlg_judge::runtime::resolve_model(spec, &options.resolve)?;
+    nlg_judge::engine::load_t5(&resolved, &options)
+}

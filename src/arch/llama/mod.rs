@@ -8,16 +8,18 @@
 //! it needs ([`LlamaModel::token_logits`]), or into a full-vocabulary log-sum-exp.
 
 mod config;
+pub mod fused;
+pub mod kv;
 mod load;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 
 pub use config::{LlamaConfig, LlamaVariant};
+pub use kv::KvCache;
 pub use load::{from_gguf, from_safetensors, read_gguf_header};
 
-use super::fused::{log_sum_exp_rows, masked_softmax};
-use super::kv::KvCache;
+use self::fused::{log_sum_exp_rows, masked_softmax};
 use super::linear::Linear;
 
 /// Rows that continue the same prefix: one group of a forward pass.

@@ -1,44 +1,26 @@
-//! The building blocks of a T5 stack: bias-free linear maps, the RMS layer norm, the
-//! feed-forward block, multi-head attention without score scaling, and the bucketed
-//! relative position bias.
+//! The building blocks of a T5 stack: bias-free linear maps (the shared [`Linear`]), the
+//! RMS layer norm, the feed-forward block, multi-head attention without score scaling,
+//! and the bucketed relative position bias.
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{Activation, FeedForwardKind, T5Config};
+use crate::arch::linear::Linear;
 
 /// Added to the scores of keys a query must not see. Finite, so that a query row whose
 /// keys are all hidden (a padding row) gives a harmless uniform average instead of NaN;
 /// large enough that `exp` of it underflows to exactly zero next to any visible key.
 pub const MASKED: f32 = -1e30;
 
-/// `y = x W^T`, no bias (T5 has none).
-#[derive(Debug, Clone)]
-pub struct Linear {
-    /// (out_features, in_features), as stored.
-    weight: Tensor,
-}
-
-impl Linear {
-    pub fn load(vb: &VarBuilder, name: &str, in_dim: usize, out_dim: usize) -> Result<Self> {
-        let weight = vb
-            .get((out_dim, in_dim), &format!("{name}.weight"))
-            .with_context(|| format!("weight {}", vb.prefix_for(name)))?;
-        Ok(Self { weight })
-    }
-
-    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let dims = xs.dims().to_vec();
-        let (in_dim, lead) = dims
-            .split_last()
-            .context("linear input has no dimensions")?;
-        let rows: usize = lead.iter().product();
-        let ys = xs.reshape((rows, *in_dim))?.matmul(&self.weight.t()?)?;
-        let mut out_dims = lead.to_vec();
-        out_dims.push(self.weight.dim(0)?);
-        Ok(ys.reshape(out_dims)?)
-    }
+/// A bias-free linear map (T5 has no biases) read from `<name>.weight`, as the shared
+/// [`Linear`] every architecture uses.
+fn load_linear(vb: &VarBuilder, name: &str, in_dim: usize, out_dim: usize) -> Result<Linear> {
+    let weight = vb
+        .get((out_dim, in_dim), &format!("{name}.weight"))
+        .with_context(|| format!("weight {}", vb.prefix_for(name)))?;
+    Linear::dense(weight, None).with_context(|| format!("weight {}", vb.prefix_for(name)))
 }
 
 /// A prefix-aware name, for error messages.
@@ -108,16 +90,16 @@ impl FeedForward {
         let (d, f) = (config.d_model, config.d_ff);
         let (input, gate) = if kind.gated {
             (
-                Linear::load(vb, "wi_0", d, f)?,
-                Some(Linear::load(vb, "wi_1", d, f)?),
+                load_linear(vb, "wi_0", d, f)?,
+                Some(load_linear(vb, "wi_1", d, f)?),
             )
         } else {
-            (Linear::load(vb, "wi", d, f)?, None)
+            (load_linear(vb, "wi", d, f)?, None)
         };
         Ok(Self {
             input,
             gate,
-            output: Linear::load(vb, "wo", f, d)?,
+            output: load_linear(vb, "wo", f, d)?,
             activation: kind.activation,
         })
     }
@@ -147,10 +129,10 @@ impl Attention {
     pub fn load(vb: &VarBuilder, config: &T5Config) -> Result<Self> {
         let (d, inner) = (config.d_model, config.inner_dim());
         Ok(Self {
-            q: Linear::load(vb, "q", d, inner)?,
-            k: Linear::load(vb, "k", d, inner)?,
-            v: Linear::load(vb, "v", d, inner)?,
-            o: Linear::load(vb, "o", inner, d)?,
+            q: load_linear(vb, "q", d, inner)?,
+            k: load_linear(vb, "k", d, inner)?,
+            v: load_linear(vb, "v", d, inner)?,
+            o: load_linear(vb, "o", inner, d)?,
             num_heads: config.num_heads,
             d_kv: config.d_kv,
         })

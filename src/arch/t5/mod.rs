@@ -18,4 +18,4 @@ pub use cache::DecoderCache;
 pub use config::{Activation, FeedForwardKind, T5Config};
 pub use layers::relative_position_bucket;
 pub use model::{pad_batch, EncoderOutput, Side, T5Model};
-pub use weights::{sha256_file, WeightFiles, INDEX_FILE, SINGLE_FILE};
+pub use weights::{WeightFiles, INDEX_FILE, SINGLE_FILE};

@@ -1,17 +1,15 @@
 //! Where a checkpoint's weights are and how they are read: one `model.safetensors` or
 //! shards listed by `model.safetensors.index.json` (as flan-t5-xl/xxl ship), through one
 //! code path; tensors stored as f32, f16 or bf16 are converted to the compute type when
-//! loaded. Also the weights' fingerprint (sha256), the result cache's key.
+//! loaded. (The weights' fingerprint is runtime's: files are hashed in one place.)
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -84,24 +82,6 @@ impl WeightFiles {
         })
     }
 
-    /// sha256 (hex) of the weights: of the file itself for a single file; for shards, of
-    /// the lines `"<sha256 of shard>  <shard file name>\n"` in name order (the output of
-    /// `sha256sum` over the shards).
-    pub fn fingerprint(&self) -> Result<String> {
-        if let [single] = self.files.as_slice() {
-            return sha256_file(single);
-        }
-        let mut listing = Sha256::new();
-        for file in &self.files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default();
-            listing.update(format!("{}  {name}\n", sha256_file(file)?).as_bytes());
-        }
-        Ok(hex::encode(listing.finalize()))
-    }
-
     /// A variable builder over all the files, converting tensors to `dtype` on load.
     pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
         // SAFETY: the files are memory-mapped read-only; they must not be modified while
@@ -113,24 +93,6 @@ impl WeightFiles {
             format!("cannot read safetensors {}", names.join(", "))
         })
     }
-}
-
-/// sha256 (hex) of a file's bytes.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path)
-        .with_context(|| format!("cannot open {} to fingerprint it", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let read = file
-            .read(&mut buffer)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        if read == 0 {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-    }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]
@@ -181,17 +143,5 @@ mod tests {
             .map(|f| f.file_name().unwrap().to_string_lossy().to_string())
             .collect();
         assert_eq!(names, ["a.safetensors", "b.safetensors"]);
-    }
-
-    #[test]
-    fn fingerprint_of_a_single_file_is_its_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(SINGLE_FILE), b"abc").unwrap();
-        let files = WeightFiles::find(dir.path()).unwrap();
-        // sha256("abc"), FIPS 180-2 appendix B.1.
-        assert_eq!(
-            files.fingerprint().unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }

@@ -15,8 +15,7 @@ use std::rc::Rc;
 use anyhow::{bail, Context, Result};
 
 use super::trie::TokenTrie;
-use crate::arch::llama::{ForwardOutput, LlamaModel, RowGroup};
-use crate::arch::KvCache;
+use crate::arch::llama::{ForwardOutput, KvCache, LlamaModel, RowGroup};
 
 /// How much work one forward pass may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,19 +6,21 @@
 //! a time). Generation runs a prefill and then one token at a time over a caller-owned
 //! cache.
 
+pub mod tree_eval;
+pub mod trie;
+
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::request::{
+use crate::engine::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
     LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
 };
-use super::sampling::TokenSampler;
-use super::scorer::{ModelInfo, RenderedPrompt, Scorer};
-use super::tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
-use super::trie::{QueryAt, TokenTrie};
-use crate::arch::llama::LlamaModel;
-use crate::arch::KvCache;
+use crate::engine::sampling::TokenSampler;
+use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
+use crate::arch::llama::{KvCache, LlamaModel};
 use crate::runtime::{ChatTemplate, TextTokenizer};
+use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
+use trie::{QueryAt, TokenTrie};
 
 /// How label requests are evaluated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -4,12 +4,15 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::card::{Architecture, WeightFormat};
-use super::device::select_device;
-use super::resolve::{load_tokenizer, resolve_model, ResolveOptions, ResolvedModel};
+use super::decoder::{DecoderScorer, DecoderSettings};
+use super::scorer::{ModelInfo, Scorer};
+use super::t5_scorer::T5Scorer;
 use crate::arch::t5::{T5Config, T5Model, WeightFiles};
 use crate::arch::{llama, WeightPolicy};
-use crate::engine::{DecoderScorer, DecoderSettings, Scorer, T5Scorer};
+use crate::runtime::{
+    load_tokenizer, resolve_model, select_device, Architecture, ResolveOptions, ResolvedModel,
+    WeightFormat,
+};
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -65,7 +68,7 @@ pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scor
     };
     let model = T5Model::from_files(&config, &files, &device)?;
     let tokenizer = load_tokenizer(resolved)?;
-    let mut info = resolved.model_info();
+    let mut info = model_info(resolved);
     info.context_window = info.context_window.max(config.context_window);
     Ok(T5Scorer::new(model, tokenizer, info)?
         .with_max_batch_tokens(options.decoder.budget.max_batch_tokens))
@@ -94,7 +97,7 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         WeightFormat::TokenizerOnly => bail!("'{}' holds a tokenizer only", resolved.name),
     };
     let tokenizer = load_tokenizer(resolved)?;
-    let mut info = resolved.model_info();
+    let mut info = model_info(resolved);
     info.context_window = info.context_window.min(model.config().context_length);
     DecoderScorer::new(
         model,
@@ -103,4 +106,17 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         info,
         options.decoder,
     )
+}
+
+/// What methods may know about a resolved model (a scorer's `info()`), before the
+/// loaded weights narrow its context window.
+pub fn model_info(resolved: &ResolvedModel) -> ModelInfo {
+    ModelInfo {
+        name: resolved.name.clone(),
+        architecture: resolved.architecture.as_str().to_string(),
+        kind: resolved.kind(),
+        fingerprint: resolved.fingerprint.clone(),
+        context_window: resolved.context_window,
+        conventions: resolved.conventions.clone(),
+    }
 }

@@ -1,0 +1,54 @@
+//! Card facts about how a model family is prompted: whether it reads the prompt with a
+//! decoder only or with an encoder and a decoder ([`ModelKind`]), and the label
+//! conventions of its pairwise and absolute questions ([`Conventions`]). They come from
+//! model cards (or are inferred for checkpoints without one) and reach the methods through
+//! the engine's `ModelInfo`.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether the model reads the prompt with a decoder only or an encoder and a decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    DecoderOnly,
+    EncoderDecoder,
+}
+
+/// How a model family is asked for a judgement (from the model card).
+///
+/// `{item}` in `answer_prefix` is replaced by the task's item noun ("Summary",
+/// "Response", "Text").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conventions {
+    /// Appended to the user prompt of a pairwise question (Llama-2-chat: "\n\nAnswer:").
+    pub pairwise_suffix: String,
+    /// Opens the answer of a pairwise question (FlanT5: "{item}"; Llama-2: " {item}").
+    pub answer_prefix: String,
+    /// The two label words scored right after the answer prefix.
+    pub label_a: String,
+    pub label_b: String,
+    /// Appended to the user prompt of an absolute-scoring question (chat: "\n\nScore:").
+    pub score_suffix: String,
+    /// Whether prompts go through the chat template by default.
+    pub chat: bool,
+}
+
+impl Default for Conventions {
+    fn default() -> Self {
+        Self {
+            pairwise_suffix: String::new(),
+            answer_prefix: "{item}".to_string(),
+            label_a: " A".to_string(),
+            label_b: " B".to_string(),
+            score_suffix: String::new(),
+            chat: false,
+        }
+    }
+}
+
+impl Conventions {
+    /// The answer prefix with the item noun substituted.
+    pub fn answer_prefix_for(&self, item: &str) -> String {
+        self.answer_prefix.replace("{item}", item)
+    }
+}
