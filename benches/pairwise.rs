@@ -6,12 +6,12 @@
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nlg_judge::arch::WeightPolicy;
+use nlg_judge::engine::{load_decoder, LoadOptions};
 use nlg_judge::engine::{DecoderSettings, Label, Scorer, Strategy};
 use nlg_judge::judge::pairwise::bench::summeval_contexts;
 use nlg_judge::judge::pairwise::run::plan_context;
 use nlg_judge::judge::pairwise::{CompareOptions, PairwiseTemplate};
 use nlg_judge::judge::{Attribute, Task};
-use nlg_judge::engine::{load_decoder, LoadOptions};
 use nlg_judge::runtime::resolve_model;
 
 fn pairwise(c: &mut Criterion) {
@@ -40,7 +40,9 @@ fn pairwise(c: &mut Criterion) {
     ];
     let requests = plan_context(&scorer, &context, &compare, &labels)
         .expect("plan")
-        .requests;
+        .labels
+        .requests()
+        .to_vec();
     eprintln!("CPU: {}", nlg_judge::runtime::cpu_features());
     let mut group = c.benchmark_group("12 SummEval comparisons");
     group.sample_size(10);

@@ -40,7 +40,10 @@ fn summeval_requests(scorer: &dyn Scorer) -> Result<Vec<LabelRequest>> {
         scorer.encode_label(&Label::Text(" A".into()))?,
         scorer.encode_label(&Label::Text(" B".into()))?,
     ];
-    Ok(plan_context(scorer, &context, &options, &labels)?.requests)
+    Ok(plan_context(scorer, &context, &options, &labels)?
+        .labels
+        .requests()
+        .to_vec())
 }
 
 fn logprobs(results: &[nlg_judge::engine::LabelResult]) -> Vec<f64> {

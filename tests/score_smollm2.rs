@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use nlg_judge::data::{group_contexts, summeval, Context};
+use nlg_judge::engine::{load_scorer, LoadOptions};
 use nlg_judge::engine::{
     ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
     LabelResult, ModelInfo, Prompt, RenderedPrompt, ResultCache, Scorer, TextPrompt, TokenPrompt,
@@ -24,7 +25,6 @@ use nlg_judge::judge::scale::score_label_tokens;
 use nlg_judge::judge::{
     absolute, resolve_method, run_scoring, ResolvedMethod, ScoreMethod, ScoreOptions, Task,
 };
-use nlg_judge::engine::{load_scorer, LoadOptions};
 use nlg_judge::runtime::{load_tokenizer, resolve_model};
 
 const CARD: &str = "smollm2-135m-instruct";

@@ -8,9 +8,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_args::ModelArgs;
 use crate::data::find_shared_data_dir;
+use crate::engine::load_decoder;
 use crate::engine::Strategy;
 use crate::judge::pairwise::bench::{bench_pairwise, summeval_contexts, PairwiseBench};
-use crate::engine::load_decoder;
 use crate::runtime::resolve_model;
 
 #[derive(Debug, Args)]

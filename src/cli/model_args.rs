@@ -4,8 +4,8 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::arch::WeightPolicy;
-use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 use crate::engine::{load_scorer, LoadOptions};
+use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 
 /// Which model to run, where, and how.
 #[derive(Debug, Clone, Args)]

@@ -8,15 +8,17 @@ pub mod decoder;
 pub mod load;
 pub mod mock;
 pub mod request;
+pub mod runner;
 pub mod sampling;
 pub mod scorer;
 pub mod t5_scorer;
 
 pub use cache::{CacheKey, ResultCache};
+pub use decoder::tree_eval::{BatchBudget, EvalStats};
 pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
 pub use load::{load_decoder, load_resolved, load_scorer, load_t5, model_info, LoadOptions};
 pub use mock::MockScorer;
 pub use request::*;
+pub use runner::{generate_cached, plan_label, LabelPlan, PlannedLabel};
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 pub use t5_scorer::T5Scorer;
-pub use decoder::tree_eval::{BatchBudget, EvalStats};

@@ -3,15 +3,15 @@
 //!
 //! A method is first *resolved* ([`resolve_method`]): the attribute checked, G-Eval's
 //! criteria chosen and its evaluation steps obtained (given, stored, or generated once).
-//! Then each context's candidates become requests; results already in the
-//! [`ResultCache`] are reused and the others are sent to the scorer context by context
+//! Then each context's candidates become requests (planned by the engine's cached
+//! runner, [`crate::engine::runner`]); results already in the [`ResultCache`] are reused and the others are sent to the scorer context by context
 //! (one call, so the engine shares the prompts' common prefix) and stored one by one as
 //! they arrive, so a killed run resumes where it stopped and a rerun computes nothing.
 //!
 //! [`score_contexts`] is the whole pipeline for library users (the `reproduce` tables);
 //! the CLI resolves first so that it can show the prompt before the run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context as _, Result};
@@ -25,7 +25,8 @@ use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
 use super::scale::{ScoreDistribution, ScoreScale};
 use crate::data::{Candidate, Context};
-use crate::engine::{CacheKey, LabelRequest, LabelResult, Prompt, ResultCache, Scorer};
+use crate::engine::runner::{plan_label, LabelPlan};
+use crate::engine::{LabelRequest, ResultCache, Scorer};
 
 /// How candidates are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -264,75 +265,21 @@ fn progress_bar(total: usize, visible: bool) -> ProgressBar {
     bar
 }
 
-/// Score the requests whose `results` slot is empty with one scorer call, storing each
-/// result in the cache as it arrives; requests with equal keys are asked once.
-/// `on_result(index)` runs once per filled slot. Returns the number of scorer requests.
-pub fn fill_label_results(
-    scorer: &mut dyn Scorer,
-    requests: &[LabelRequest],
-    keys: &[CacheKey],
-    results: &mut [Option<LabelResult>],
-    cache: Option<&ResultCache>,
-    on_result: &mut dyn FnMut(usize),
-) -> Result<usize> {
-    let mut unique: Vec<usize> = Vec::new();
-    let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
-    for (index, result) in results.iter().enumerate() {
-        if result.is_none() {
-            let slots = copies.entry(&keys[index]).or_default();
-            if slots.is_empty() {
-                unique.push(index);
-            }
-            slots.push(index);
-        }
-    }
-    if unique.is_empty() {
-        return Ok(0);
-    }
-    let batch: Vec<LabelRequest> = unique.iter().map(|&i| requests[i].clone()).collect();
-    scorer.label_logprobs_each(&batch, &mut |k, result| {
-        let index = *unique
-            .get(k)
-            .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
-        let key = &keys[index];
-        if let Some(cache) = cache {
-            cache.put(key, &result)?;
-        }
-        for &slot in &copies[key] {
-            results[slot] = Some(result.clone());
-            on_result(slot);
-        }
-        Ok(())
-    })?;
-    Ok(unique.len())
-}
-
-/// The label requests of one context's candidates and their cache keys.
+/// The label requests of one context's candidates, tokenised once and keyed.
 fn plan_context(
     scorer: &dyn Scorer,
     method: &ResolvedMethod,
     template: &str,
     context: &Context,
-) -> Result<(Vec<LabelRequest>, Vec<CacheKey>)> {
-    let fingerprint = scorer.info().fingerprint.clone();
-    let mut requests = Vec::with_capacity(context.candidates.len());
-    let mut keys = Vec::with_capacity(context.candidates.len());
+) -> Result<LabelPlan> {
+    let mut plan = LabelPlan::new();
     for candidate in &context.candidates {
-        let mut request = method
+        let request = method
             .label_request(scorer, context, candidate)
             .with_context(|| format!("candidate `{}`", candidate.id))?;
-        let tokens = scorer.encode_prompt(&request.prompt)?;
-        let labels = request
-            .labels
-            .iter()
-            .map(|label| scorer.encode_label(label))
-            .collect::<Result<Vec<_>>>()?;
-        keys.push(CacheKey::new(&fingerprint, template, &tokens, labels));
-        // Tokenised once: the scorer reads the ids.
-        request.prompt = Prompt::Tokens(tokens);
-        requests.push(request);
+        plan.push(plan_label(scorer, template, request, None)?);
     }
-    Ok((requests, keys))
+    Ok(plan)
 }
 
 fn scored(context: &Context, candidate: &Candidate, score: f64) -> ScoredCandidate {
@@ -393,26 +340,19 @@ pub fn run_scoring(
             let scale = method.scale().context("a label method has a scale")?;
             let mut plans = Vec::with_capacity(contexts.len());
             for context in contexts {
-                let (requests, keys) = plan_context(scorer, method, &template, context)
+                let mut plan = plan_context(scorer, method, &template, context)
                     .with_context(|| format!("context `{}`", context.id))?;
-                let mut found = Vec::with_capacity(keys.len());
-                for key in &keys {
-                    let hit = match cache {
-                        Some(cache) => cache.get(key)?,
-                        None => None,
-                    };
-                    run.cached += usize::from(hit.is_some());
-                    found.push(hit);
-                }
-                plans.push((requests, keys, found));
+                run.cached += plan.lookup(cache)?;
+                plans.push(plan);
             }
             bar.inc(run.cached as u64);
-            for (context, (requests, keys, found)) in contexts.iter().zip(&mut plans) {
-                run.computed +=
-                    fill_label_results(scorer, requests, keys, found, cache, &mut |_| bar.inc(1))
-                        .with_context(|| format!("context `{}`", context.id))?;
+            for (context, plan) in contexts.iter().zip(&mut plans) {
+                run.computed += plan
+                    .fill(scorer, cache, &mut |_| bar.inc(1))
+                    .with_context(|| format!("context `{}`", context.id))?;
             }
-            for (context, (_, _, found)) in contexts.iter().zip(plans) {
+            for (context, plan) in contexts.iter().zip(plans) {
+                let found = plan.into_partial_results();
                 for (candidate, result) in context.candidates.iter().zip(found) {
                     let result = result.with_context(|| {
                         format!("context `{}`: no result for `{}`", context.id, candidate.id)

@@ -14,10 +14,10 @@ use super::cache::combine_hashes;
 use super::card::{Architecture, CardCatalog, FileRole, ModelCard, TokenizerSpec, WeightFormat};
 use super::chat::ChatTemplate;
 use super::checkpoint::{read_config, read_tokenizer_config, safetensors_shards, GgufHeader};
+use super::conventions::{Conventions, ModelKind};
 use super::fetch::{fetch_card, FetchOptions, FetchedFile};
 use super::gguf_tokenizer::tokenizer_from_gguf;
 use super::tokenizer::TextTokenizer;
-use super::conventions::{Conventions, ModelKind};
 
 /// Context window assumed when neither card nor weights state one.
 const FALLBACK_CONTEXT_WINDOW: usize = 2048;
@@ -76,7 +76,6 @@ impl ResolvedModel {
     pub fn kind(&self) -> ModelKind {
         self.architecture.kind()
     }
-
 }
 
 /// Resolve a `--model` argument: a card name, a `.gguf` file, or a checkpoint directory.

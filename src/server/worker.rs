@@ -3,9 +3,9 @@
 //!
 //! Each round the worker takes every job already queued (up to a bound) and serves them
 //! together: G-Eval steps are resolved once per criterion (given, stored, or generated
-//! and stored), all label jobs (G-Eval and prompt scoring) of the round go to the scorer
-//! in one `label_logprobs_each` call, so the engine batches them and shares their common
-//! prefixes, and compare jobs run the pairwise runner on their one context. Results go
+//! and stored), all label jobs (G-Eval and prompt scoring) of the round go through the
+//! engine's cached runner in one scorer call, so the engine batches them and shares their
+//! common prefixes, and compare jobs run the pairwise runner on their one context. Results go
 //! through the result cache like the CLI's (same keys), so the service and the CLI reuse
 //! each other's work. If the joint call fails, the round's label jobs are retried one by
 //! one so that one bad request does not fail the others.
@@ -18,10 +18,10 @@ use anyhow::{Context as _, Result};
 use tokio::sync::oneshot;
 
 use crate::data::Context;
-use crate::engine::{CacheKey, LabelRequest, LabelResult, Prompt, ResultCache, Scorer};
+use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
+use crate::engine::{ResultCache, Scorer};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
 use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
-use crate::judge::scoring::fill_label_results;
 use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
 
 /// A label job: one output rated on a scale.
@@ -77,7 +77,7 @@ pub struct WorkerStats {
     pub jobs: AtomicUsize,
     /// Rounds served.
     pub rounds: AtomicUsize,
-    /// `label_logprobs_each` calls made.
+    /// Scorer calls made for label jobs.
     pub label_calls: AtomicUsize,
 }
 
@@ -137,8 +137,7 @@ struct Worker {
 
 /// A label job ready for the scorer.
 struct Planned {
-    request: LabelRequest,
-    key: CacheKey,
+    label: PlannedLabel,
     scale: ScoreScale,
     steps: Option<String>,
     reply: Reply<LabelAnswer>,
@@ -181,9 +180,8 @@ impl Worker {
                         continue; // the client went away
                     }
                     match self.plan(&task) {
-                        Ok((request, key, scale, steps)) => planned.push(Planned {
-                            request,
-                            key,
+                        Ok((label, scale, steps)) => planned.push(Planned {
+                            label,
                             scale,
                             steps,
                             reply,
@@ -216,12 +214,9 @@ impl Worker {
         }
     }
 
-    /// The request, cache key, scale and steps of a label job.
-    fn plan(
-        &mut self,
-        task: &LabelTask,
-    ) -> Result<(LabelRequest, CacheKey, ScoreScale, Option<String>)> {
-        let (mut request, template, scale, steps) = match task {
+    /// The planned request (tokenised, keyed), scale and steps of a label job.
+    fn plan(&mut self, task: &LabelTask) -> Result<(PlannedLabel, ScoreScale, Option<String>)> {
+        let (request, template, scale, steps) = match task {
             LabelTask::Geval {
                 criteria,
                 steps,
@@ -274,31 +269,21 @@ impl Worker {
                 None,
             ),
         };
-        let tokens = self.scorer.encode_prompt(&request.prompt)?;
-        let labels = request
-            .labels
-            .iter()
-            .map(|label| self.scorer.encode_label(label))
-            .collect::<Result<Vec<_>>>()?;
-        let key = CacheKey::new(&self.scorer.info().fingerprint, &template, &tokens, labels);
-        // Tokenised once: the scorer reads the ids.
-        request.prompt = Prompt::Tokens(tokens);
-        Ok((request, key, scale, steps))
+        let label = plan_label(self.scorer.as_ref(), &template, request, None)?;
+        Ok((label, scale, steps))
     }
 
     /// Score planned jobs together (cache first), falling back to one at a time when the
     /// joint call fails.
     fn score_planned(&mut self, planned: Vec<Planned>) {
-        let requests: Vec<LabelRequest> = planned.iter().map(|p| p.request.clone()).collect();
-        let keys: Vec<CacheKey> = planned.iter().map(|p| p.key.clone()).collect();
-        let mut results: Vec<Option<LabelResult>> = Vec::with_capacity(keys.len());
-        for key in &keys {
-            results.push(self.cache.get(key).unwrap_or_else(|error| {
-                tracing::warn!(error = %chain(&error), "result cache read failed");
-                None
-            }));
+        let mut plan = LabelPlan::new();
+        for job in &planned {
+            plan.push(job.label.clone());
         }
-        let joint = self.fill(&requests, &keys, &mut results);
+        if let Err(error) = plan.lookup(Some(&self.cache)) {
+            tracing::warn!(error = %chain(&error), "result cache read failed");
+        }
+        let joint = self.fill(&mut plan);
         if let Err(error) = joint {
             if planned.len() > 1 {
                 tracing::debug!(error = %chain(&error), "joint scoring failed; scoring one by one");
@@ -312,7 +297,7 @@ impl Worker {
             }
             return;
         }
-        for (job, result) in planned.into_iter().zip(results) {
+        for (job, result) in planned.into_iter().zip(plan.into_partial_results()) {
             let answer = result
                 .context("the scorer returned no result")
                 .and_then(|result| ScoreDistribution::from_result(job.scale, &result))
@@ -325,24 +310,12 @@ impl Worker {
         }
     }
 
-    fn fill(
-        &mut self,
-        requests: &[LabelRequest],
-        keys: &[CacheKey],
-        results: &mut [Option<LabelResult>],
-    ) -> Result<()> {
-        if results.iter().all(Option::is_some) {
+    fn fill(&mut self, plan: &mut LabelPlan) -> Result<()> {
+        if plan.missing() == 0 {
             return Ok(());
         }
         self.stats.label_calls.fetch_add(1, Ordering::SeqCst);
-        fill_label_results(
-            self.scorer.as_mut(),
-            requests,
-            keys,
-            results,
-            Some(&self.cache),
-            &mut |_| {},
-        )?;
+        plan.fill(self.scorer.as_mut(), Some(&self.cache), &mut |_| {})?;
         Ok(())
     }
 }

@@ -117,7 +117,9 @@ pub fn load_t5_dir(dir: &Path) -> anyhow::Result<nlg_judge::engine::T5Scorer> {
         weights: nlg_judge::arch::WeightPolicy::F32,
         decoder: Default::default(),
     };
-    let spec = dir.to_str().ok_or_else(|| anyhow::anyhow!("non-UTF-8 path"))?;
+    let spec = dir
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path"))?;
     let resolved = nlg_judge::runtime::resolve_model(spec, &options.resolve)?;
     nlg_judge::engine::load_t5(&resolved, &options)
 }

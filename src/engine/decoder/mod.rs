@@ -11,13 +11,13 @@ pub mod trie;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::arch::llama::{KvCache, LlamaModel};
 use crate::engine::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
     LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
 };
 use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
-use crate::arch::llama::{KvCache, LlamaModel};
 use crate::runtime::{ChatTemplate, TextTokenizer};
 use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use trie::{QueryAt, TokenTrie};

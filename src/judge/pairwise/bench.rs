@@ -75,7 +75,7 @@ pub fn bench_pairwise(
         .iter()
         .map(|context| plan_context(scorer, context, &options, &labels))
         .collect::<Result<Vec<_>>>()?;
-    let comparisons = plans.iter().map(|p| p.requests.len()).sum();
+    let comparisons = plans.iter().map(|p| p.labels.len()).sum();
     let original = scorer.settings();
     let mut runs = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
@@ -87,7 +87,7 @@ pub fn bench_pairwise(
         let start = Instant::now();
         let mut p_a = Vec::with_capacity(comparisons);
         for (done, plan) in plans.iter().enumerate() {
-            let results = scorer.label_logprobs(&plan.requests)?;
+            let results = scorer.label_logprobs(plan.labels.requests())?;
             for result in &results {
                 p_a.push(first_wins(result)?.0);
             }

@@ -1,7 +1,8 @@
 //! The resumable compare runner: comparisons -> probabilities -> scores and ranks.
 //!
 //! For every context the design picks the ordered pairs; each pair becomes a label
-//! request in the model's conventions. Results already in the [`ResultCache`] are
+//! request in the model's conventions, tokenised once and keyed by the engine's cached
+//! runner ([`crate::engine::runner`]). Results already in the [`ResultCache`] are
 //! reused; the others are sent to the scorer context by context (all of a context's
 //! missing comparisons in one call, so the engine can share their prefixes) and stored
 //! one by one as they arrive, so a killed run resumes where it stopped. Once every
@@ -10,7 +11,6 @@
 //! candidates are scored, ranked and summarised. Outputs are written in input order with
 //! fixed float formats, so a resumed run writes the same bytes as an uninterrupted one.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
@@ -22,7 +22,8 @@ use serde_json::json;
 use super::design::{context_rng, Design};
 use super::template::{first_wins, Fill, PairwiseTemplate};
 use crate::data::Context;
-use crate::engine::{CacheKey, Label, LabelRequest, LabelResult, ResultCache, Scorer};
+use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
+use crate::engine::{Label, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Task};
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
@@ -127,14 +128,12 @@ pub struct CompareResult {
 pub struct Plan {
     /// Ordered pairs `(first, second)` of candidate indices, in design order.
     pub pairs: Vec<(usize, usize)>,
-    /// One label request per pair.
-    pub requests: Vec<LabelRequest>,
-    /// The result-cache key of each request.
-    pub keys: Vec<CacheKey>,
+    /// One tokenised, keyed label request per pair.
+    pub labels: LabelPlan,
 }
 
-/// The label requests of a context's comparisons, in design order; `labels` are the
-/// token ids of the scorer's two label words.
+/// The label requests of a context's comparisons, in design order, each tokenised once
+/// and keyed for the cache; `labels` are the token ids of the scorer's two label words.
 pub fn plan_context(
     scorer: &dyn Scorer,
     context: &Context,
@@ -146,9 +145,7 @@ pub fn plan_context(
         .design
         .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
     let conventions = &scorer.info().conventions;
-    let fingerprint = &scorer.info().fingerprint;
-    let mut requests = Vec::with_capacity(pairs.len());
-    let mut keys = Vec::with_capacity(pairs.len());
+    let mut plan = LabelPlan::new();
     for &(i, j) in &pairs {
         let fill = Fill {
             context: &context.text,
@@ -158,24 +155,18 @@ pub fn plan_context(
             item: options.task.item(),
         };
         let request = options.template.request(conventions, &fill);
-        let tokens = scorer.encode_prompt(&request.prompt).with_context(|| {
-            format!(
-                "cannot encode the prompt for `{}` vs `{}`",
-                context.candidates[i].id, context.candidates[j].id
-            )
-        })?;
-        keys.push(CacheKey::new(
-            fingerprint,
-            options.template.id(),
-            &tokens,
-            labels.to_vec(),
-        ));
-        requests.push(request);
+        let planned = plan_label(scorer, options.template.id(), request, Some(labels))
+            .with_context(|| {
+                format!(
+                    "comparison `{}` vs `{}`",
+                    context.candidates[i].id, context.candidates[j].id
+                )
+            })?;
+        plan.push(planned);
     }
     Ok(Plan {
         pairs,
-        requests,
-        keys,
+        labels: plan,
     })
 }
 
@@ -190,51 +181,6 @@ fn progress_bar(total: usize, visible: bool) -> ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
-}
-
-/// Score the missing comparisons of one context with one scorer call, storing each
-/// result as it arrives. Identical prompts are asked once. The scorer sees all of the
-/// context's prompts, cached ones marked done, so that it computes the missing ones
-/// exactly as an uninterrupted run would (same batches, bitwise the same results).
-fn score_missing(
-    scorer: &mut dyn Scorer,
-    plan: &Plan,
-    results: &mut [Option<LabelResult>],
-    cache: Option<&ResultCache>,
-    bar: &ProgressBar,
-) -> Result<usize> {
-    let mut unique: Vec<usize> = Vec::new();
-    let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
-    for index in 0..results.len() {
-        let slots = copies.entry(&plan.keys[index]).or_default();
-        if slots.is_empty() {
-            unique.push(index);
-        }
-        slots.push(index);
-    }
-    let done: Vec<bool> = unique.iter().map(|&i| results[i].is_some()).collect();
-    let missing = done.iter().filter(|&&d| !d).count();
-    if missing == 0 {
-        return Ok(0);
-    }
-    let requests: Vec<LabelRequest> = unique.iter().map(|&i| plan.requests[i].clone()).collect();
-    scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
-        let index = *unique
-            .get(k)
-            .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
-        let key = &plan.keys[index];
-        if let Some(cache) = cache {
-            cache.put(key, &result)?;
-        }
-        for &slot in &copies[key] {
-            if results[slot].is_none() {
-                results[slot] = Some(result.clone());
-                bar.inc(1);
-            }
-        }
-        Ok(())
-    })?;
-    Ok(missing)
 }
 
 /// The token ids of the scorer's two pairwise label words (first, second position).
@@ -267,42 +213,28 @@ pub fn prefetch_comparisons(
     let mut per_context = Vec::with_capacity(contexts.len());
     let (mut total, mut cached) = (0, 0);
     for context in contexts {
-        let mut requests = Vec::new();
-        let mut keys: Vec<CacheKey> = Vec::new();
+        let mut distinct = LabelPlan::new();
         let mut seen = std::collections::HashSet::new();
         for options in option_sets {
             let plan = plan_context(scorer, context, options, &labels)
                 .with_context(|| format!("context `{}`", context.id))?;
-            for (request, key) in plan.requests.into_iter().zip(plan.keys) {
+            for (request, key) in plan.labels.requests().iter().zip(plan.labels.keys()) {
                 if seen.insert(key.clone()) {
-                    requests.push(request);
-                    keys.push(key);
+                    distinct.push(PlannedLabel {
+                        request: request.clone(),
+                        key: key.clone(),
+                    });
                 }
             }
         }
-        let done = keys
-            .iter()
-            .map(|key| Ok(cache.get(key)?.is_some()))
-            .collect::<Result<Vec<bool>>>()?;
-        total += keys.len();
-        cached += done.iter().filter(|&&d| d).count();
-        per_context.push((requests, keys, done));
+        total += distinct.len();
+        cached += distinct.lookup(Some(cache))?;
+        per_context.push(distinct);
     }
     let bar = progress_bar(total, progress);
     bar.inc(cached as u64);
-    for (context, (requests, keys, done)) in contexts.iter().zip(&per_context) {
-        if done.iter().all(|&d| d) {
-            continue;
-        }
-        scorer
-            .label_logprobs_resume(requests, done, &mut |k, result| {
-                let key = keys
-                    .get(k)
-                    .with_context(|| format!("scorer answered request {k} of {}", keys.len()))?;
-                cache.put(key, &result)?;
-                bar.inc(1);
-                Ok(())
-            })
+    for (context, plan) in contexts.iter().zip(&mut per_context) {
+        plan.fill(scorer, Some(cache), &mut |_| bar.inc(1))
             .with_context(|| format!("context `{}`", context.id))?;
     }
     bar.finish_and_clear();
@@ -320,41 +252,30 @@ pub fn run_compare(
     let labels = pairwise_labels(scorer)?;
 
     let mut plans = Vec::with_capacity(contexts.len());
-    let mut results: Vec<Vec<Option<LabelResult>>> = Vec::with_capacity(contexts.len());
     let mut cached = 0;
     for context in contexts {
-        let plan = plan_context(scorer, context, options, &labels)
+        let mut plan = plan_context(scorer, context, options, &labels)
             .with_context(|| format!("context `{}`", context.id))?;
-        let mut found = Vec::with_capacity(plan.keys.len());
-        for key in &plan.keys {
-            let hit = match cache {
-                Some(cache) => cache.get(key)?,
-                None => None,
-            };
-            cached += usize::from(hit.is_some());
-            found.push(hit);
-        }
+        cached += plan.labels.lookup(cache)?;
         plans.push(plan);
-        results.push(found);
     }
     let total: usize = plans.iter().map(|p| p.pairs.len()).sum();
     let bar = progress_bar(total, options.progress);
     bar.inc(cached as u64);
     let mut computed = 0;
-    for ((context, plan), found) in contexts.iter().zip(&plans).zip(&mut results) {
-        computed += score_missing(scorer, plan, found, cache, &bar).with_context(|| {
-            format!(
-                "context `{}`: scoring {} comparisons",
-                context.id,
-                found.iter().filter(|r| r.is_none()).count()
-            )
-        })?;
+    for (context, plan) in contexts.iter().zip(&mut plans) {
+        let missing = plan.labels.missing();
+        computed += plan
+            .labels
+            .fill(scorer, cache, &mut |_| bar.inc(1))
+            .with_context(|| format!("context `{}`: scoring {missing} comparisons", context.id))?;
     }
     bar.finish_and_clear();
 
     let mut all_comparisons = Vec::with_capacity(contexts.len());
-    for ((context, plan), found) in contexts.iter().zip(&plans).zip(results) {
+    for (context, plan) in contexts.iter().zip(plans) {
         let mut comparisons = Vec::with_capacity(plan.pairs.len());
+        let found: Vec<Option<LabelResult>> = plan.labels.into_partial_results();
         for (&(first, second), result) in plan.pairs.iter().zip(found) {
             let result = result.with_context(|| {
                 format!(

@@ -1,0 +1,340 @@
+//! The cached request runner: the one place where methods' requests meet the result
+//! cache and the scorer.
+//!
+//! Label requests go in two steps. **Plan**: each request is tokenised once (prompt and
+//! labels; the request then carries the token ids, so the scorer never tokenises it
+//! again) and keyed by the model's fingerprint, the method's template identity and those
+//! ids ([`plan_label`], [`LabelPlan::push`]); results already in the cache are taken
+//! ([`LabelPlan::lookup`]). **Fill** ([`LabelPlan::fill`]): requests with equal keys are
+//! asked once; the scorer sees every distinct request, those already known marked done,
+//! so that it computes the missing ones exactly as an uninterrupted run would (same
+//! batches, bitwise the same results); each result is stored in the cache as it arrives
+//! (a killed run loses only what was in flight) and fanned out to every slot with its key.
+//!
+//! Generation requests are cached whole ([`generate_cached`]): keyed by the model's
+//! fingerprint, the prompt's token ids, the token budget, stop strings and the sampling
+//! settings (seed included), so a seeded sample is drawn once and reused.
+//!
+//! Methods (pairwise comparison, absolute scoring, the service's jobs, and new ones such
+//! as DHP scoring, paraphrase generation or adaptive comparison rounds) build requests
+//! and read results; they never talk to the cache or batch requests themselves.
+
+use std::collections::HashMap;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::cache::{prompt_hash, CacheKey, ResultCache};
+use super::request::{Generation, GenerationRequest, Label, LabelRequest, LabelResult, Prompt};
+use super::scorer::Scorer;
+
+/// A label request tokenised and keyed, ready for a [`LabelPlan`].
+#[derive(Debug, Clone)]
+pub struct PlannedLabel {
+    /// The request with its prompt and labels as token ids.
+    pub request: LabelRequest,
+    pub key: CacheKey,
+}
+
+/// Tokenise `request` once and key it under `template` (the method's identity, e.g.
+/// `pairwise/c1`). Labels are encoded here unless `labels` gives their ids already (a
+/// method asking the same labels of many prompts encodes them once).
+pub fn plan_label(
+    scorer: &dyn Scorer,
+    template: &str,
+    mut request: LabelRequest,
+    labels: Option<&[Vec<u32>]>,
+) -> Result<PlannedLabel> {
+    let tokens = scorer
+        .encode_prompt(&request.prompt)
+        .context("cannot encode the prompt")?;
+    let labels = match labels {
+        Some(ids) => ids.to_vec(),
+        None => request
+            .labels
+            .iter()
+            .map(|label| {
+                scorer
+                    .encode_label(label)
+                    .with_context(|| format!("cannot encode label {label:?}"))
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    let key = CacheKey::new(&scorer.info().fingerprint, template, &tokens, labels);
+    request.prompt = Prompt::Tokens(tokens);
+    request.labels = key.labels.iter().cloned().map(Label::Tokens).collect();
+    Ok(PlannedLabel { request, key })
+}
+
+/// Planned label requests and their results so far (from the cache or the scorer).
+#[derive(Debug, Clone, Default)]
+pub struct LabelPlan {
+    requests: Vec<LabelRequest>,
+    keys: Vec<CacheKey>,
+    results: Vec<Option<LabelResult>>,
+}
+
+impl LabelPlan {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a planned request; returns its index.
+    pub fn push(&mut self, planned: PlannedLabel) -> usize {
+        self.requests.push(planned.request);
+        self.keys.push(planned.key);
+        self.results.push(None);
+        self.requests.len() - 1
+    }
+
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    pub fn requests(&self) -> &[LabelRequest] {
+        &self.requests
+    }
+
+    pub fn keys(&self) -> &[CacheKey] {
+        &self.keys
+    }
+
+    /// The results so far, in plan order (`None`: not known yet).
+    pub fn results(&self) -> &[Option<LabelResult>] {
+        &self.results
+    }
+
+    /// Requests still without a result.
+    pub fn missing(&self) -> usize {
+        self.results.iter().filter(|r| r.is_none()).count()
+    }
+
+    /// Take the results the cache holds; returns how many requests it answered.
+    pub fn lookup(&mut self, cache: Option<&ResultCache>) -> Result<usize> {
+        let Some(cache) = cache else {
+            return Ok(0);
+        };
+        let mut found = 0;
+        for (key, slot) in self.keys.iter().zip(&mut self.results) {
+            if slot.is_none() {
+                *slot = cache.get(key)?;
+                found += usize::from(slot.is_some());
+            }
+        }
+        Ok(found)
+    }
+
+    /// Compute the missing results with one scorer call: equal keys asked once, known
+    /// results passed as done (so batches are those of an uninterrupted run), each result
+    /// stored in `cache` as it arrives and copied to every slot with its key;
+    /// `on_result(index)` runs once per slot filled. Returns the number of distinct
+    /// requests computed.
+    pub fn fill(
+        &mut self,
+        scorer: &mut dyn Scorer,
+        cache: Option<&ResultCache>,
+        on_result: &mut dyn FnMut(usize),
+    ) -> Result<usize> {
+        let mut unique: Vec<usize> = Vec::new();
+        let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
+        for (index, key) in self.keys.iter().enumerate() {
+            let slots = copies.entry(key).or_default();
+            if slots.is_empty() {
+                unique.push(index);
+            }
+            slots.push(index);
+        }
+        let done: Vec<bool> = unique.iter().map(|&i| self.results[i].is_some()).collect();
+        let missing = done.iter().filter(|&&d| !d).count();
+        if missing == 0 {
+            return Ok(0);
+        }
+        let requests: Vec<LabelRequest> =
+            unique.iter().map(|&i| self.requests[i].clone()).collect();
+        let results = &mut self.results;
+        let keys = &self.keys;
+        scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
+            let index = *unique
+                .get(k)
+                .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
+            let key = &keys[index];
+            if let Some(cache) = cache {
+                cache.put(key, &result)?;
+            }
+            for &slot in &copies[key] {
+                if results[slot].is_none() {
+                    results[slot] = Some(result.clone());
+                    on_result(slot);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(missing)
+    }
+
+    /// Every result, in plan order; an error names the first request without one.
+    pub fn into_results(self) -> Result<Vec<LabelResult>> {
+        self.results
+            .into_iter()
+            .enumerate()
+            .map(|(index, result)| result.with_context(|| format!("no result for request {index}")))
+            .collect()
+    }
+
+    /// The results so far, in plan order.
+    pub fn into_partial_results(self) -> Vec<Option<LabelResult>> {
+        self.results
+    }
+}
+
+/// What determines a generation besides the model: hashed into its cache key.
+#[derive(Serialize)]
+struct GenerationIdentity<'a> {
+    prompt: String,
+    max_tokens: usize,
+    stop: &'a [String],
+    sampling: &'a super::request::Sampling,
+}
+
+/// Cache kind of generations made by method `kind` (e.g. `pararef`).
+fn generation_kind(kind: &str) -> String {
+    format!("generation/{kind}")
+}
+
+/// Generate for `request`, or read the generation the cache holds for the same model,
+/// prompt tokens, budget, stop strings and sampling settings (seed included) under the
+/// method `kind`. The prompt is tokenised once. Returns the generation and whether it
+/// came from the cache.
+pub fn generate_cached(
+    scorer: &mut dyn Scorer,
+    cache: Option<&ResultCache>,
+    kind: &str,
+    request: &GenerationRequest,
+) -> Result<(Generation, bool)> {
+    let tokens = scorer
+        .encode_prompt(&request.prompt)
+        .context("cannot encode the generation prompt")?;
+    let identity = GenerationIdentity {
+        prompt: prompt_hash(&tokens),
+        max_tokens: request.max_tokens,
+        stop: &request.stop,
+        sampling: &request.sampling,
+    };
+    let key = hex::encode(Sha256::digest(serde_json::to_vec(&identity)?));
+    let fingerprint = scorer.info().fingerprint.clone();
+    let kind = generation_kind(kind);
+    if let Some(cache) = cache {
+        if let Some(text) = cache.get_text(&fingerprint, &kind, &key)? {
+            let generation: Generation = serde_json::from_str(&text).with_context(|| {
+                format!("result cache {}: unreadable {kind} entry", cache.location())
+            })?;
+            return Ok((generation, true));
+        }
+    }
+    let tokenised = GenerationRequest {
+        prompt: Prompt::Tokens(tokens),
+        ..request.clone()
+    };
+    let generation = scorer.generate(&tokenised)?;
+    if let Some(cache) = cache {
+        cache.put_text(
+            &fingerprint,
+            &kind,
+            &key,
+            &serde_json::to_string(&generation)?,
+        )?;
+    }
+    Ok((generation, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::request::{Sampling, TextPrompt};
+    use crate::engine::MockScorer;
+
+    fn request(text: &str) -> LabelRequest {
+        LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user(text)),
+            labels: vec![" A".into(), " B".into()],
+        }
+    }
+
+    fn plan(scorer: &MockScorer, texts: &[&str]) -> LabelPlan {
+        let mut plan = LabelPlan::new();
+        for text in texts {
+            plan.push(plan_label(scorer, "test/t", request(text), None).unwrap());
+        }
+        plan
+    }
+
+    #[test]
+    fn planned_requests_carry_token_ids_and_equal_prompts_share_a_key() {
+        let scorer = MockScorer::new();
+        let plan = plan(&scorer, &["one", "two", "one"]);
+        assert!(plan
+            .requests()
+            .iter()
+            .all(|r| matches!(r.prompt, Prompt::Tokens(_))
+                && r.labels.iter().all(|l| matches!(l, Label::Tokens(_)))));
+        assert_eq!(plan.keys()[0], plan.keys()[2]);
+        assert_ne!(plan.keys()[0], plan.keys()[1]);
+    }
+
+    #[test]
+    fn fill_asks_each_key_once_fans_out_and_caches() {
+        let mut scorer = MockScorer::new();
+        let cache = ResultCache::in_memory().unwrap();
+        let mut first = plan(&scorer, &["one", "two", "one"]);
+        let mut filled = Vec::new();
+        let computed = first
+            .fill(&mut scorer, Some(&cache), &mut |i| filled.push(i))
+            .unwrap();
+        assert_eq!(computed, 2);
+        filled.sort_unstable();
+        assert_eq!(filled, [0, 1, 2]);
+        let results = first.into_results().unwrap();
+        assert_eq!(results[0], results[2]);
+
+        // A second plan over the same prompts is answered by the cache alone.
+        let mut second = plan(&scorer, &["two", "one"]);
+        assert_eq!(second.lookup(Some(&cache)).unwrap(), 2);
+        assert_eq!(second.missing(), 0);
+        assert_eq!(
+            second.fill(&mut scorer, Some(&cache), &mut |_| {}).unwrap(),
+            0
+        );
+        assert_eq!(second.into_results().unwrap()[1], results[0]);
+    }
+
+    #[test]
+    fn generations_are_cached_by_sampling_settings() {
+        let mut scorer = MockScorer::new();
+        let cache = ResultCache::in_memory().unwrap();
+        let mut request = GenerationRequest {
+            prompt: Prompt::plain(TextPrompt::user("write")),
+            max_tokens: 4,
+            sampling: Sampling::Greedy,
+            stop: vec![],
+        };
+        let (first, cached) = generate_cached(&mut scorer, Some(&cache), "t", &request).unwrap();
+        assert!(!cached);
+        let (again, cached) = generate_cached(&mut scorer, Some(&cache), "t", &request).unwrap();
+        assert!(cached);
+        assert_eq!(again, first);
+        request.sampling = Sampling::TopP {
+            temperature: 1.0,
+            top_p: 0.9,
+            seed: 7,
+        };
+        let (_, cached) = generate_cached(&mut scorer, Some(&cache), "t", &request).unwrap();
+        assert!(!cached, "other sampling settings are another generation");
+        let (_, cached) = generate_cached(&mut scorer, Some(&cache), "u", &request).unwrap();
+        assert!(!cached, "another method's generations are kept apart");
+    }
+}
