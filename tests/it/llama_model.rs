@@ -1,7 +1,7 @@
 //! Our llama-family model code on real checkpoints: parity with Hugging Face
 //! transformers, batch invariance, prefix reuse, and clear errors on bad files.
 
-mod common;
+use crate::common;
 
 use anyhow::Result;
 use candle_core::{Device, IndexOp};
@@ -64,7 +64,7 @@ fn check_against_transformers(model: &LlamaModel, fixture: &str) -> Result<f32> 
 fn smollm2_matches_transformers() -> Result<()> {
     let worst = check_against_transformers(
         common::smollm2(),
-        include_str!("fixtures/hf_llama/smollm2_135m_q4_1.json"),
+        include_str!("../fixtures/hf_llama/smollm2_135m_q4_1.json"),
     )?;
     eprintln!("SmolLM2: largest |logit - transformers| = {worst:e}");
     Ok(())
@@ -80,7 +80,7 @@ fn qwen2_matches_transformers() -> Result<()> {
     assert_eq!(model.config().variant, llama::LlamaVariant::Qwen2);
     let worst = check_against_transformers(
         &model,
-        include_str!("fixtures/hf_llama/qwen2.5_coder_0.5b_q4_k_m.json"),
+        include_str!("../fixtures/hf_llama/qwen2.5_coder_0.5b_q4_k_m.json"),
     )?;
     eprintln!("Qwen2.5: largest |logit - transformers| = {worst:e}");
     Ok(())

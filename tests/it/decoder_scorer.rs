@@ -3,7 +3,7 @@
 //! invariance, exact prefix finding on token ids, multi-token labels, generation, and
 //! clear errors on bad requests.
 
-mod common;
+use crate::common;
 
 use anyhow::Result;
 use nlg_judge::engine::decoder::trie::{QueryAt, TokenTrie};

@@ -2,7 +2,7 @@
 //! SmolLM2: sane probabilities, and a run killed midway and started again gives
 //! byte-identical output to an uninterrupted run without recomputing what was cached.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

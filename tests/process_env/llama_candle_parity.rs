@@ -1,12 +1,12 @@
 //! Parity of our llama-family code with candle-transformers' quantized models (a second,
 //! independent implementation) on the real GGUF checkpoints, with the same
 //! dequantisation on both sides: candle's `CANDLE_DEQUANTIZE_ALL` makes its layers
-//! dequantise to f32 exactly as our `WeightPolicy::F32` does. This test binary sets that
+//! dequantise to f32 exactly as our `WeightPolicy::F32` does. The `process_env` binary sets that
 //! variable for itself only.
 
-mod common;
-
 use anyhow::Result;
+
+use crate::common;
 use candle_core::{Device, IndexOp, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use nlg_judge::arch::llama::{self, LlamaModel};
@@ -41,7 +41,9 @@ fn open(card: &str) -> Result<(std::fs::File, candle_core::quantized::gguf_file:
 
 #[test]
 fn last_position_logits_match_candle_transformers() -> Result<()> {
-    // SAFETY: set before any candle layer reads it; this binary's only test.
+    let _environment = crate::environment();
+    // SAFETY: set before any candle layer reads it; the tests of this binary hold the
+    // environment lock, so no other thread reads or writes variables meanwhile.
     unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
     let device = Device::Cpu;
 

@@ -2,7 +2,7 @@
 //! T5 tokenizer): G-Eval, prompt scoring and GPTScore on an encoder-decoder model, the
 //! resumable cache, output that `correlate` reads as it is, and argument errors.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

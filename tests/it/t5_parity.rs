@@ -5,10 +5,10 @@
 //! (both sides compute in f32 from the same bf16-rounded weights; the differences are
 //! summation order only).
 
-mod common;
+use crate::common;
 
+use crate::common::t5::{flat, floats, ids, max_abs_diff, reference};
 use candle_core::{DType, Device, Tensor};
-use common::t5::{flat, floats, ids, max_abs_diff, reference};
 use nlg_judge::arch::t5::{relative_position_bucket, T5Config, T5Model, WeightFiles};
 use serde_json::Value;
 

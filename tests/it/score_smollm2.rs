@@ -7,7 +7,7 @@
 //! gguf_file=...)`): "Score: 10" -> [..., ":" 42, "Ġ" 216, "1" 33, "0" 32],
 //! "assistant\n10" -> [..., "Ċ" 198, "1" 33, "0" 32], " 7" -> [216, 39].
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

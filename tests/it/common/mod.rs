@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod hub;
 pub mod t5;
 
 use std::path::PathBuf;

@@ -2,12 +2,12 @@
 //! aliases give bitwise-identical outputs; malformed checkpoints give errors that name
 //! the file or tensor at fault.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 
+use crate::common::t5::{fixture_config_text, fixture_tensors, flat, model_dir_with};
 use candle_core::{DType, Device, Tensor};
-use common::t5::{fixture_config_text, fixture_tensors, flat, model_dir_with};
 use nlg_judge::arch::t5::{T5Config, T5Model, WeightFiles, INDEX_FILE};
 
 /// Encoder output and full decoder logits of a fixed two-prompt batch, flattened.

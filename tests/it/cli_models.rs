@@ -1,6 +1,6 @@
 //! The `nlg-judge models` command, run as a process with its own cache directory.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,11 +5,11 @@
 //! and decoder inputs shorter than 8 tokens, which is what is compared here. Its output
 //! is the last decoder position's logits. Tolerance 1e-4 absolute (f32).
 
-mod common;
+use crate::common;
 
+use crate::common::t5::{flat, ids, max_abs_diff, reference};
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::t5 as reference_t5;
-use common::t5::{flat, ids, max_abs_diff, reference};
 use nlg_judge::arch::t5::{T5Config, T5Model, WeightFiles};
 
 const TOLERANCE: f32 = 1e-4;

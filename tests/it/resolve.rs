@@ -1,7 +1,7 @@
 //! `--model` resolution: card names, bare GGUF files, checkpoint directories, and the
 //! errors for what cannot be resolved.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

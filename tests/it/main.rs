@@ -1,0 +1,26 @@
+//! The integration tests, one binary (linking candle, tokenizers, axum and rusqlite once
+//! instead of once per file): one module per topic, helpers in `common`. Tests that set
+//! process-wide environment variables live in `tests/process_env/`, apart.
+
+mod cli;
+mod cli_models;
+mod common;
+mod compare_resume;
+mod correlate_cli;
+mod decoder_scorer;
+mod hub_source;
+mod llama_model;
+mod llama_safetensors;
+mod pairwise_runner;
+mod reproduce;
+mod resolve;
+mod score_cli;
+mod score_mock;
+mod score_smollm2;
+mod server;
+mod t5_candle_reference;
+mod t5_loading;
+mod t5_parity;
+mod t5_scorer;
+mod tokenizer;
+mod wheel_source;
