@@ -10,7 +10,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 /// What to do with quantized GGUF weights at load time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightPolicy {
     /// Dequantise to f32 on CPU (f32 matrix products are much faster there than
     /// candle's quantized kernels for small models), keep quantized on GPUs.

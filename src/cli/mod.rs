@@ -15,6 +15,7 @@ pub mod models;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
+pub mod values;
 
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]

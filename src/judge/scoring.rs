@@ -29,7 +29,7 @@ use crate::engine::runner::{plan_label, LabelPlan};
 use crate::engine::{LabelRequest, ResultCache, Scorer};
 
 /// How candidates are scored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScoreMethod {
     /// Ask for a score between 1 and 10; expectation over the score tokens.

@@ -38,7 +38,7 @@ impl Outcome {
 }
 
 /// How comparisons become scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RankMethod {
     /// Fraction of comparisons won, decisions `p > tau` (the papers' default).

@@ -16,7 +16,7 @@ use crate::data::{self, group_contexts, limit_contexts, Context};
 use crate::judge::attribute::{Attribute, Task};
 
 /// An experiment of the paper.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Experiment {
     /// SummEval summaries: COH, CON, FLU, REL (Tables 1, 5-7; Figures 4-5).

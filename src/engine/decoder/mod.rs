@@ -23,7 +23,7 @@ use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use trie::{QueryAt, TokenTrie};
 
 /// How label requests are evaluated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Strategy {
     /// All prompts of a call in one prefix trie: shared prefixes computed once.
     #[default]

@@ -31,7 +31,7 @@ use crate::rank::{
 };
 
 /// Positional debiasing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Debias {
     /// Decide at 0.5; use the probabilities as they are.

@@ -1,0 +1,115 @@
+//! The command line's names for the core's option enums (weight policy, evaluation
+//! strategy, task, design, debiasing, ranking, scoring method, experiment): clap's
+//! `ValueEnum` is implemented here, so that no layer below `cli/` knows clap.
+
+use clap::builder::PossibleValue;
+use clap::ValueEnum;
+
+use crate::arch::WeightPolicy;
+use crate::engine::Strategy;
+use crate::judge::pairwise::{Debias, Design};
+use crate::judge::{ScoreMethod, Task};
+use crate::rank::RankMethod;
+use crate::reproduce::Experiment;
+
+/// `impl ValueEnum for $type`: each variant with its command-line name and help.
+macro_rules! command_line_values {
+    ($type:ty { $($variant:path => $name:literal: $help:literal),+ $(,)? }) => {
+        impl ValueEnum for $type {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$($variant),+]
+            }
+
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                Some(match self {
+                    $($variant => PossibleValue::new($name).help($help)),+
+                })
+            }
+        }
+    };
+}
+
+command_line_values!(WeightPolicy {
+    WeightPolicy::Auto => "auto": "Dequantise to f32 on CPU, keep quantized on GPUs",
+    WeightPolicy::F32 => "f32": "Dequantise every weight to f32",
+    WeightPolicy::Quantized => "quantized":
+        "Keep weights quantized where candle has a kernel for their block type",
+});
+
+command_line_values!(Strategy {
+    Strategy::Tree => "tree": "All prompts of a call in one prefix trie: shared prefixes computed once",
+    Strategy::Naive => "naive": "Every prompt on its own (labels of one prompt still share it): the baseline",
+});
+
+command_line_values!(Experiment {
+    Experiment::Summeval => "summeval": "SummEval summaries: COH, CON, FLU, REL (Tables 1, 5-7; Figures 4-5)",
+    Experiment::Topicalchat => "topicalchat": "Topical-Chat responses: COH, CNT, ENG, NAT (Tables 3, 6, 8, 9)",
+    Experiment::Webnlg => "webnlg": "WebNLG data-to-text: FLU, GRA, SEM (Tables 4, 6, 8, 9)",
+});
+
+command_line_values!(RankMethod {
+    RankMethod::WinRatio => "win-ratio": "Fraction of comparisons won, decisions `p > tau` (the papers' default)",
+    RankMethod::Soft => "soft": "Mean probability of winning (probabilities instead of decisions)",
+    RankMethod::BradleyTerry => "bradley-terry": "Bradley-Terry maximum likelihood on the probabilities",
+    RankMethod::Poe => "poe": "Product-of-Experts Gaussian: least squares on logit(p) = s_i - s_j",
+});
+
+command_line_values!(Task {
+    Task::Summary => "summary": "Summaries of a passage (SummEval): \"Summary A\", \"Passage:\"",
+    Task::Dialogue => "dialogue": "Responses to a dialogue (Topical-Chat): \"Response A\", \"Dialogue:\"",
+    Task::DataToText => "data-to-text": "Texts verbalising triples (WebNLG): \"Text A\", \"Triples:\"",
+});
+
+command_line_values!(Design {
+    Design::Full => "full": "All N(N-1) ordered pairs",
+    Design::Random => "random": "R ordered pairs drawn without replacement",
+    Design::NoRepeat => "no-repeat": "R ordered pairs, never both orders of a pair",
+    Design::Symmetric => "symmetric": "R/2 pairs, each in both orders (R even)",
+});
+
+command_line_values!(Debias {
+    Debias::None => "none": "Decide at 0.5; use the probabilities as they are",
+    Debias::Threshold => "threshold":
+        "Balanced threshold over the run's comparisons (P(A) = 0.5), and the equivalent reweighting of the probabilities for the soft rankings",
+});
+
+command_line_values!(ScoreMethod {
+    ScoreMethod::Prompt => "prompt": "Ask for a score between 1 and 10; expectation over the score tokens",
+    ScoreMethod::Geval => "geval": "G-Eval: criteria, auto chain-of-thought steps, form filling; expectation",
+    ScoreMethod::Gptscore => "gptscore": "GPTScore: mean log-likelihood of the candidate given instruction and context",
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are those clap's derive gave (kebab-case variant names), so command
+    /// lines and scripts written before keep working.
+    #[test]
+    fn names_are_the_kebab_case_variant_names() {
+        fn names<T: ValueEnum>() -> Vec<String> {
+            T::value_variants()
+                .iter()
+                .map(|v| v.to_possible_value().unwrap().get_name().to_string())
+                .collect()
+        }
+        assert_eq!(names::<WeightPolicy>(), ["auto", "f32", "quantized"]);
+        assert_eq!(
+            names::<RankMethod>(),
+            ["win-ratio", "soft", "bradley-terry", "poe"]
+        );
+        assert_eq!(names::<Task>(), ["summary", "dialogue", "data-to-text"]);
+        assert_eq!(
+            names::<Design>(),
+            ["full", "random", "no-repeat", "symmetric"]
+        );
+        assert_eq!(
+            Debias::from_str("threshold", false).unwrap(),
+            Debias::Threshold
+        );
+        assert_eq!(
+            ScoreMethod::from_str("gptscore", false).unwrap(),
+            ScoreMethod::Gptscore
+        );
+    }
+}
