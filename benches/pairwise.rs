@@ -6,9 +6,9 @@
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nlg_judge::arch::WeightPolicy;
+use nlg_judge::bench::pairwise::summeval_contexts;
 use nlg_judge::engine::{load_decoder, LoadOptions};
 use nlg_judge::engine::{DecoderSettings, Label, Scorer, Strategy};
-use nlg_judge::judge::pairwise::bench::summeval_contexts;
 use nlg_judge::judge::pairwise::run::plan_context;
 use nlg_judge::judge::pairwise::{CompareOptions, PairwiseTemplate};
 use nlg_judge::judge::{Attribute, Task};

@@ -1,6 +1,6 @@
 //! nlg-judge: evaluate generated text with local open language models.
 //!
-//! Layers, from the bottom up (see `SPEC.md` §3 of the design):
+//! Layers, from the bottom up (see `SPEC.md` §3 of the design and `docs/architecture.md`):
 //! - [`arch`]: our own model code (llama-family, T5) over candle tensors;
 //! - [`runtime`]: devices, model cards, weight sources, tokenisers, chat templates;
 //! - [`engine`]: the [`engine::Scorer`] interface, batching and prefix sharing;
@@ -9,10 +9,12 @@
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
 //! - [`reproduce`]: the comparative-assessment paper's tables and figures;
+//! - [`bench`]: workloads measuring the engine on real data (`nlg-judge bench`);
 //! - [`server`]: the metrics service (HTTP, one model worker thread);
 //! - [`cli`]: the command-line front end.
 
 pub mod arch;
+pub mod bench;
 pub mod cli;
 pub mod data;
 pub mod engine;

@@ -8,10 +8,10 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
-use super::run::{pairwise_labels, plan_context};
-use super::{first_wins, CompareOptions, PairwiseTemplate};
 use crate::data::Context;
 use crate::engine::{DecoderScorer, Scorer, Strategy};
+use crate::judge::pairwise::run::{pairwise_labels, plan_context};
+use crate::judge::pairwise::{first_wins, CompareOptions, PairwiseTemplate};
 use crate::judge::{Attribute, Task};
 
 /// What one strategy did on the workload.

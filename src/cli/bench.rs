@@ -7,10 +7,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_args::ModelArgs;
+use crate::bench::pairwise::{bench_pairwise, summeval_contexts, PairwiseBench};
 use crate::data::find_shared_data_dir;
 use crate::engine::load_decoder;
 use crate::engine::Strategy;
-use crate::judge::pairwise::bench::{bench_pairwise, summeval_contexts, PairwiseBench};
 use crate::runtime::resolve_model;
 
 #[derive(Debug, Args)]

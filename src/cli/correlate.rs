@@ -8,17 +8,16 @@
 //! that a quoted or mis-exported column cannot pass silently. Group and system ids may
 //! be strings or numbers.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
+use crate::data::predictions::{read_predictions, Field, PredictionFields};
 use crate::stats::{
-    bootstrap_ci, meta_evaluate, BootstrapOptions, BootstrapResult, Coefficient, Item, Level,
+    bootstrap_ci, meta_evaluate, BootstrapOptions, BootstrapResult, Coefficient, Level,
     LevelResult, SkipRule,
 };
 
@@ -109,13 +108,13 @@ impl From<SkipArg> for SkipRule {
 pub fn run(args: CorrelateArgs) -> Result<()> {
     let level = Level::from(args.level);
     let skip = SkipRule::from(args.skip);
-    let fields = Fields {
-        pred: &args.pred,
-        human: &args.human,
-        group: &args.group,
-        system: (level == Level::System).then_some(args.system.as_str()),
+    let fields = PredictionFields {
+        pred: Field::new(&args.pred, "--pred"),
+        human: Field::new(&args.human, "--human"),
+        group: Field::new(&args.group, "--group"),
+        system: (level == Level::System).then(|| Field::new(&args.system, "--system")),
     };
-    let items = read_items(&args.input, &fields)?;
+    let items = read_predictions(&args.input, &fields)?;
     let source = args.input.display();
     let result =
         meta_evaluate(&items, level, skip).with_context(|| format!("meta-evaluating {source}"))?;
@@ -142,105 +141,6 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         print!("{}", report_table(&result, skip, ci.as_ref()));
     }
     Ok(())
-}
-
-/// The fields to read from each line; `system` only when the level needs it.
-struct Fields<'a> {
-    pred: &'a str,
-    human: &'a str,
-    group: &'a str,
-    system: Option<&'a str>,
-}
-
-fn read_items(path: &Path, fields: &Fields) -> Result<Vec<Item>> {
-    let file =
-        File::open(path).with_context(|| format!("cannot open input file {}", path.display()))?;
-    let mut items = Vec::new();
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        let number = index + 1;
-        let at = || format!("{}:{number}", path.display());
-        let line = line.with_context(|| format!("{}: cannot read line", at()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: Value =
-            serde_json::from_str(&line).with_context(|| format!("{}: not valid JSON", at()))?;
-        if !record.is_object() {
-            bail!("{}: expected a JSON object, found {}", at(), kind(&record));
-        }
-        let item = parse_item(&record, fields).with_context(at)?;
-        items.push(item);
-    }
-    if items.is_empty() {
-        bail!("{}: no records", path.display());
-    }
-    Ok(items)
-}
-
-fn parse_item(record: &Value, fields: &Fields) -> Result<Item> {
-    Ok(Item {
-        pred: number_field(record, fields.pred, "--pred")?,
-        human: number_field(record, fields.human, "--human")?,
-        group: id_field(record, fields.group, "--group")?,
-        system: match fields.system {
-            Some(path) => id_field(record, path, "--system")?,
-            None => String::new(),
-        },
-    })
-}
-
-/// Follows a dotted path through objects (by key) and arrays (by index).
-fn lookup<'a>(record: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.')
-        .try_fold(record, |value, segment| match value {
-            Value::Object(map) => map.get(segment),
-            Value::Array(list) => segment.parse::<usize>().ok().and_then(|i| list.get(i)),
-            _ => None,
-        })
-}
-
-fn field<'a>(record: &'a Value, path: &str, flag: &str) -> Result<&'a Value> {
-    match lookup(record, path) {
-        Some(Value::Null) => bail!("field `{path}` ({flag}) is null"),
-        Some(value) => Ok(value),
-        None => bail!("field `{path}` ({flag}) is missing"),
-    }
-}
-
-fn number_field(record: &Value, path: &str, flag: &str) -> Result<f64> {
-    let value = field(record, path, flag)?;
-    match value.as_f64() {
-        Some(number) => Ok(number),
-        None if value.is_string() => bail!(
-            "field `{path}` ({flag}) is the string {value}; expected a JSON number (unquoted)"
-        ),
-        None => bail!(
-            "field `{path}` ({flag}) is {}; expected a number",
-            kind(value)
-        ),
-    }
-}
-
-fn id_field(record: &Value, path: &str, flag: &str) -> Result<String> {
-    match field(record, path, flag)? {
-        Value::String(text) => Ok(text.clone()),
-        Value::Number(number) => Ok(number.to_string()),
-        other => bail!(
-            "field `{path}` ({flag}) is {}; expected a string or number id",
-            kind(other)
-        ),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// `{"level", "pearson", "spearman", "kendall", "n_groups", "n_items", ...}`; undefined
@@ -335,37 +235,4 @@ fn report_table(result: &LevelResult, skip: SkipRule, ci: Option<&BootstrapResul
         out.push('\n');
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dotted_paths_reach_nested_objects_and_arrays() {
-        let record = json!({"scores": {"coherence": 3.5, "all": [1, 2.5]}, "id": 7});
-        assert_eq!(lookup(&record, "scores.coherence"), Some(&json!(3.5)));
-        assert_eq!(lookup(&record, "scores.all.1"), Some(&json!(2.5)));
-        assert_eq!(lookup(&record, "scores.all.2"), None);
-        assert_eq!(lookup(&record, "id.x"), None);
-        assert_eq!(lookup(&record, "scores.fluency"), None);
-    }
-
-    #[test]
-    fn quoted_numbers_are_rejected_with_a_reason() {
-        let record = json!({"score": "3.5"});
-        let error = number_field(&record, "score", "--pred").unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "field `score` (--pred) is the string \"3.5\"; expected a JSON number (unquoted)"
-        );
-    }
-
-    #[test]
-    fn ids_may_be_numbers_but_not_booleans() {
-        let record = json!({"doc": 12, "flag": true});
-        assert_eq!(id_field(&record, "doc", "--group").unwrap(), "12");
-        let error = id_field(&record, "flag", "--group").unwrap_err();
-        assert!(error.to_string().contains("is a boolean"), "{error}");
-    }
 }

@@ -2,6 +2,7 @@
 //! shared human-judgement sets (SummEval, Topical-Chat, WebNLG) into it.
 
 pub mod jsonl;
+pub mod predictions;
 pub mod summeval;
 pub mod topicalchat;
 pub mod webnlg;

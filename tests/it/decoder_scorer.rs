@@ -6,12 +6,12 @@
 use crate::common;
 
 use anyhow::Result;
+use nlg_judge::bench::pairwise::summeval_contexts;
 use nlg_judge::engine::decoder::trie::{QueryAt, TokenTrie};
 use nlg_judge::engine::{
     BatchBudget, ContinuationRequest, DecoderSettings, GenerationRequest, Label, LabelRequest,
     Prompt, Sampling, Scorer, Strategy, TextPrompt,
 };
-use nlg_judge::judge::pairwise::bench::summeval_contexts;
 use nlg_judge::judge::pairwise::run::plan_context;
 use nlg_judge::judge::pairwise::{CompareOptions, Design, PairwiseTemplate};
 use nlg_judge::judge::{Attribute, Task};

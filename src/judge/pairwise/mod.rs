@@ -6,7 +6,6 @@
 //! - [`design`]: which pairs to compare;
 //! - [`run`]: the cached, resumable runner and its outputs.
 
-pub mod bench;
 pub mod design;
 pub mod run;
 pub mod template;
