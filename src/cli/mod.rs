@@ -1,6 +1,7 @@
 //! Command-line front end: clap argument structs, and one module per subcommand.
 
 pub mod compare;
+pub mod compare_table;
 pub mod convert;
 pub mod correlate;
 
