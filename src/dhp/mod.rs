@@ -1,0 +1,16 @@
+//! DHP (Discernment of Hierarchical Perturbation): does a judge model score good text
+//! above degraded copies of it? High-quality references are perturbed at three levels
+//! (character, word, sentence), originals and copies are scored independently, and
+//! one-sided Wilcoxon tests turn the score differences into discernment scores.
+//!
+//! - [`task`]: the tasks, their metrics and perturbations (the paper's Tables 1 and 2);
+//! - [`weights`]: expert weights per perturbation and metric;
+//! - [`analyze`]: tests, combined p-values and discernment scores (pure functions).
+
+pub mod analyze;
+pub mod task;
+pub mod weights;
+
+pub use analyze::{analyze, parse_score_rows, Analysis, PerturbationResult, ScoreRow, ORIGINAL};
+pub use task::{Degree, DhpTask, Kind, Level, LlmEdit, Method, Perturbation};
+pub use weights::Weights;
