@@ -5,10 +5,17 @@
 //!
 //! - [`task`]: the tasks, their metrics and perturbations (the paper's Tables 1 and 2);
 //! - [`weights`]: expert weights per perturbation and metric;
+//! - [`items`]: the texts to perturb, read from the shared data sets;
+//! - [`rules`], [`typo`]: rule-based perturbations (seeded);
+//! - [`perturb`]: the perturbation run (resumable JSONL);
 //! - [`analyze`]: tests, combined p-values and discernment scores (pure functions).
 
 pub mod analyze;
+pub mod items;
+pub mod perturb;
+pub mod rules;
 pub mod task;
+pub mod typo;
 pub mod weights;
 
 pub use analyze::{analyze, parse_score_rows, Analysis, PerturbationResult, ScoreRow, ORIGINAL};
