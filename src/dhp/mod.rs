@@ -7,13 +7,17 @@
 //! - [`weights`]: expert weights per perturbation and metric;
 //! - [`items`]: the texts to perturb, read from the shared data sets;
 //! - [`rules`], [`typo`]: rule-based perturbations (seeded);
+//! - [`llm`]: LLM-based perturbations (auto-CoT prompts, seeded sampling, retries);
 //! - [`perturb`]: the perturbation run (resumable JSONL);
+//! - [`score`]: the judge rates originals and perturbed copies;
 //! - [`analyze`]: tests, combined p-values and discernment scores (pure functions).
 
 pub mod analyze;
 pub mod items;
+pub mod llm;
 pub mod perturb;
 pub mod rules;
+pub mod score;
 pub mod task;
 pub mod typo;
 pub mod weights;
