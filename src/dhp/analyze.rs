@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context as _, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::task::{Degree, Level};
 use super::weights::Weights;
@@ -96,7 +96,7 @@ pub fn parse_score_rows(text: &str, source: &str) -> Result<Vec<ScoreRow>> {
 }
 
 /// One perturbation's results.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PerturbationResult {
     pub name: String,
     pub level: Level,
@@ -118,7 +118,7 @@ pub struct PerturbationResult {
 }
 
 /// The whole analysis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
     pub perturbations: Vec<PerturbationResult>,
     #[serde(rename = "D_avg")]

@@ -10,12 +10,14 @@
 //! - [`llm`]: LLM-based perturbations (auto-CoT prompts, seeded sampling, retries);
 //! - [`perturb`]: the perturbation run (resumable JSONL);
 //! - [`score`]: the judge rates originals and perturbed copies;
-//! - [`analyze`]: tests, combined p-values and discernment scores (pure functions).
+//! - [`analyze`]: tests, combined p-values and discernment scores (pure functions);
+//! - [`report`]: Markdown tables and the Figure-4-like bar chart.
 
 pub mod analyze;
 pub mod items;
 pub mod llm;
 pub mod perturb;
+pub mod report;
 pub mod rules;
 pub mod score;
 pub mod task;
