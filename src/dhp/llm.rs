@@ -91,6 +91,13 @@ pub fn clean(generation: &str, original: &str) -> String {
             }
         }
     }
+    let digits = text.chars().take_while(char::is_ascii_digit).count();
+    if digits > 0
+        && text[digits..].starts_with(". ")
+        && !original.trim_start().starts_with(&text[..digits + 1])
+    {
+        text = text[digits + 2..].trim().to_string();
+    }
     if !original.trim().contains("\n\n") {
         if let Some((first, _)) = text.split_once("\n\n") {
             text = first.trim().to_string();
@@ -112,13 +119,67 @@ fn normalised(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Why a cleaned generation is not a usable edit of `original`, if it is not.
+/// Phrases of the prompts that a usable edit does not contain.
+const ECHOES: [&str; 6] = [
+    "adjustment",
+    "instructions",
+    "revised summary",
+    "revised ending",
+    "fictional counterpart",
+    "grammatical error",
+];
+
+/// The fraction of `original`'s words (lower-cased, punctuation trimmed) that `edited`
+/// still contains (as a multiset).
+pub fn kept_word_fraction(edited: &str, original: &str) -> f64 {
+    let words = |text: &str| -> Vec<String> {
+        text.split_whitespace()
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase()
+            })
+            .filter(|w| !w.is_empty())
+            .collect()
+    };
+    let mut pool = words(edited);
+    let wanted = words(original);
+    if wanted.is_empty() {
+        return 0.0;
+    }
+    let mut kept = 0;
+    for word in &wanted {
+        if let Some(at) = pool.iter().position(|w| w == word) {
+            pool.swap_remove(at);
+            kept += 1;
+        }
+    }
+    kept as f64 / wanted.len() as f64
+}
+
+/// Why a cleaned generation is not a usable edit of `original`, if it is not: empty,
+/// unchanged, echoing the prompt, not an edit (keeps under half of the original's words;
+/// 90% for rewrite-and-insert, which keeps every sentence), or far shorter or longer.
 pub fn rejection(edit: LlmEdit, cleaned: &str, original: &str) -> Option<String> {
     if cleaned.trim().is_empty() {
         return Some("empty generation".into());
     }
     if normalised(cleaned) == normalised(original) {
         return Some("generation equals the original".into());
+    }
+    let lower = cleaned.to_lowercase();
+    if ECHOES.iter().any(|echo| lower.contains(echo)) {
+        return Some("generation repeats the instructions".into());
+    }
+    let kept = kept_word_fraction(cleaned, original);
+    let least = match edit {
+        LlmEdit::Rewrite => 0.9,
+        _ => 0.5,
+    };
+    if kept < least {
+        return Some(format!(
+            "generation is not an edit of the text (keeps {:.0}% of its words)",
+            100.0 * kept
+        ));
     }
     let (got, want) = (
         cleaned.chars().count() as f64,
@@ -290,9 +351,28 @@ mod tests {
         );
         assert!(rejection(fne, "Rick.", ENDING)
             .unwrap()
-            .contains("too short"));
+            .contains("not an edit"));
+        let padded = format!("{ENDING} {}", "and then more words ".repeat(5));
+        assert!(rejection(fne, &padded, ENDING)
+            .unwrap()
+            .contains("too long"));
         assert!(rejection(fne, "Rick is happy now and lives in Zorbia.", ENDING).is_none());
         assert!(rejection(LlmEdit::Rewrite, "Rick is happy now in Boston.", ENDING).is_some());
+        assert!(rejection(
+            fne,
+            "Please make sure you read and understand these instructions carefully.",
+            ENDING
+        )
+        .unwrap()
+        .contains("repeats the instructions"));
+        assert!(rejection(
+            fne,
+            "The person was a boy from a town far away in Ohio.",
+            ENDING
+        )
+        .unwrap()
+        .contains("not an edit"));
+        assert_eq!(clean("1. Rick is sad now.", ENDING), "Rick is sad now.");
     }
 
     #[test]
