@@ -29,28 +29,45 @@ fn items() -> Vec<DhpItem> {
         .collect()
 }
 
-/// The judge: in a G-Eval prompt, "5" when the rated ending is an original, else "2";
-/// in a pairwise prompt, the side holding the original.
-fn judge(originals: Vec<String>) -> MockScorer {
+/// The judge: in a G-Eval prompt, the top score when the rated ending is an original,
+/// else the bottom one;
+/// in a pairwise prompt, the side holding the original. An original is the story's own
+/// ending after that story.
+fn judge(originals: Vec<(String, String)>) -> MockScorer {
     MockScorer::new().with_labels(move |prompt, labels| {
         let wanted = if prompt.contains("Ending A:") {
-            let a_original = originals
-                .iter()
-                .any(|o| prompt.contains(&format!("Ending A: {o}\n")));
+            let a_original = originals.iter().any(|(story, o)| {
+                prompt.contains(story) && prompt.contains(&format!("Ending A: {o}\n"))
+            });
             if a_original {
                 "A"
             } else {
                 "B"
             }
         } else {
-            let original = originals
+            let original = originals.iter().any(|(story, o)| {
+                prompt.contains(story) && prompt.contains(&format!("Ending:\n\n{o}\n"))
+            });
+            // the top of the criterion's scale for originals, the bottom otherwise
+            let scores: Vec<i64> = labels
                 .iter()
-                .any(|o| prompt.contains(&format!("Ending:\n\n{o}\n")));
-            if original {
-                "5"
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            let pick = if original {
+                scores.iter().max()
             } else {
-                "2"
-            }
+                scores.iter().min()
+            };
+            return Ok(labels
+                .iter()
+                .map(|l| {
+                    if l.trim().parse::<i64>().ok().as_ref() == pick {
+                        -0.1
+                    } else {
+                        -4.0
+                    }
+                })
+                .collect());
         };
         Ok(labels
             .iter()
@@ -119,7 +136,9 @@ fn a_judge_that_prefers_originals_is_discerning_on_every_perturbation() {
         .unwrap()
         .starts_with("Zorblax adopted"));
 
-    let originals: Vec<String> = items().into_iter().map(|i| i.text).collect();
+    // (story, its own ending): another story's ending is not an original here
+    let originals: Vec<(String, String)> =
+        items().into_iter().map(|i| (i.context, i.text)).collect();
     let cache = ResultCache::in_memory().unwrap();
     let options = DhpScoreOptions {
         task: DhpTask::StoryCompletion,

@@ -133,7 +133,8 @@ pub struct Analysis {
 
 /// `log_0.05(p)`: 1 at p = 0.05, higher is more discerning.
 pub fn discernment(p: f64) -> f64 {
-    p.ln() / 0.05f64.ln()
+    // `+ 0.0` turns the -0 of p = 1 into 0
+    p.ln() / 0.05f64.ln() + 0.0
 }
 
 /// The paper's combined p-value `1 / sum_m 1/p_m` (0 when any p is 0).
