@@ -4,6 +4,7 @@ pub mod compare;
 pub mod compare_table;
 pub mod convert;
 pub mod correlate;
+pub mod dhp;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -52,6 +53,9 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
+    /// DHP discernment benchmark: perturb references, score originals and perturbed
+    /// copies with a judge, test the differences, report discernment scores.
+    Dhp(dhp::DhpArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -80,5 +84,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Dhp(args) => dhp::run(args),
     }
 }
