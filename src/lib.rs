@@ -17,6 +17,7 @@ pub mod cli;
 pub mod data;
 pub mod engine;
 pub mod judge;
+pub mod metrics;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;
