@@ -18,6 +18,7 @@ pub mod data;
 pub mod engine;
 pub mod judge;
 pub mod metrics;
+pub mod pararef;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;
