@@ -12,6 +12,9 @@ pub mod cache_args;
 pub mod labels;
 pub mod model_args;
 pub mod models;
+pub mod paraphrase;
+pub mod pararef;
+pub mod pararef_report;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
@@ -51,6 +54,11 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
+    /// Para-Ref: paraphrase every distinct reference n times with a local model.
+    Paraphrase(paraphrase::ParaphraseArgs),
+    /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
+    /// human references, correlated with human scores (WMT22, SummEval).
+    Pararef(pararef::PararefArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -79,5 +87,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Paraphrase(args) => paraphrase::run(args),
+        Command::Pararef(args) => pararef::run(args),
     }
 }

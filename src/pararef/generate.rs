@@ -38,7 +38,9 @@ pub struct ParaphraseOptions {
     pub max_retries: usize,
     /// Requests per call to the model.
     pub batch_size: usize,
-    /// Longest answer in tokens (also bounded by twice the reference's length plus 32).
+    /// Longest answer in tokens (also bounded by 1.5 times the reference's length plus 24:
+    /// a paraphrase is about as long as its reference, and a small model that rambles on
+    /// would otherwise spend most of the time on text that cleaning drops).
     pub max_tokens: usize,
     /// Send the prompt through the model's chat template.
     pub chat: bool,
@@ -139,7 +141,7 @@ pub fn paraphrase_references(
                 .encode_prompt(&Prompt::plain(TextPrompt::user(r.as_str())))?
                 .input
                 .len();
-            Ok(options.max_tokens.min(2 * tokens + 32))
+            Ok(options.max_tokens.min(tokens * 3 / 2 + 24))
         })
         .collect::<Result<_>>()?;
     let mut slots: Vec<Vec<Option<String>>> = vec![vec![None; options.n]; references.len()];

@@ -9,6 +9,8 @@
 //! - [`generate`]: batched, seeded, cached and resumable paraphrasing with retries.
 
 pub mod clean;
+pub mod datasets;
+pub mod experiment;
 pub mod generate;
 pub mod input;
 pub mod prompts;
