@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod cache_args;
 pub mod labels;
+pub mod metric;
 pub mod model_args;
 pub mod models;
 pub mod paraphrase;
@@ -59,6 +60,9 @@ pub enum Command {
     /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
     /// human references, correlated with human scores (WMT22, SummEval).
     Pararef(pararef::PararefArgs),
+    /// Reference-based metrics (BLEU, chrF, chrF++, ROUGE-1/2/L) of every candidate,
+    /// optionally against its references' paraphrases too.
+    Metric(metric::MetricArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -89,5 +93,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Paraphrase(args) => paraphrase::run(args),
         Command::Pararef(args) => pararef::run(args),
+        Command::Metric(args) => metric::run(args),
     }
 }

@@ -10,10 +10,12 @@
 
 pub mod clean;
 pub mod datasets;
+pub mod evaluate;
 pub mod experiment;
 pub mod generate;
 pub mod input;
 pub mod prompts;
+pub mod report;
 
 pub use generate::{paraphrase_references, ParaphraseOptions, ParaphraseReport};
 pub use input::{read_metric_rows, read_paraphrases, reference_id, MetricRow, ParaphraseRow};
