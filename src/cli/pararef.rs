@@ -31,9 +31,10 @@ pub struct PararefArgs {
     #[arg(long, default_value_t = 30)]
     pub segments: usize,
 
-    /// Paraphrases per WMT22 reference (the figure's largest k).
-    #[arg(long, default_value_t = 20)]
-    pub n: usize,
+    /// Paraphrases per WMT22 reference (the figure's largest k): one number for every
+    /// pair, or one per pair in the order of --pairs.
+    #[arg(long, value_delimiter = ',', default_value = "20")]
+    pub n: Vec<usize>,
 
     /// SummEval documents (a seeded random subset; 0 leaves SummEval out).
     #[arg(long, default_value_t = 10)]
@@ -76,7 +77,7 @@ pub fn run(args: PararefArgs) -> Result<()> {
     let selection = Selection {
         wmt_pairs: args.pairs.clone(),
         wmt_segments: args.segments,
-        wmt_paraphrases: args.n,
+        wmt_paraphrases: args.n.clone(),
         summeval_documents: args.summeval_docs,
         summeval_paraphrases: args.summeval_n,
         summeval_attribute: args.attribute.clone(),

@@ -19,6 +19,8 @@ use super::request::{
 pub enum ModelKind {
     DecoderOnly,
     EncoderDecoder,
+    /// An encoder that only embeds text (BERTScore's encoder); never behind a scorer.
+    EncoderOnly,
 }
 
 /// How a model family is asked for a judgement (from the model card).

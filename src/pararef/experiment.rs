@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 
 use super::datasets::{read_summeval, read_wmt22, subset, Item};
 use super::generate::{paraphrase_references, ParaphraseOptions, ParaphraseReport};
@@ -30,7 +30,8 @@ pub struct Dataset {
 pub struct Selection {
     pub wmt_pairs: Vec<String>,
     pub wmt_segments: usize,
-    pub wmt_paraphrases: usize,
+    /// Paraphrases per reference: one number for all pairs or one per pair.
+    pub wmt_paraphrases: Vec<usize>,
     pub summeval_documents: usize,
     pub summeval_paraphrases: usize,
     pub summeval_attribute: String,
@@ -40,13 +41,21 @@ pub struct Selection {
 /// The chosen subsets of every data set.
 pub fn load_datasets(data_dir: &Path, selection: &Selection) -> Result<Vec<Dataset>> {
     let mut out = Vec::new();
-    for pair in &selection.wmt_pairs {
+    let per_pair = &selection.wmt_paraphrases;
+    if per_pair.is_empty() || (per_pair.len() != 1 && per_pair.len() != selection.wmt_pairs.len()) {
+        bail!(
+            "give one number of paraphrases, or one per WMT pair ({} pairs, {} numbers)",
+            selection.wmt_pairs.len(),
+            per_pair.len()
+        );
+    }
+    for (index, pair) in selection.wmt_pairs.iter().enumerate() {
         let items = read_wmt22(data_dir, pair)?;
         out.push(Dataset {
             name: format!("wmt22-{pair}"),
             human: "DA z-score".to_string(),
             items: subset(&items, selection.wmt_segments, selection.seed),
-            n: selection.wmt_paraphrases,
+            n: per_pair[index.min(per_pair.len() - 1)],
         });
     }
     if selection.summeval_documents > 0 {
