@@ -19,6 +19,8 @@ pub mod data;
 pub mod dhp;
 pub mod engine;
 pub mod judge;
+pub mod metrics;
+pub mod pararef;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;

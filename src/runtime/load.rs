@@ -48,6 +48,10 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
     match resolved.architecture {
         Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
         Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
+        Architecture::Bert => anyhow::bail!(
+            "model '{}' is a BERT encoder for embedding metrics (bertscore), not a scorer",
+            resolved.name
+        ),
     }
 }
 
