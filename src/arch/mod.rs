@@ -7,5 +7,5 @@
 pub mod linear;
 pub mod llama;
 
-pub use linear::{Linear, WeightPolicy};
+pub use linear::{Linear, Precision, WeightPolicy};
 pub mod t5;

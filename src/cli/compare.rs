@@ -8,11 +8,12 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
+use super::compare_table::format_tables;
 use super::model_args::ModelArgs;
 use crate::data::read_contexts;
 use crate::judge::pairwise::{
-    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
-    Debias, Design, PairwiseTemplate,
+    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, Debias,
+    Design, PairwiseTemplate,
 };
 use crate::judge::{Attribute, Task};
 use crate::rank::RankMethod;
@@ -87,11 +88,15 @@ pub struct CompareArgs {
     pub show_prompt: bool,
 }
 
-/// Write to `path` through a temporary file renamed into place.
+/// Write to `path` through a temporary file renamed into place (creating its folder).
 pub(crate) fn write_file(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the folder {}", parent.display()))?;
+    }
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".partial");
     let temporary = PathBuf::from(temporary);
@@ -124,6 +129,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         progress: true,
     };
     let cache = args.cache.open()?;
+    let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;
     if args.show_prompt {
         eprint!(
@@ -135,18 +141,48 @@ pub fn run(args: CompareArgs) -> Result<()> {
     if let Some(path) = &args.comparisons_out {
         write_file(path, |out| write_comparisons(&result, out))?;
     }
+    let mut wrote = Vec::new();
     match &args.output {
         Some(path) => {
             write_file(path, |out| write_scores(&result, out))?;
-            print!("{}", format_tables(&result));
+            wrote.push(format!(
+                "scores (context_id, candidate_id, score, rank): {}",
+                path.display()
+            ));
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             write_scores(&result, &mut out)?;
             out.flush()?;
-            eprint!("{}", format_tables(&result));
+            wrote.push(
+                "scores (context_id, candidate_id, score, rank): standard output, as JSONL"
+                    .to_string(),
+            );
         }
+    }
+    if let Some(path) = &args.comparisons_out {
+        wrote.push(format!(
+            "every comparison (context_id, a, b, p_a, label_mass): {}",
+            path.display()
+        ));
+    }
+    match &cache_path {
+        Some(path) => wrote.push(format!(
+            "model answers cached (a rerun reuses them): {path}"
+        )),
+        None => wrote.push("nothing cached (--no-cache)".to_string()),
+    }
+    let mut report = format_tables(&result, &contexts);
+    for line in wrote {
+        report.push_str("results: ");
+        report.push_str(&line);
+        report.push('\n');
+    }
+    // With scores on standard output, the people's report goes to standard error.
+    match &args.output {
+        Some(_) => print!("{report}"),
+        None => eprint!("{report}"),
     }
     Ok(())
 }

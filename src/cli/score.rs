@@ -12,7 +12,7 @@ use super::compare::write_file;
 use super::model_args::ModelArgs;
 use crate::data::read_single_contexts;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
-use crate::judge::geval::{Criteria, StepsOrigin, StepsSource};
+use crate::judge::geval::{criteria_from_text, Criteria, StepsOrigin, StepsSource};
 use crate::judge::scoring::show_first_prompt;
 use crate::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions, ScoreRun,
@@ -38,9 +38,9 @@ pub struct ScoreArgs {
     /// Attribute to judge. G-Eval's built-in criteria: coherence, consistency, fluency,
     /// relevance (summary); naturalness, coherence (continuity), engagingness,
     /// groundedness, understandability (dialogue); fluency, grammar, semantics
-    /// (data-to-text).
-    #[arg(long)]
-    pub attribute: String,
+    /// (data-to-text). With --criteria-text it defaults to the criterion's name.
+    #[arg(long, required_unless_present = "criteria_text")]
+    pub attribute: Option<String>,
 
     /// Kind of task; sets the prompt nouns and G-Eval's built-in criteria.
     #[arg(long, value_enum, default_value_t = Task::Summary)]
@@ -48,8 +48,20 @@ pub struct ScoreArgs {
 
     /// G-Eval criteria file (TOML: name, scale, introduction, criterion; see
     /// criteria/README.md) instead of the built-in criteria for the attribute.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "criteria_text")]
     pub criteria: Option<PathBuf>,
+
+    /// G-Eval criteria as one free-text string, e.g. "Coherence (1-5): evaluate the
+    /// logical flow and connection between sentences." The scale comes from a (1-5)-style
+    /// range in the text, else from --scale, else 1-5; the form line's name is the text
+    /// before the range or the first colon.
+    #[arg(long, value_name = "TEXT")]
+    pub criteria_text: Option<String>,
+
+    /// G-Eval task introduction (the task prompt) to use with --criteria-text or
+    /// instead of the criteria's own introduction.
+    #[arg(long, value_name = "TEXT")]
+    pub task_prompt: Option<String>,
 
     /// G-Eval evaluation steps from this file instead of steps the model writes.
     #[arg(long, value_name = "FILE")]
@@ -94,6 +106,8 @@ fn parse_scale(text: &str) -> Result<ScoreScale, String> {
 fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
     let geval_only = [
         ("--criteria", args.criteria.is_some()),
+        ("--criteria-text", args.criteria_text.is_some()),
+        ("--task-prompt", args.task_prompt.is_some()),
         ("--steps", args.steps.is_some()),
         ("--reference", args.reference),
         ("--steps-out", args.steps_out.is_some()),
@@ -106,12 +120,51 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
             anyhow::bail!("--scale does not apply to --method gptscore");
         }
     }
-    let mut options = ScoreOptions::new(args.method, args.task, &args.attribute);
-    options.scale = args.scale;
+    let from_text = match &args.criteria_text {
+        Some(text) => Some(
+            criteria_from_text(
+                text,
+                args.task_prompt.as_deref(),
+                args.scale,
+                Some(args.task),
+            )
+            .context("--criteria-text")?,
+        ),
+        None => None,
+    };
+    let attribute = match (&args.attribute, &from_text) {
+        (Some(attribute), _) => attribute.clone(),
+        (None, Some((criteria, _))) => criteria.name.to_lowercase(),
+        (None, None) => anyhow::bail!("--attribute is needed (or --criteria-text)"),
+    };
+    let mut options = ScoreOptions::new(args.method, args.task, &attribute);
     options.reference = args.reference;
     options.progress = true;
-    if let Some(path) = &args.criteria {
-        options.criteria = Some(Criteria::from_file(path)?);
+    match from_text {
+        Some((criteria, source)) => {
+            eprintln!(
+                "G-Eval criteria from the text: {} on the scale {} (from {})",
+                criteria.name,
+                criteria.scale,
+                source.describe()
+            );
+            // The scale is settled: the text's range wins over --scale.
+            options.criteria = Some(criteria);
+        }
+        None => {
+            options.scale = args.scale;
+            if let Some(path) = &args.criteria {
+                let mut criteria = Criteria::from_file(path)?;
+                if let Some(prompt) = args.task_prompt.as_deref().filter(|p| !p.trim().is_empty()) {
+                    criteria.introduction = prompt.trim().to_string();
+                }
+                options.criteria = Some(criteria);
+            } else if let Some(prompt) = &args.task_prompt {
+                let mut criteria = Criteria::builtin(args.task, &attribute)?;
+                criteria.introduction = prompt.trim().to_string();
+                options.criteria = Some(criteria);
+            }
+        }
     }
     options.steps = match &args.steps {
         Some(path) => {

@@ -1,14 +1,18 @@
 //! The command line's names for the core's option enums (weight policy, evaluation
-//! strategy, task, design, debiasing, ranking, scoring method, experiment): clap's
-//! `ValueEnum` is implemented here, so that no layer below `cli/` knows clap.
+//! strategy, task, design, debiasing, ranking, scoring method, experiment, DHP task and
+//! method, paraphrase prompt set): clap's `ValueEnum` is implemented here, so that no
+//! layer below `cli/` knows clap.
 
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
 use crate::arch::WeightPolicy;
+use crate::dhp::score::DhpMethod;
+use crate::dhp::task::DhpTask;
 use crate::engine::Strategy;
 use crate::judge::pairwise::{Debias, Design};
 use crate::judge::{ScoreMethod, Task};
+use crate::pararef::prompts::PromptSet;
 use crate::rank::RankMethod;
 use crate::reproduce::Experiment;
 
@@ -77,6 +81,26 @@ command_line_values!(ScoreMethod {
     ScoreMethod::Prompt => "prompt": "Ask for a score between 1 and 10; expectation over the score tokens",
     ScoreMethod::Geval => "geval": "G-Eval: criteria, auto chain-of-thought steps, form filling; expectation",
     ScoreMethod::Gptscore => "gptscore": "GPTScore: mean log-likelihood of the candidate given instruction and context",
+});
+
+command_line_values!(PromptSet {
+    PromptSet::Basic => "basic": "\"Paraphrase the sentences: {reference}\" for every paraphrase",
+    PromptSet::Diverse => "diverse": "The ten instructions in turn (paraphrase k uses instruction k mod 10)",
+});
+
+command_line_values!(DhpMethod {
+    DhpMethod::Geval => "geval": "G-Eval: expectation of the score over the scale (the paper's method)",
+    DhpMethod::Prompt => "prompt": "Ask for a 1-10 score; expectation",
+    DhpMethod::Gptscore => "gptscore": "Mean token log-likelihood of the text",
+    DhpMethod::Pairwise => "pairwise": "Probability that the original beats its perturbed copy (both orders)",
+});
+
+command_line_values!(DhpTask {
+    DhpTask::Summarization => "summarization": "SummEval reference summaries",
+    DhpTask::StoryCompletion => "story-completion": "Story Cloze endings",
+    DhpTask::Translation => "translation": "WMT22 references (de-en, zh-en)",
+    DhpTask::QuestionAnswering => "question-answering":
+        "A user's own question-answering JSONL (question, context, answer)",
 });
 
 #[cfg(test)]

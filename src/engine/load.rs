@@ -8,7 +8,7 @@ use super::decoder::{DecoderScorer, DecoderSettings};
 use super::scorer::{ModelInfo, Scorer};
 use super::t5_scorer::T5Scorer;
 use crate::arch::t5::{T5Config, T5Model, WeightFiles};
-use crate::arch::{llama, WeightPolicy};
+use crate::arch::{llama, Precision, WeightPolicy};
 use crate::runtime::{
     load_tokenizer, resolve_model, select_device, Architecture, ResolveOptions, ResolvedModel,
     WeightFormat,
@@ -21,6 +21,8 @@ pub struct LoadOptions {
     /// `auto`, `cpu`, `cuda[:N]` or `metal`.
     pub device: String,
     pub weights: WeightPolicy,
+    /// Arithmetic of the decoder blocks' matrix products.
+    pub precision: Precision,
     pub decoder: DecoderSettings,
 }
 
@@ -31,6 +33,7 @@ impl LoadOptions {
             resolve: ResolveOptions::from_env()?,
             device: "auto".to_string(),
             weights: WeightPolicy::Auto,
+            precision: Precision::F32,
             decoder: DecoderSettings::default(),
         })
     }
@@ -48,6 +51,10 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
     match resolved.architecture {
         Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
         Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
+        Architecture::Bert => anyhow::bail!(
+            "model '{}' is a BERT encoder for embedding metrics (bertscore), not a scorer",
+            resolved.name
+        ),
     }
 }
 
@@ -55,6 +62,12 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
 pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scorer> {
     if resolved.format != WeightFormat::Safetensors {
         bail!("T5 models load from safetensors checkpoints only");
+    }
+    if options.precision != Precision::F32 {
+        bail!(
+            "--precision {} applies to decoder-only models; T5 runs in f32",
+            options.precision.as_str()
+        );
     }
     let device = select_device(&options.device)?;
     let config_path = resolved
@@ -96,8 +109,10 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         }
         WeightFormat::TokenizerOnly => bail!("'{}' holds a tokenizer only", resolved.name),
     };
+    let model = model.with_precision(options.precision)?;
     let tokenizer = load_tokenizer(resolved)?;
     let mut info = model_info(resolved);
+    info.fingerprint = options.precision.fingerprint(&info.fingerprint);
     info.context_window = info.context_window.min(model.config().context_length);
     DecoderScorer::new(
         model,

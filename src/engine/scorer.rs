@@ -105,4 +105,11 @@ pub trait Scorer: Send {
 
     /// Generate text.
     fn generate(&mut self, request: &GenerationRequest) -> Result<Generation>;
+
+    /// Generate text for several requests; results in request order. Each request is
+    /// sampled from its own seeded generator. The default runs them one at a time;
+    /// scorers that can run rows side by side (each with its own cache) override it.
+    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
+        requests.iter().map(|r| self.generate(r)).collect()
+    }
 }

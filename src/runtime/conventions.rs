@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 pub enum ModelKind {
     DecoderOnly,
     EncoderDecoder,
+    /// An encoder that only embeds text (BERTScore's encoder); never behind a scorer.
+    EncoderOnly,
 }
 
 /// How a model family is asked for a judgement (from the model card).

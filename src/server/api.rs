@@ -16,15 +16,12 @@ use serde_json::Value;
 
 use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
-use crate::judge::geval::Criteria;
+use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
 use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
 use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
 use crate::rank::RankMethod;
 
-/// Introduction of user criteria given without one.
-pub const DEFAULT_INTRODUCTION: &str = "You will be given one output to rate, with the input it \
-was produced for and the expected output where there are any. Rate the output on the single \
-quality described below.";
+pub use crate::judge::geval::free_text::DEFAULT_INTRODUCTION;
 
 /// Parse a JSON body into `T`; the error names the field path, line and column.
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
@@ -54,9 +51,14 @@ pub struct GevalBody {
     pub expected_output: Option<String>,
     /// The input the output was produced for.
     pub context: Option<String>,
-    /// A built-in criterion name, or an object with `name`, `criterion`, and optionally
-    /// `introduction` and `scale`.
+    /// A built-in criterion name; or the criterion as free text (`"Coherence (1-5):
+    /// evaluate the logical flow ..."`, its scale from the `(1-5)` range, else `scale`,
+    /// else 1-5); or an object with `name`, `criterion`, and optionally `introduction`
+    /// and `scale`.
     pub criteria: Value,
+    /// The task introduction (the G-Eval example's TaskPrompt); replaces the criterion's
+    /// own introduction.
+    pub task_prompt: Option<String>,
     /// Task of a built-in criterion (default summary).
     pub task: Option<Task>,
     /// Evaluation steps to use instead of the model's own.
@@ -136,6 +138,17 @@ pub struct ScoreResponse {
     /// G-Eval only: the evaluation steps used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<String>,
+    /// The score scale `[low, high]` the model rated on.
+    pub scale: [i64; 2],
+    /// G-Eval only: where the scale came from (`criteria_text`, `requested`, `default`,
+    /// or `criteria` for a built-in or object criterion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_source: Option<&'static str>,
+    /// G-Eval only: the criterion's name as the form line shows it (a string that is no
+    /// built-in name is read as free text: its name is the text before the range or
+    /// colon, else "Score").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub criteria_name: Option<String>,
 }
 
 impl ScoreResponse {
@@ -157,6 +170,12 @@ impl ScoreResponse {
             raw_probabilities: pairs(&distribution.raw),
             label_mass: distribution.mass,
             steps,
+            scale: [
+                distribution.scores.first().copied().unwrap_or_default(),
+                distribution.scores.last().copied().unwrap_or_default(),
+            ],
+            scale_source: None,
+            criteria_name: None,
         }
     }
 }
@@ -184,51 +203,97 @@ fn non_empty(field: &str, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// The criteria of a G-Eval request.
-fn criteria_of(body: &GevalBody) -> Result<Criteria> {
+/// Where a G-Eval request's scale came from, as the response names it.
+fn scale_source_name(source: Option<ScaleSource>, requested: bool) -> &'static str {
+    match source {
+        Some(ScaleSource::CriteriaText) => "criteria_text",
+        Some(ScaleSource::Requested) => "requested",
+        Some(ScaleSource::Default) => "default",
+        None if requested => "requested",
+        None => "criteria",
+    }
+}
+
+/// The criteria of a G-Eval request, and where their scale came from.
+fn criteria_of(body: &GevalBody) -> Result<(Criteria, &'static str)> {
     let task = body.task.unwrap_or(Task::Summary);
-    let criteria = match &body.criteria {
-        Value::String(name) => Criteria::builtin(task, name).context("field `criteria`")?,
+    let task_prompt = body.task_prompt.as_deref().filter(|p| !p.trim().is_empty());
+    let (criteria, source) = match &body.criteria {
+        Value::String(text) => match Criteria::builtin(task, text) {
+            Ok(builtin) => (builtin, None),
+            // Not a built-in name: the string is the criterion itself.
+            Err(_) => {
+                let (criteria, source) =
+                    criteria_from_text(text, task_prompt, body.scale, body.task)
+                        .context("field `criteria`")?;
+                return Ok((criteria, scale_source_name(Some(source), false)));
+            }
+        },
         Value::Object(_) => {
             let custom: CustomCriteria = serde_path_to_error::deserialize(body.criteria.clone())
-                .map_err(|e| anyhow::anyhow!("invalid field `criteria.{}`: {}", e.path(), e.inner()))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("invalid field `criteria.{}`: {}", e.path(), e.inner())
+                })?;
             let scale = match custom.scale {
                 Some(scale) => scale,
                 None => ScoreScale::new(1, 5)?,
             };
-            Criteria::new(
+            let criteria = Criteria::new(
                 &custom.name,
                 scale,
                 body.task,
-                custom.introduction.as_deref().unwrap_or(DEFAULT_INTRODUCTION),
+                custom
+                    .introduction
+                    .as_deref()
+                    .unwrap_or(DEFAULT_INTRODUCTION),
                 &custom.criterion,
             )
-            .context("field `criteria`")?
+            .context("field `criteria`")?;
+            (criteria, None)
         }
         _ => bail!(
-            "field `criteria`: expected a built-in criterion name or an object with `name` and `criterion`"
+            "field `criteria`: expected a built-in criterion name, the criterion as text, or an \
+             object with `name` and `criterion`"
         ),
     };
-    Ok(match body.scale {
+    let mut criteria = match body.scale {
         Some(scale) => criteria.with_scale(scale),
         None => criteria,
-    })
+    };
+    if let Some(prompt) = task_prompt {
+        criteria.introduction = prompt.trim().to_string();
+    }
+    Ok((criteria, scale_source_name(source, body.scale.is_some())))
 }
 
-/// The worker task of a G-Eval request.
-pub fn geval_task(body: GevalBody) -> Result<LabelTask> {
+/// What a G-Eval answer says about how the request's criteria were read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriteriaReading {
+    pub name: String,
+    pub scale_source: &'static str,
+}
+
+/// The worker task of a G-Eval request, and how its criteria were read (for the answer).
+pub fn geval_task(body: GevalBody) -> Result<(LabelTask, CriteriaReading)> {
     non_empty("output", &body.output)?;
     if let Some(steps) = &body.steps {
         non_empty("steps", steps)?;
     }
-    let criteria = criteria_of(&body)?;
-    Ok(LabelTask::Geval {
-        criteria,
-        steps: body.steps,
-        source: body.context.filter(|c| !c.trim().is_empty()),
-        reference: body.expected_output,
-        output: body.output,
-    })
+    let (criteria, scale_source) = criteria_of(&body)?;
+    let reading = CriteriaReading {
+        name: criteria.name.clone(),
+        scale_source,
+    };
+    Ok((
+        LabelTask::Geval {
+            criteria,
+            steps: body.steps,
+            source: body.context.filter(|c| !c.trim().is_empty()),
+            reference: body.expected_output,
+            output: body.output,
+        },
+        reading,
+    ))
 }
 
 /// The worker task of a prompt-scoring request.
@@ -362,21 +427,23 @@ mod tests {
         let body: GevalBody =
             parse_body(br#"{"output": "x", "criteria": "continuity", "task": "dialogue"}"#)
                 .unwrap();
-        let LabelTask::Geval { criteria, .. } = geval_task(body).unwrap() else {
+        let (LabelTask::Geval { criteria, .. }, source) = geval_task(body).unwrap() else {
             panic!("a G-Eval task")
         };
         assert_eq!(criteria.name, "Coherence");
         assert_eq!(criteria.scale, ScoreScale::new(1, 3).unwrap());
+        assert_eq!(source.scale_source, "criteria");
 
         let body: GevalBody = parse_body(
             br#"{"output": "x", "criteria": {"name": "Correctness", "criterion": "Is it right?"}, "scale": [0, 10]}"#,
         )
         .unwrap();
-        let LabelTask::Geval { criteria, .. } = geval_task(body).unwrap() else {
+        let (LabelTask::Geval { criteria, .. }, source) = geval_task(body).unwrap() else {
             panic!("a G-Eval task")
         };
         assert_eq!(criteria.introduction, DEFAULT_INTRODUCTION);
         assert_eq!(criteria.scale.scores().len(), 11);
+        assert_eq!(source.scale_source, "requested");
 
         let body: GevalBody = parse_body(br#"{"output": "x", "criteria": {"name": "C"}}"#).unwrap();
         let error = format!("{:#}", geval_task(body).unwrap_err());
@@ -386,11 +453,78 @@ mod tests {
         );
         let body: GevalBody = parse_body(br#"{"output": "x", "criteria": 3}"#).unwrap();
         assert!(geval_task(body).is_err());
+        let body: GevalBody = parse_body(br#"{"output": "x", "criteria": "  "}"#).unwrap();
+        assert!(format!("{:#}", geval_task(body).unwrap_err()).contains("`criteria`"));
         let body: GevalBody = parse_body(br#"{"output": " ", "criteria": "coherence"}"#).unwrap();
         assert!(geval_task(body)
             .unwrap_err()
             .to_string()
             .contains("`output`"));
+    }
+
+    /// The G-Eval metrics-service example: criteria as one free-text string, with a
+    /// separate task prompt.
+    #[test]
+    fn criteria_as_free_text_with_a_task_prompt() {
+        let geval = |json: &str| geval_task(parse_body::<GevalBody>(json.as_bytes()).unwrap());
+        let (LabelTask::Geval { criteria, .. }, source) = geval(
+            r#"{"output": "x", "task_prompt": "You will evaluate the quality of a generated text.",
+                "criteria": "Coherence (1-5): evaluate the logical flow and connection between sentences."}"#,
+        )
+        .unwrap() else {
+            panic!("a G-Eval task")
+        };
+        assert_eq!(criteria.name, "Coherence");
+        assert_eq!(criteria.scale, ScoreScale::new(1, 5).unwrap());
+        assert_eq!(source.scale_source, "criteria_text");
+        assert_eq!(
+            criteria.introduction,
+            "You will evaluate the quality of a generated text."
+        );
+        assert!(criteria.criterion.starts_with("Coherence (1-5): evaluate"));
+
+        // No range in the text: the request's scale, else 1-5.
+        let (LabelTask::Geval { criteria, .. }, source) =
+            geval(r#"{"output": "x", "criteria": "Politeness: is it polite?", "scale": [1, 3]}"#)
+                .unwrap()
+        else {
+            panic!("a G-Eval task")
+        };
+        assert_eq!(
+            (criteria.scale, source.scale_source),
+            (ScoreScale::new(1, 3).unwrap(), "requested")
+        );
+        assert_eq!(criteria.introduction, DEFAULT_INTRODUCTION);
+        let (LabelTask::Geval { criteria, .. }, source) =
+            geval(r#"{"output": "x", "criteria": "Politeness: is it polite?"}"#).unwrap()
+        else {
+            panic!("a G-Eval task")
+        };
+        assert_eq!(
+            (criteria.scale, source.scale_source),
+            (ScoreScale::new(1, 5).unwrap(), "default")
+        );
+
+        // A range that is no scale is refused, naming the field and the range.
+        let error = format!(
+            "{:#}",
+            geval(r#"{"output": "x", "criteria": "Coherence (5-1): flow"}"#).unwrap_err()
+        );
+        assert!(
+            error.contains("`criteria`") && error.contains("(5-1)"),
+            "{error}"
+        );
+        // A task prompt also replaces a built-in criterion's introduction.
+        let (LabelTask::Geval { criteria, .. }, _) =
+            geval(r#"{"output": "x", "criteria": "coherence", "task_prompt": "Rate it."}"#)
+                .unwrap()
+        else {
+            panic!("a G-Eval task")
+        };
+        assert_eq!(
+            (criteria.name.as_str(), criteria.introduction.as_str()),
+            ("Coherence", "Rate it.")
+        );
     }
 
     #[test]

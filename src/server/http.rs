@@ -179,9 +179,9 @@ async fn submit<T>(state: &AppState, job: impl FnOnce(Reply<T>) -> Job) -> Resul
     }
 }
 
-async fn label_job(state: &AppState, task: LabelTask) -> Result<Json<ScoreResponse>, ApiError> {
+async fn label_job(state: &AppState, task: LabelTask) -> Result<ScoreResponse, ApiError> {
     let answer = submit(state, |reply| Job::Label { task, reply }).await?;
-    Ok(Json(ScoreResponse::new(&answer.distribution, answer.steps)))
+    Ok(ScoreResponse::new(&answer.distribution, answer.steps))
 }
 
 async fn geval(
@@ -190,8 +190,11 @@ async fn geval(
 ) -> Result<Json<ScoreResponse>, ApiError> {
     let bytes = body_bytes(body)?;
     let body: GevalBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
-    let task = geval_task(body).map_err(|e| ApiError::bad_request(&e))?;
-    label_job(&state, task).await
+    let (task, reading) = geval_task(body).map_err(|e| ApiError::bad_request(&e))?;
+    let mut response = label_job(&state, task).await?;
+    response.scale_source = Some(reading.scale_source);
+    response.criteria_name = Some(reading.name);
+    Ok(Json(response))
 }
 
 async fn score(
@@ -201,7 +204,7 @@ async fn score(
     let bytes = body_bytes(body)?;
     let body: ScoreBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
     let task = score_task(body).map_err(|e| ApiError::bad_request(&e))?;
-    label_job(&state, task).await
+    Ok(Json(label_job(&state, task).await?))
 }
 
 async fn compare(

@@ -2,16 +2,23 @@
 //! instead of once per file): one module per topic, helpers in `common`. Tests that set
 //! process-wide environment variables live in `tests/process_env/`, apart.
 
+mod batched_generation;
 mod cli;
 mod cli_models;
 mod common;
 mod compare_resume;
 mod correlate_cli;
 mod decoder_scorer;
+mod dhp_analyze;
+mod dhp_cli;
+mod dhp_pipeline;
 mod hub_source;
 mod llama_model;
 mod llama_safetensors;
+mod metric_cli;
+mod metrics_parity;
 mod pairwise_runner;
+mod paraphrase;
 mod reproduce;
 mod resolve;
 mod score_cli;
@@ -22,5 +29,6 @@ mod t5_candle_reference;
 mod t5_loading;
 mod t5_parity;
 mod t5_scorer;
+mod t5_untied_embeddings;
 mod tokenizer;
 mod wheel_source;

@@ -10,8 +10,8 @@ use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
 use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, ModelKind, ResultCache};
 use nlg_judge::judge::pairwise::{
-    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
-    CompareResult, Debias, Design, PairwiseTemplate,
+    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
+    Debias, Design, PairwiseTemplate,
 };
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::rank::RankMethod;
@@ -165,13 +165,18 @@ fn output_lines_follow_input_order_with_fixed_formats() {
         assert!(value["p_a"].is_f64() && value["label_mass"].is_f64());
     }
     // The table lists candidates best first, with the context's statistics.
-    let table = format_tables(&result);
-    let at = |id: &str| table.find(&format!("  {id}\n")).unwrap();
+    let table = nlg_judge::cli::compare_table::format_tables(&result, &data);
+    let at = |id: &str| table.find(&format!("  {id}  ")).unwrap();
     assert!(
         at("sys1") < at("sys2") && at("sys2") < at("sys0"),
         "{table}"
     );
     assert!(table.contains("context doc0: P(A) 0.500, consistency 1.000, accuracy 1.000"));
+    // Each row shows the start of the candidate's text after its id.
+    let row = table.lines().find(|l| l.contains("  sys1  ")).unwrap();
+    assert!(row.ends_with("summary 1 of doc 0 q=0.6"), "{row}");
+    assert!(row.trim_start().starts_with("1  "), "{row}");
+    assert!(table.contains("positional bias: the first candidate of a pair won 0.500"));
 }
 
 #[test]

@@ -212,3 +212,79 @@ fn argument_errors_are_reported_before_loading_a_model() {
     std::fs::write(&empty, "\n").unwrap();
     assert!(error(&["--steps", empty.to_str().unwrap()]).contains("is empty"));
 }
+
+/// G-Eval criteria as one free-text string (the metrics-service example's form): the
+/// scale comes from the `(1-3)` range in the text, else --scale, else 1-5, and the task
+/// prompt is the introduction the model reads.
+#[test]
+fn geval_criteria_given_as_free_text() {
+    let model = common::t5::fixture_model_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let steps = dir.path().join("steps.txt");
+    std::fs::write(&steps, "1. Read the text.\n2. Rate its flow.\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let run_with = |criteria: &str, extra: &[&str]| {
+        let mut args = vec![
+            "score",
+            "--model",
+            model.path().to_str().unwrap(),
+            "--method",
+            "geval",
+            "--criteria-text",
+            criteria,
+            "--task-prompt",
+            "You will evaluate the quality of a generated text.",
+            "--steps",
+            steps.to_str().unwrap(),
+            "--no-cache",
+            "--show-prompt",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        nlg_judge(&args)
+    };
+    let run = run_with(
+        "Coherence (1-3): evaluate the logical flow and connection between sentences.",
+        &["--scale", "1-10"],
+    );
+    let stderr = text(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the range in the criteria text"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("You will evaluate the quality of a generated text."));
+    assert!(stderr.contains("Coherence (1-3): evaluate the logical flow"));
+    assert!(stderr.contains("- Coherence:"), "{stderr}");
+    lines(&output)
+        .iter()
+        .for_each(|l| check_distribution(l, 1, 3));
+
+    // No range in the text: --scale, else 1-5.
+    let run = run_with("Politeness: is the text polite?", &["--scale", "0-4"]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(text(&run.stderr).contains("the requested scale"));
+    lines(&output)
+        .iter()
+        .for_each(|l| check_distribution(l, 0, 4));
+    let run = run_with("Politeness: is the text polite?", &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(text(&run.stderr).contains("the default 1-5"));
+    lines(&output)
+        .iter()
+        .for_each(|l| check_distribution(l, 1, 5));
+
+    // A range that is no usable scale is refused before any model work, and named.
+    let run = run_with("Coherence (5-1): flow", &[]);
+    assert!(!run.status.success());
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains("--criteria-text") && stderr.contains("(5-1)"),
+        "{stderr}"
+    );
+}

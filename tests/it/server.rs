@@ -191,14 +191,17 @@ async fn malformed_and_invalid_bodies_are_400_naming_the_problem() {
     assert_eq!(status, 400);
     assert!(error_of(&body).contains("`scale`"), "{body}");
 
+    // A string that is no built-in name is the criterion itself (free text), and the
+    // answer says how it was read.
     let (status, body) = post(
         server.addr,
         "/v1/geval",
         &json!({"output": "x", "criteria": "charm"}),
     )
     .await;
-    assert_eq!(status, 400);
-    assert!(error_of(&body).contains("`charm`"), "{body}");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["criteria_name"], "Score");
+    assert_eq!(body["scale_source"], "default");
 
     let (status, body) = post(
         server.addr,
@@ -492,4 +495,88 @@ async fn graceful_shutdown_finishes_the_request_in_flight() {
     assert_eq!(answer["probabilities"].as_object().unwrap().len(), 3);
     task.await.unwrap().unwrap();
     assert_eq!(WorkerStats::get(&stats.jobs), 1);
+}
+
+/// The G-Eval metrics-service example: criteria as one free-text string and a separate
+/// task prompt. The answer carries the example's fields (`score`, `raw_probabilities`),
+/// ours, and the scale used with where it came from; it equals the library's answer
+/// for the same criteria.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geval_with_free_text_criteria_like_the_service_example() {
+    let server = Running::start(mock(Gate::open()), ServerConfig::default()).await;
+    let criteria_text =
+        "Coherence (1-5): evaluate the logical flow and connection between sentences.";
+    let task_prompt = "You will evaluate the quality of a generated text.";
+    let (status, body) = post(
+        server.addr,
+        "/v1/geval",
+        &json!({
+            "task_prompt": task_prompt,
+            "criteria": criteria_text,
+            "context": "Original context here",
+            "output": "Generated text to evaluate",
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["scale"], json!([1, 5]));
+    assert_eq!(body["scale_source"], "criteria_text");
+    assert_eq!(body["criteria_name"], "Coherence");
+
+    let mut scorer = mock(Gate::open());
+    let (criteria, _) =
+        geval::criteria_from_text(criteria_text, Some(task_prompt), None, None).unwrap();
+    let steps =
+        geval::resolve_steps(&mut scorer, &criteria, &StepsSource::default(), None).unwrap();
+    let input = GevalInput {
+        source: Some("Original context here"),
+        reference: None,
+        output: "Generated text to evaluate",
+    };
+    let expected = geval::evaluate(&mut scorer, &criteria, &steps.text, &input).unwrap();
+    assert_eq!(body["score"].as_f64().unwrap(), expected.expectation);
+    for (s, raw) in expected.scores.iter().zip(&expected.raw) {
+        assert_eq!(
+            body["raw_probabilities"][s.to_string()].as_f64().unwrap(),
+            *raw
+        );
+    }
+
+    // No range in the text: the request's scale, else 1-5, and the answer says which.
+    let (status, body) = post(
+        server.addr,
+        "/v1/geval",
+        &json!({"criteria": "Politeness: is it polite?", "output": "Thanks!", "scale": [0, 3]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["scale"].clone(), body["scale_source"].clone()),
+        (json!([0, 3]), json!("requested"))
+    );
+    let (status, body) = post(
+        server.addr,
+        "/v1/geval",
+        &json!({"criteria": "Politeness: is it polite?", "output": "Thanks!"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["scale"].clone(), body["scale_source"].clone()),
+        (json!([1, 5]), json!("default"))
+    );
+    // A range that is no scale: 400 naming the field and the range.
+    let (status, body) = post(
+        server.addr,
+        "/v1/geval",
+        &json!({"criteria": "Coherence (5-1): flow", "output": "Thanks!"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let error = error_of(&body);
+    assert!(
+        error.contains("`criteria`") && error.contains("(5-1)"),
+        "{error}"
+    );
+    server.shutdown().await;
 }

@@ -13,12 +13,14 @@ use super::layers::{
 };
 use super::weights::WeightFiles;
 
-/// Names under which checkpoints store the token embedding, in order of preference.
-const EMBEDDING_NAMES: [&str; 3] = [
-    "shared.weight",
-    "encoder.embed_tokens.weight",
-    "decoder.embed_tokens.weight",
-];
+/// The shared token embedding, and each stack's own copy. Most checkpoints store only
+/// `shared.weight` (the stacks' copies are aliases); fine-tunes saved untied and some
+/// conversions store stack embeddings that differ from it. As transformers does, each
+/// stack reads its own embedding when the checkpoint has one, and the shared one
+/// otherwise; a checkpoint with no shared embedding falls back to a stack's copy.
+const SHARED_EMBEDDING: &str = "shared.weight";
+const ENCODER_EMBEDDING: &str = "encoder.embed_tokens.weight";
+const DECODER_EMBEDDING: &str = "decoder.embed_tokens.weight";
 
 /// The encoder's output for a batch, with what the decoder needs to attend to it.
 #[derive(Debug, Clone)]
@@ -57,8 +59,10 @@ pub(crate) struct DecoderLayer {
 #[derive(Debug, Clone)]
 pub struct T5Model {
     config: T5Config,
-    /// (vocab, d_model)
-    embedding: Tensor,
+    /// (vocab, d_model): the encoder's and the decoder's token embeddings (the shared one
+    /// unless the checkpoint stores a stack's own).
+    encoder_embedding: Tensor,
+    decoder_embedding: Tensor,
     encoder: Vec<EncoderLayer>,
     encoder_position: RelativeBias,
     encoder_norm: RmsNorm,
@@ -87,18 +91,30 @@ impl T5Model {
     /// Load from any variable builder (the tensors keep the builder's dtype).
     pub fn load(vb: &VarBuilder, config: &T5Config) -> Result<Self> {
         let (vocab, d) = (config.vocab_size, config.d_model);
-        let embedding_name = EMBEDDING_NAMES
-            .iter()
-            .find(|name| vb.contains_tensor(name))
+        let stored = |name: &str| -> Result<Option<Tensor>> {
+            if !vb.contains_tensor(name) {
+                return Ok(None);
+            }
+            let tensor = vb
+                .get((vocab, d), name)
+                .with_context(|| format!("weight {name}"))?;
+            Ok(Some(tensor))
+        };
+        let shared = stored(SHARED_EMBEDDING)?;
+        let encoder_own = stored(ENCODER_EMBEDDING)?;
+        let decoder_own = stored(DECODER_EMBEDDING)?;
+        let embedding = shared
+            .clone()
+            .or_else(|| encoder_own.clone())
+            .or_else(|| decoder_own.clone())
             .with_context(|| {
                 format!(
-                    "no token embedding: expected one of {}",
-                    EMBEDDING_NAMES.join(", ")
+                    "no token embedding: expected one of {SHARED_EMBEDDING}, \
+                     {ENCODER_EMBEDDING}, {DECODER_EMBEDDING}"
                 )
             })?;
-        let embedding = vb
-            .get((vocab, d), embedding_name)
-            .with_context(|| format!("weight {embedding_name}"))?;
+        let encoder_embedding = encoder_own.unwrap_or_else(|| embedding.clone());
+        let decoder_embedding = decoder_own.unwrap_or_else(|| embedding.clone());
 
         let encoder_vb = vb.pp("encoder");
         let encoder = (0..config.num_encoder_layers)
@@ -122,17 +138,20 @@ impl T5Model {
         )?;
         let decoder_norm = RmsNorm::load(&decoder_vb, "final_layer_norm", config)?;
 
-        let head = if config.tie_word_embeddings {
-            embedding.clone()
-        } else if vb.contains_tensor("lm_head.weight") {
+        // A stored head wins, tied or not (transformers keeps a stored `lm_head.weight`
+        // that differs from the embedding); a tied checkpoint may omit it.
+        let head = if vb.contains_tensor("lm_head.weight") {
             vb.get((vocab, d), "lm_head.weight")
                 .context("weight lm_head.weight")?
+        } else if config.tie_word_embeddings {
+            embedding.clone()
         } else {
             bail!("lm_head.weight is missing and config.json says tie_word_embeddings: false")
         };
         Ok(Self {
             config: config.clone(),
-            embedding,
+            encoder_embedding,
+            decoder_embedding,
             encoder,
             encoder_position,
             encoder_norm,
@@ -153,8 +172,8 @@ impl T5Model {
         &self.device
     }
 
-    /// Embeddings (batch, len, d_model) of token ids (batch, len).
-    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+    /// Embeddings (batch, len, d_model) of token ids (batch, len) from `table`.
+    fn embed(&self, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
         let (batch, len) = ids.dims2()?;
         let flat = ids.flatten_all()?;
         let highest = flat.max(0)?.to_scalar::<u32>()?;
@@ -163,8 +182,7 @@ impl T5Model {
             "token id {highest} is outside the model's vocabulary ({} rows)",
             self.config.vocab_size
         );
-        Ok(self
-            .embedding
+        Ok(table
             .index_select(&flat, 0)?
             .reshape((batch, len, self.config.d_model))?)
     }
@@ -196,7 +214,7 @@ impl T5Model {
             .encoder_position
             .bias(0, len, len)?
             .broadcast_add(&key_bias)?;
-        let mut hidden = self.embed(ids)?;
+        let mut hidden = self.embed(&self.encoder_embedding, ids)?;
         for layer in &self.encoder {
             let normed = layer.attention_norm.forward(&hidden)?;
             let (keys, values) = layer.attention.keys_values(&normed)?;
@@ -261,7 +279,7 @@ impl T5Model {
             .broadcast_add(&key_bias.reshape((rows, 1, 1, total))?)?;
         let cross_bias = cache.cross_bias().clone();
 
-        let mut hidden = self.embed(tokens)?;
+        let mut hidden = self.embed(&self.decoder_embedding, tokens)?;
         let mut grown = Vec::with_capacity(self.decoder.len());
         for (index, layer) in self.decoder.iter().enumerate() {
             let normed = layer.self_norm.forward(&hidden)?;

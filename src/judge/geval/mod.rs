@@ -36,14 +36,17 @@
 //! assistant turn's opening for chat models, at the decoder start for T5).
 //!
 //! - [`criteria`]: the criteria files (built-in and user);
+//! - [`free_text`]: criteria given as one string (`"Coherence (1-5): ..."`);
 //! - [`steps`]: the auto chain-of-thought, generated once and stored.
 
 pub mod criteria;
+pub mod free_text;
 pub mod steps;
 
 use anyhow::Result;
 
 pub use criteria::{Criteria, Sections};
+pub use free_text::{criteria_from_text, ScaleSource};
 pub use steps::{resolve_steps, steps_prompt, Steps, StepsOrigin, StepsSource};
 
 use super::scale::{score_label_tokens, ScoreDistribution};

@@ -12,7 +12,7 @@ pub mod template;
 
 pub use design::Design;
 pub use run::{
-    format_tables, run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
-    CompareResult, Comparison, ContextResult, Debias,
+    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
+    Comparison, ContextResult, Debias,
 };
 pub use template::{first_wins, Fill, PairwiseTemplate};

@@ -415,64 +415,6 @@ pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<
     Ok(())
 }
 
-fn rate_text(rate: Option<Rate>) -> String {
-    match rate.and_then(|r| r.value()) {
-        Some(value) => format!("{value:.3}"),
-        None => "-".to_string(),
-    }
-}
-
-/// A ranked table per context and a summary of the run, for people.
-pub fn format_tables(result: &CompareResult) -> String {
-    let mut text = String::new();
-    for context in &result.contexts {
-        let _ = writeln!(
-            text,
-            "context {}: P(A) {}, consistency {}, accuracy {}",
-            context.context_id,
-            rate_text(Some(context.first_position)),
-            rate_text(Some(context.consistency)),
-            rate_text(context.accuracy)
-        );
-        let mut order: Vec<usize> = (0..context.candidate_ids.len()).collect();
-        order.sort_by(|&a, &b| {
-            context.ranks[a]
-                .total_cmp(&context.ranks[b])
-                .then(a.cmp(&b))
-        });
-        let _ = writeln!(text, "  {:>5}  {:>10}  candidate", "rank", "score");
-        for k in order {
-            let _ = writeln!(
-                text,
-                "  {:>5}  {:>10}  {}",
-                context.ranks[k],
-                fixed(context.scores[k], 4),
-                context.candidate_ids[k]
-            );
-        }
-    }
-    let _ = writeln!(
-        text,
-        "{} contexts, {} comparisons ({} computed, {} from the cache); threshold {}; \
-         P(A) {} (at 0.5: {}), consistency {}, accuracy{} {}",
-        result.contexts.len(),
-        result.first_position.total,
-        result.computed,
-        result.cached,
-        fixed(result.tau, 3),
-        rate_text(Some(result.first_position)),
-        rate_text(Some(result.first_position_raw)),
-        rate_text(Some(result.consistency)),
-        result
-            .score_field
-            .as_ref()
-            .map(|f| format!(" vs `{f}`"))
-            .unwrap_or_default(),
-        rate_text(result.accuracy)
-    );
-    text
-}
-
 /// The first comparison's prompt as the model will read it (for `--show-prompt`).
 pub fn show_first_prompt(
     scorer: &dyn Scorer,

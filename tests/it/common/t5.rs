@@ -115,6 +115,7 @@ pub fn load_t5_dir(dir: &Path) -> anyhow::Result<nlg_judge::engine::T5Scorer> {
         resolve: super::resolve_options_in(records.path()),
         device: "cpu".to_string(),
         weights: nlg_judge::arch::WeightPolicy::F32,
+        precision: nlg_judge::arch::Precision::F32,
         decoder: Default::default(),
     };
     let spec = dir
