@@ -144,6 +144,24 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Resamples of the `--correlate` summary of `compare` and `score` (the defaults of
+/// `correlate --bootstrap 1000`: seed 0, 95%).
+pub(crate) const RUN_RESAMPLES: usize = 1000;
+
+/// The summary-level meta-evaluation of a run's `items` against their human scores, as
+/// `correlate --level summary --bootstrap 1000` prints it.
+pub(crate) fn run_summary(items: &[Item]) -> Result<String> {
+    let skip = SkipRule::Authors;
+    let result = meta_evaluate(items, Level::Summary, skip)?;
+    let options = BootstrapOptions {
+        resamples: RUN_RESAMPLES,
+        confidence: 0.95,
+        seed: 0,
+    };
+    let ci = bootstrap_ci(items, Level::Summary, skip, &options, || {})?;
+    Ok(report_table(&result, skip, Some(&ci)))
+}
+
 /// The fields to read from each line; `system` only when the level needs it.
 struct Fields<'a> {
     pred: &'a str,

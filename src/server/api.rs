@@ -372,6 +372,8 @@ pub fn compare_job(
             reference: None,
             scores: Default::default(),
             system_id: None,
+            metadata: Default::default(),
+            source: None,
         });
     }
     let context = Context {

@@ -85,7 +85,7 @@ impl Sections {
             Some(Task::Summary) => ("Source Text", "Reference Summary", "Summary"),
             Some(Task::Dialogue) => ("Conversation History", "Reference Response", "Response"),
             Some(Task::DataToText) => ("Triples", "Reference Text", "Text"),
-            None => ("Input", "Expected Output", "Output"),
+            None | Some(Task::Custom) => ("Input", "Expected Output", "Output"),
         };
         Self {
             source: source.to_string(),
