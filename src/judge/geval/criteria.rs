@@ -220,7 +220,8 @@ impl Criteria {
             .with_context(|| {
                 format!(
                     "no built-in G-Eval criteria for `{attribute}` in the {} task; built-in: {} \
-                     (or pass --criteria FILE)",
+                     (for another attribute, give its criteria: --criteria-text \"Empathy (1-5): \
+                     ...\" or --criteria FILE)",
                     task.name(),
                     if known.is_empty() {
                         "none".to_string()
