@@ -127,6 +127,45 @@ fn own_attribute_and_custom_nouns_reach_the_prompt_and_correlate_agrees() {
             assert!((w - g).abs() < 1e-12, "{name}: {want:?} vs {got:?}");
         }
     }
+
+    // The same numbers from the output joined with the input on (context_id, candidate_id).
+    let joined = |human_file: &str| {
+        nlg_judge(&[
+            "correlate",
+            "--pred-file",
+            output.to_str().unwrap(),
+            "--human-file",
+            human_file,
+            "--pred",
+            "score",
+            "--human",
+            "scores.Empathy",
+            "--bootstrap",
+            "1000",
+        ])
+    };
+    let join = joined(&input);
+    assert!(join.status.success(), "{}", text(&join.stderr));
+    assert_eq!(coefficients(&text(&join.stdout)), expected);
+    // An input row with no prediction is refused, with the count.
+    let extra = dir.path().join("extra.jsonl");
+    let mut rows = std::fs::read_to_string(&input).unwrap();
+    rows.push_str(
+        &rows
+            .lines()
+            .next()
+            .unwrap()
+            .replace("\"warm\"", "\"extra\""),
+    );
+    rows.push('\n');
+    std::fs::write(&extra, rows).unwrap();
+    let refused = joined(extra.to_str().unwrap());
+    assert!(!refused.status.success());
+    let error = text(&refused.stderr);
+    assert!(
+        error.contains("1 rows of") && error.contains("`extra`"),
+        "{error}"
+    );
 }
 
 #[test]

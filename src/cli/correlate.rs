@@ -8,6 +8,7 @@
 //! that a quoted or mis-exported column cannot pass silently. Group and system ids may
 //! be strings or numbers.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -26,8 +27,23 @@ use crate::stats::{
 #[derive(Debug, Args)]
 pub struct CorrelateArgs {
     /// JSONL file with one scored item per line.
-    #[arg(long, value_name = "FILE")]
-    pub input: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "pred_file")]
+    pub input: Option<PathBuf>,
+
+    /// Instead of --input: the predictions (e.g. `compare`'s or `score`'s output),
+    /// joined with --human-file on (`context_id`, `candidate_id`); --pred is read here.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "input",
+        requires = "human_file"
+    )]
+    pub pred_file: Option<PathBuf>,
+
+    /// The human scores (e.g. the input of `compare` or `score`); --human and --system
+    /// are read here. Every row of either file must have its partner in the other.
+    #[arg(long, value_name = "FILE", requires = "pred_file")]
+    pub human_file: Option<PathBuf>,
 
     /// Field holding the metric's prediction (dotted path, e.g. `scores.coherence`);
     /// scores must be JSON numbers, quoted numbers are rejected.
@@ -115,8 +131,14 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         group: &args.group,
         system: (level == Level::System).then_some(args.system.as_str()),
     };
-    let items = read_items(&args.input, &fields)?;
-    let source = args.input.display();
+    let (items, source) = match (&args.input, &args.pred_file, &args.human_file) {
+        (Some(input), _, _) => (read_items(input, &fields)?, input.display().to_string()),
+        (None, Some(pred), Some(human)) => (
+            read_joined(pred, human, &fields)?,
+            format!("{} joined with {}", pred.display(), human.display()),
+        ),
+        _ => bail!("give --input, or --pred-file with --human-file"),
+    };
     let result =
         meta_evaluate(&items, level, skip).with_context(|| format!("meta-evaluating {source}"))?;
 
@@ -171,6 +193,87 @@ struct Fields<'a> {
 }
 
 fn read_items(path: &Path, fields: &Fields) -> Result<Vec<Item>> {
+    read_lines(path)?
+        .into_iter()
+        .map(|(at, record)| parse_item(&record, fields).with_context(|| at))
+        .collect()
+}
+
+/// The items of `pred_path` (predictions, groups) joined with `human_path` (human scores,
+/// systems) on (`context_id`, `candidate_id`); unmatched rows on either side are refused
+/// with their count.
+fn read_joined(pred_path: &Path, human_path: &Path, fields: &Fields) -> Result<Vec<Item>> {
+    let key = |record: &Value| -> Result<(String, String)> {
+        Ok((
+            id_field(record, "context_id", "join")?,
+            id_field(record, "candidate_id", "join")?,
+        ))
+    };
+    let mut humans: HashMap<(String, String), (String, Value)> = HashMap::new();
+    let mut human_order = Vec::new();
+    for (at, record) in read_lines(human_path)? {
+        let k = key(&record).with_context(|| at.clone())?;
+        if humans.contains_key(&k) {
+            bail!("{at}: (`{}`, `{}`) appears twice", k.0, k.1);
+        }
+        human_order.push(k.clone());
+        humans.insert(k, (at, record));
+    }
+    let mut items = Vec::new();
+    let mut unmatched = Vec::new();
+    let mut used = HashSet::new();
+    for (at, record) in read_lines(pred_path)? {
+        let k = key(&record).with_context(|| at.clone())?;
+        let Some((human_at, human)) = humans.get(&k) else {
+            unmatched.push(at);
+            continue;
+        };
+        if !used.insert(k.clone()) {
+            bail!("{at}: (`{}`, `{}`) appears twice", k.0, k.1);
+        }
+        items.push(Item {
+            pred: number_field(&record, fields.pred, "--pred").with_context(|| at.clone())?,
+            human: number_field(human, fields.human, "--human")
+                .with_context(|| human_at.clone())?,
+            group: id_field(&record, fields.group, "--group").with_context(|| at.clone())?,
+            system: match fields.system {
+                Some(path) => id_field(human, path, "--system")
+                    .or_else(|_| id_field(&record, path, "--system"))
+                    .with_context(|| human_at.clone())?,
+                None => String::new(),
+            },
+        });
+    }
+    let unused: Vec<&(String, String)> =
+        human_order.iter().filter(|k| !used.contains(*k)).collect();
+    if !unmatched.is_empty() || !unused.is_empty() {
+        let mut why = Vec::new();
+        if let Some(first) = unmatched.first() {
+            why.push(format!(
+                "{} rows of {} have no row with the same (context_id, candidate_id) in {} \
+                 (the first: {first})",
+                unmatched.len(),
+                pred_path.display(),
+                human_path.display()
+            ));
+        }
+        if let Some(first) = unused.first() {
+            why.push(format!(
+                "{} rows of {} have none in {} (the first: `{}`/`{}`)",
+                unused.len(),
+                human_path.display(),
+                pred_path.display(),
+                first.0,
+                first.1
+            ));
+        }
+        bail!("cannot join: {}", why.join("; "));
+    }
+    Ok(items)
+}
+
+/// The JSON objects of a JSONL file with their `file:line` (blank lines skipped).
+fn read_lines(path: &Path) -> Result<Vec<(String, Value)>> {
     let file =
         File::open(path).with_context(|| format!("cannot open input file {}", path.display()))?;
     let mut items = Vec::new();
@@ -186,8 +289,7 @@ fn read_items(path: &Path, fields: &Fields) -> Result<Vec<Item>> {
         if !record.is_object() {
             bail!("{}: expected a JSON object, found {}", at(), kind(&record));
         }
-        let item = parse_item(&record, fields).with_context(at)?;
-        items.push(item);
+        items.push((at(), record));
     }
     if items.is_empty() {
         bail!("{}: no records", path.display());
