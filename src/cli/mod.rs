@@ -4,6 +4,7 @@ pub mod compare;
 pub mod compare_table;
 pub mod convert;
 pub mod correlate;
+pub mod dhp;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -11,8 +12,12 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod cache_args;
 pub mod labels;
+pub mod metric;
 pub mod model_args;
 pub mod models;
+pub mod paraphrase;
+pub mod pararef;
+pub mod pararef_report;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
@@ -52,6 +57,17 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
+    /// DHP discernment benchmark: perturb references, score originals and perturbed
+    /// copies with a judge, test the differences, report discernment scores.
+    Dhp(dhp::DhpArgs),
+    /// Para-Ref: paraphrase every distinct reference n times with a local model.
+    Paraphrase(paraphrase::ParaphraseArgs),
+    /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
+    /// human references, correlated with human scores (WMT22, SummEval).
+    Pararef(pararef::PararefArgs),
+    /// Reference-based metrics (BLEU, chrF, chrF++, ROUGE-1/2/L) of every candidate,
+    /// optionally against its references' paraphrases too.
+    Metric(metric::MetricArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -80,5 +96,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Dhp(args) => dhp::run(args),
+        Command::Paraphrase(args) => paraphrase::run(args),
+        Command::Pararef(args) => pararef::run(args),
+        Command::Metric(args) => metric::run(args),
     }
 }
