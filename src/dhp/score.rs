@@ -183,6 +183,8 @@ fn candidate(id: &str, text: &str) -> Candidate {
         reference: None,
         scores: BTreeMap::new(),
         system_id: None,
+        metadata: BTreeMap::new(),
+        source: None,
     }
 }
 
@@ -296,6 +298,7 @@ fn pairwise(
     let conventions = scorer.info().conventions.clone();
     let fingerprint = scorer.info().fingerprint.clone();
     let item = item_noun(task);
+    let question = format!("Which {item} is more {}", adjective(metric));
     let mut requests: Vec<LabelRequest> = Vec::new();
     let mut keys: Vec<CacheKey> = Vec::new();
     // (context index, candidate index) of each request pair
@@ -310,6 +313,8 @@ fn pairwise(
                     b: &b.text,
                     adjective: adjective(metric),
                     item,
+                    question: &question,
+                    context_label: "Passage",
                 };
                 let mut request = template.request(&conventions, &fill);
                 let tokens = scorer.encode_prompt(&request.prompt)?;
