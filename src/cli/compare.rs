@@ -9,14 +9,16 @@ use clap::Args;
 
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
+use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
-use crate::data::read_contexts;
+use crate::data::{human_keys, read_contexts, Context};
 use crate::judge::pairwise::{
-    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, Debias,
-    Design, PairwiseTemplate,
+    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
+    Debias, Design, PairwiseTemplate,
 };
-use crate::judge::{Attribute, Task};
+use crate::judge::{Attribute, Nouns, Task};
 use crate::rank::RankMethod;
+use crate::stats::Item;
 
 /// Arguments of `nlg-judge compare`.
 #[derive(Debug, Args)]
@@ -28,10 +30,22 @@ pub struct CompareArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    /// Attribute to judge: coherence, consistency, fluency, relevance, naturalness,
-    /// continuity, engagingness, grammaticality (grammar), semantics.
+    /// Attribute to judge: built-in (tuned wording) coherence, consistency, fluency,
+    /// relevance, naturalness, continuity, engagingness, grammaticality (grammar),
+    /// semantics, groundedness, understandability; any other word with --adjective or
+    /// --question.
     #[arg(long)]
     pub attribute: String,
+
+    /// The comparative the question uses for the attribute: "more empathetic" asks
+    /// "Which Story is more empathetic, ...?". Needed for an attribute of your own.
+    #[arg(long, value_name = "PHRASE")]
+    pub adjective: Option<String>,
+
+    /// The whole question instead, without "..., A or B?": "Which story shows more
+    /// empathy".
+    #[arg(long, value_name = "TEXT")]
+    pub question: Option<String>,
 
     /// Prompt template: the paper's `c1` or `c2`, or a file with the placeholders
     /// {context}, {a}, {b}, {adjective}, {item}.
@@ -39,9 +53,17 @@ pub struct CompareArgs {
     pub template: String,
 
     /// Kind of task; sets the prompt nouns (Summary/Passage, Response/Dialogue,
-    /// Text/Triples).
+    /// Text/Triples); `custom` takes them from --item and --context-label.
     #[arg(long, value_enum, default_value_t = Task::Summary)]
     pub task: Task,
+
+    /// What a candidate is called in the prompt ("Story" gives "Story A", "Story B").
+    #[arg(long, value_name = "NOUN")]
+    pub item: Option<String>,
+
+    /// What the context is called in the prompt ("Prompt" gives "Prompt:" in c2).
+    #[arg(long, value_name = "NOUN")]
+    pub context_label: Option<String>,
 
     /// Which ordered pairs of candidates to compare in each context.
     #[arg(long, value_enum, default_value_t = Design::Full)]
@@ -65,11 +87,17 @@ pub struct CompareArgs {
     #[arg(long, value_enum, default_value_t = Debias::None)]
     pub debias: Debias,
 
-    /// Human score field for pairwise accuracy (default: the attribute's name, where
-    /// present). Topical-Chat: `understandability` for coherence, `coherence` for
-    /// continuity.
+    /// Key of the human scores (in `scores`) for accuracy and --correlate (default: the
+    /// attribute's name, matched case-insensitively). Topical-Chat: `understandability`
+    /// for coherence, `coherence` for continuity.
+    #[arg(long, visible_alias = "score-field", value_name = "KEY")]
+    pub human_key: Option<String>,
+
+    /// At the end, correlate the scores with the human scores (summary level, Spearman,
+    /// Kendall and Pearson with 95% bootstrap intervals over 1000 resamples of the
+    /// contexts, seed 0), as `correlate` does on the output file.
     #[arg(long)]
-    pub score_field: Option<String>,
+    pub correlate: bool,
 
     /// Write one line per candidate (context_id, candidate_id, score, rank) here;
     /// default: standard output, with the tables on standard error.
@@ -86,6 +114,32 @@ pub struct CompareArgs {
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
+}
+
+/// The attribute's name as the human key defaults to it.
+fn result_attribute(args: &CompareArgs) -> String {
+    args.attribute.trim().to_ascii_lowercase()
+}
+
+/// One item per candidate with the human score `key`: its context, its system (else its
+/// id), its score as the output file writes it (6 decimals) and the human score.
+fn correlation_items(result: &CompareResult, contexts: &[Context], key: &str) -> Vec<Item> {
+    let mut items = Vec::new();
+    for (scored, input) in result.contexts.iter().zip(contexts) {
+        for (k, candidate) in input.candidates.iter().enumerate() {
+            if let Some(&human) = candidate.scores.get(key) {
+                items.push(Item {
+                    group: scored.context_id.clone(),
+                    system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
+                    pred: format!("{:.6}", scored.scores[k])
+                        .parse()
+                        .unwrap_or(scored.scores[k]),
+                    human,
+                });
+            }
+        }
+    }
+    items
 }
 
 /// Write to `path` through a temporary file renamed into place (creating its folder).
@@ -112,12 +166,22 @@ pub(crate) fn write_file(
 }
 
 pub fn run(args: CompareArgs) -> Result<()> {
-    let attribute = Attribute::named(&args.attribute)?;
+    let attribute = Attribute::resolve(
+        &args.attribute,
+        args.adjective.as_deref(),
+        args.question.as_deref(),
+    )?;
+    let nouns = Nouns::resolve(
+        args.task,
+        args.item.as_deref(),
+        args.context_label.as_deref(),
+    )?;
     let template = PairwiseTemplate::resolve(&args.template, args.task)?;
     args.design.check_request(args.comparisons)?;
     let contexts = read_contexts(&args.input)?;
     let options = CompareOptions {
         task: args.task,
+        nouns,
         attribute,
         template,
         design: args.design,
@@ -125,7 +189,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         seed: args.seed,
         rank: args.rank,
         debias: args.debias,
-        score_field: args.score_field.clone(),
+        score_field: args.human_key.clone(),
         progress: true,
     };
     let cache = args.cache.open()?;
@@ -144,7 +208,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let mut wrote = Vec::new();
     match &args.output {
         Some(path) => {
-            write_file(path, |out| write_scores(&result, out))?;
+            write_file(path, |out| write_scores(&result, &contexts, out))?;
             wrote.push(format!(
                 "scores (context_id, candidate_id, score, rank): {}",
                 path.display()
@@ -153,7 +217,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         None => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            write_scores(&result, &mut out)?;
+            write_scores(&result, &contexts, &mut out)?;
             out.flush()?;
             wrote.push(
                 "scores (context_id, candidate_id, score, rank): standard output, as JSONL"
@@ -174,6 +238,33 @@ pub fn run(args: CompareArgs) -> Result<()> {
         None => wrote.push("nothing cached (--no-cache)".to_string()),
     }
     let mut report = format_tables(&result, &contexts);
+    match &result.human_key {
+        Some(key) if args.correlate => {
+            let items = correlation_items(&result, &contexts, key);
+            report.push_str(&format!(
+                "\nagreement with the human scores `{key}` (as `nlg-judge correlate --pred \
+                 score --human scores.{key} --bootstrap {RUN_RESAMPLES}` on the output):\n"
+            ));
+            report.push_str(&run_summary(&items).context("--correlate")?);
+        }
+        Some(_) => {}
+        None => report.push_str(&format!(
+            "warning: no human score matches `{}`{}; the human scores in {} are: {}\n",
+            args.human_key
+                .as_deref()
+                .unwrap_or(&result_attribute(&args)),
+            if args.human_key.is_some() {
+                ""
+            } else {
+                " (the attribute; name another with --human-key)"
+            },
+            args.input.display(),
+            match human_keys(&contexts) {
+                keys if keys.is_empty() => "none".to_string(),
+                keys => keys.join(", "),
+            }
+        )),
+    }
     for line in wrote {
         report.push_str("results: ");
         report.push_str(&line);

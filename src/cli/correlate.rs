@@ -10,14 +10,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
-use crate::data::predictions::{read_predictions, Field, PredictionFields};
+use crate::data::predictions::{read_joined, read_predictions, Field, PredictionFields};
 use crate::stats::{
-    bootstrap_ci, meta_evaluate, BootstrapOptions, BootstrapResult, Coefficient, Level,
+    bootstrap_ci, meta_evaluate, BootstrapOptions, BootstrapResult, Coefficient, Item, Level,
     LevelResult, SkipRule,
 };
 
@@ -25,8 +25,23 @@ use crate::stats::{
 #[derive(Debug, Args)]
 pub struct CorrelateArgs {
     /// JSONL file with one scored item per line.
-    #[arg(long, value_name = "FILE")]
-    pub input: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "pred_file")]
+    pub input: Option<PathBuf>,
+
+    /// Instead of --input: the predictions (e.g. `compare`'s or `score`'s output),
+    /// joined with --human-file on (`context_id`, `candidate_id`); --pred is read here.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "input",
+        requires = "human_file"
+    )]
+    pub pred_file: Option<PathBuf>,
+
+    /// The human scores (e.g. the input of `compare` or `score`); --human and --system
+    /// are read here. Every row of either file must have its partner in the other.
+    #[arg(long, value_name = "FILE", requires = "pred_file")]
+    pub human_file: Option<PathBuf>,
 
     /// Field holding the metric's prediction (dotted path, e.g. `scores.coherence`);
     /// scores must be JSON numbers, quoted numbers are rejected.
@@ -114,8 +129,17 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         group: Field::new(&args.group, "--group"),
         system: (level == Level::System).then(|| Field::new(&args.system, "--system")),
     };
-    let items = read_predictions(&args.input, &fields)?;
-    let source = args.input.display();
+    let (items, source) = match (&args.input, &args.pred_file, &args.human_file) {
+        (Some(input), _, _) => (
+            read_predictions(input, &fields)?,
+            input.display().to_string(),
+        ),
+        (None, Some(pred), Some(human)) => (
+            read_joined(pred, human, &fields)?,
+            format!("{} joined with {}", pred.display(), human.display()),
+        ),
+        _ => bail!("give --input, or --pred-file with --human-file"),
+    };
     let result =
         meta_evaluate(&items, level, skip).with_context(|| format!("meta-evaluating {source}"))?;
 
@@ -141,6 +165,24 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         print!("{}", report_table(&result, skip, ci.as_ref()));
     }
     Ok(())
+}
+
+/// Resamples of the `--correlate` summary of `compare` and `score` (the defaults of
+/// `correlate --bootstrap 1000`: seed 0, 95%).
+pub(crate) const RUN_RESAMPLES: usize = 1000;
+
+/// The summary-level meta-evaluation of a run's `items` against their human scores, as
+/// `correlate --level summary --bootstrap 1000` prints it.
+pub(crate) fn run_summary(items: &[Item]) -> Result<String> {
+    let skip = SkipRule::Authors;
+    let result = meta_evaluate(items, Level::Summary, skip)?;
+    let options = BootstrapOptions {
+        resamples: RUN_RESAMPLES,
+        confidence: 0.95,
+        seed: 0,
+    };
+    let ci = bootstrap_ci(items, Level::Summary, skip, &options, || {})?;
+    Ok(report_table(&result, skip, Some(&ci)))
 }
 
 /// `{"level", "pearson", "spearman", "kendall", "n_groups", "n_items", ...}`; undefined

@@ -9,8 +9,9 @@ use clap::Args;
 
 use super::cache_args::CacheArgs;
 use super::compare::write_file;
+use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
-use crate::data::read_single_contexts;
+use crate::data::{find_human_key, human_keys, read_single_contexts};
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::{criteria_from_text, Criteria, StepsOrigin, StepsSource};
 use crate::judge::scoring::show_first_prompt;
@@ -18,6 +19,7 @@ use crate::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions, ScoreRun,
     ScoreScale, Task,
 };
+use crate::stats::Item;
 
 /// Arguments of `nlg-judge score`.
 #[derive(Debug, Args)]
@@ -41,6 +43,22 @@ pub struct ScoreArgs {
     /// (data-to-text). With --criteria-text it defaults to the criterion's name.
     #[arg(long, required_unless_present = "criteria_text")]
     pub attribute: Option<String>,
+
+    /// Prompt scoring and GPTScore: the adjective of an attribute that is not built in
+    /// ("empathetic"; "more empathetic" also reads). G-Eval takes --criteria-text.
+    #[arg(long, value_name = "PHRASE")]
+    pub adjective: Option<String>,
+
+    /// Key of the human scores (in `scores`) for --correlate (default: the attribute's
+    /// name, matched case-insensitively).
+    #[arg(long, value_name = "KEY")]
+    pub human_key: Option<String>,
+
+    /// At the end, correlate the scores with the human scores (summary level, 95%
+    /// bootstrap intervals over 1000 resamples of the contexts, seed 0), as `correlate`
+    /// does on the output file.
+    #[arg(long)]
+    pub correlate: bool,
 
     /// Kind of task; sets the prompt nouns and G-Eval's built-in criteria.
     #[arg(long, value_enum, default_value_t = Task::Summary)]
@@ -138,6 +156,7 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         (None, None) => anyhow::bail!("--attribute is needed (or --criteria-text)"),
     };
     let mut options = ScoreOptions::new(args.method, args.task, &attribute);
+    options.adjective = args.adjective.clone();
     options.reference = args.reference;
     options.progress = true;
     match from_text {
@@ -242,17 +261,53 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         options.progress,
         cache.as_ref(),
     )?;
+    let mut report = summary(&run);
+    let wanted = args.human_key.clone().unwrap_or(options.attribute.clone());
+    match find_human_key(&contexts, &wanted)? {
+        Some(key) if args.correlate => {
+            let items: Vec<Item> = run
+                .candidates
+                .iter()
+                .filter_map(|c| {
+                    c.human.get(&key).map(|&human| Item {
+                        group: c.context_id.clone(),
+                        system: c.system_id.clone().unwrap_or(c.candidate_id.clone()),
+                        pred: c.score,
+                        human,
+                    })
+                })
+                .collect();
+            report.push_str(&format!(
+                "\nagreement with the human scores `{key}` (as `nlg-judge correlate --pred \
+                 score --human scores.{key} --bootstrap {RUN_RESAMPLES}` on the output):\n"
+            ));
+            report.push_str(&run_summary(&items).context("--correlate")?);
+        }
+        Some(_) => {}
+        None => {
+            let keys = human_keys(&contexts);
+            report.push_str(&format!(
+                "warning: no human score matches `{wanted}`; the human scores in {} are: {}\n",
+                args.input.display(),
+                if keys.is_empty() {
+                    "none".to_string()
+                } else {
+                    keys.join(", ")
+                }
+            ))
+        }
+    }
     match &args.output {
         Some(path) => {
             write_file(path, |out| write_scored(&run.candidates, out))?;
-            print!("{}", summary(&run));
+            print!("{report}");
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             write_scored(&run.candidates, &mut out)?;
             out.flush()?;
-            eprint!("{}", summary(&run));
+            eprint!("{report}");
         }
     }
     Ok(())

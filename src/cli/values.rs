@@ -62,6 +62,7 @@ command_line_values!(Task {
     Task::Summary => "summary": "Summaries of a passage (SummEval): \"Summary A\", \"Passage:\"",
     Task::Dialogue => "dialogue": "Responses to a dialogue (Topical-Chat): \"Response A\", \"Dialogue:\"",
     Task::DataToText => "data-to-text": "Texts verbalising triples (WebNLG): \"Text A\", \"Triples:\"",
+    Task::Custom => "custom": "Any other data: the nouns come from --item and --context-label",
 });
 
 command_line_values!(Design {

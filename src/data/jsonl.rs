@@ -6,7 +6,10 @@
 //! ```
 //!
 //! `reference`, `scores` and `system_id` are optional; other fields are ignored. Ids may
-//! be strings or integers. Every method reads its input through [`read_contexts`], which
+//! be strings or integers. In `scores`, numbers are human scores; any other value (a
+//! boolean flag, a note) is kept as the candidate's metadata and is no score: judging an
+//! attribute whose human value is not a number is an error naming the file, line and key
+//! ([`find_human_key`]). The human key of an attribute matches case-insensitively. Every method reads its input through [`read_contexts`], which
 //! groups the lines by context (contexts in order of first appearance, candidates in line
 //! order); the dataset converters write it with [`write_records`].
 
@@ -29,6 +32,8 @@ pub struct CandidateRecord {
     /// Human scores by attribute name (sorted, so output is deterministic).
     pub scores: BTreeMap<String, f64>,
     pub system_id: Option<String>,
+    /// The non-numeric values of `scores` (flags, notes): kept, never scores.
+    pub metadata: BTreeMap<String, Value>,
 }
 
 /// One candidate of a [`Context`].
@@ -39,6 +44,10 @@ pub struct Candidate {
     pub reference: Option<String>,
     pub scores: BTreeMap<String, f64>,
     pub system_id: Option<String>,
+    /// The non-numeric values of `scores` (see [`CandidateRecord::metadata`]).
+    pub metadata: BTreeMap<String, Value>,
+    /// Where the candidate was read (`file:line`), for error messages.
+    pub source: Option<String>,
 }
 
 /// A context (article, dialogue, triples) with the candidates generated for it.
@@ -57,6 +66,44 @@ impl Context {
             .map(|c| c.scores.get(field).copied())
             .collect()
     }
+}
+
+/// The human-score key that `wanted` names in `contexts`: an exact match, else the one
+/// key equal to it case-insensitively; `None` when no candidate has it. A candidate whose
+/// value under that key is not a number is an error naming its `file:line` and the key.
+pub fn find_human_key(contexts: &[Context], wanted: &str) -> Result<Option<String>> {
+    let candidates = || contexts.iter().flat_map(|c| &c.candidates);
+    let has = |key: &str| candidates().any(|c| c.scores.contains_key(key));
+    let key = if has(wanted) {
+        Some(wanted.to_string())
+    } else {
+        candidates()
+            .flat_map(|c| c.scores.keys().chain(c.metadata.keys()))
+            .find(|k| k.eq_ignore_ascii_case(wanted))
+            .cloned()
+    };
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    if let Some(bad) = candidates().find(|c| c.metadata.contains_key(&key)) {
+        bail!(
+            "{}: `scores.{key}` is {}, not a number; the human score of the judged attribute \
+             must be a number",
+            bad.source.as_deref().unwrap_or("input"),
+            kind_of(&bad.metadata[&key])
+        );
+    }
+    Ok(Some(key))
+}
+
+/// Every numeric human-score key in `contexts`, sorted.
+pub fn human_keys(contexts: &[Context]) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = contexts
+        .iter()
+        .flat_map(|c| &c.candidates)
+        .flat_map(|c| c.scores.keys())
+        .collect();
+    keys.into_iter().cloned().collect()
 }
 
 /// Read every line of a generic JSONL file (blank lines are skipped).
@@ -157,6 +204,8 @@ fn group_located(
             reference: record.reference,
             scores: record.scores,
             system_id: record.system_id,
+            metadata: record.metadata,
+            source: Some(location),
         });
     }
     if let Some(lonely) = contexts
@@ -183,11 +232,12 @@ pub fn write_records(out: &mut dyn Write, records: &[CandidateRecord]) -> Result
         if let Some(reference) = &record.reference {
             object.insert("reference".into(), reference.clone().into());
         }
-        if !record.scores.is_empty() {
+        if !record.scores.is_empty() || !record.metadata.is_empty() {
             let scores: Map<String, Value> = record
                 .scores
                 .iter()
                 .map(|(name, &value)| (name.clone(), Value::from(value)))
+                .chain(record.metadata.clone())
                 .collect();
             object.insert("scores".into(), Value::Object(scores));
         }
@@ -205,18 +255,18 @@ fn parse_record(line: &str) -> Result<CandidateRecord> {
     let Value::Object(object) = value else {
         bail!("expected a JSON object, found {}", kind_of(&value));
     };
-    let scores = match object.get("scores") {
-        None | Some(Value::Null) => BTreeMap::new(),
-        Some(Value::Object(scores)) => scores
-            .iter()
-            .map(|(name, value)| match value.as_f64() {
-                Some(number) => Ok((name.clone(), number)),
-                None => bail!(
-                    "field `scores.{name}`: expected a number, found {}",
-                    kind_of(value)
-                ),
-            })
-            .collect::<Result<_>>()?,
+    let mut scores = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    match object.get("scores") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(values)) => {
+            for (name, value) in values {
+                match value.as_f64() {
+                    Some(number) => scores.insert(name.clone(), number),
+                    None => metadata.insert(name.clone(), value.clone()).map(|_| 0.0),
+                };
+            }
+        }
         Some(other) => bail!(
             "field `scores`: expected an object, found {}",
             kind_of(other)
@@ -230,6 +280,7 @@ fn parse_record(line: &str) -> Result<CandidateRecord> {
         reference: optional_text(&object, "reference")?,
         scores,
         system_id: optional_id(&object, "system_id")?,
+        metadata,
     })
 }
 
@@ -343,16 +394,40 @@ mod tests {
         );
 
         let file = write_temp(
-            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x", "scores": {"fluency": "high"}}"#,
-        );
-        let error = error_chain(&read_records(file.path()).unwrap_err());
-        assert!(error.contains("`scores.fluency`"), "{error}");
-
-        let file = write_temp(
             r#"{"context_id": 1.5, "context": "c", "candidate_id": "a", "candidate": "x"}"#,
         );
         let error = error_chain(&read_records(file.path()).unwrap_err());
         assert!(error.contains("`context_id`"), "{error}");
+    }
+
+    #[test]
+    fn non_numeric_scores_are_metadata_and_keys_match_case_insensitively() {
+        let file = write_temp(
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a", "candidate": "x", "scores": {"Coherence": 4, "model_ambiguous": false, "Fluency": 3}}
+{"context_id": "d1", "context": "c", "candidate_id": "b", "candidate": "y", "scores": {"Coherence": 2, "model_ambiguous": true, "Fluency": "high"}}
+"#,
+        );
+        let contexts = read_contexts(file.path()).unwrap();
+        let b = &contexts[0].candidates[1];
+        assert_eq!(b.scores, BTreeMap::from([("Coherence".to_string(), 2.0)]));
+        assert_eq!(b.metadata["model_ambiguous"], Value::Bool(true));
+        assert_eq!(
+            find_human_key(&contexts, "coherence").unwrap().as_deref(),
+            Some("Coherence")
+        );
+        assert_eq!(find_human_key(&contexts, "empathy").unwrap(), None);
+        assert_eq!(human_keys(&contexts), ["Coherence", "Fluency"]);
+        let error = error_chain(&find_human_key(&contexts, "fluency").unwrap_err());
+        let at = format!("{}:2:", file.path().display());
+        assert!(
+            error.contains(&at) && error.contains("`scores.Fluency`") && error.contains("a string"),
+            "{error}"
+        );
+        let records = read_records(file.path()).unwrap();
+        let mut out = Vec::new();
+        write_records(&mut out, &records).unwrap();
+        let again = write_temp(std::str::from_utf8(&out).unwrap());
+        assert_eq!(read_records(again.path()).unwrap(), records);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! prediction, the human score, the group (context) and, at system level, the system,
 //! each found by a dotted path (`scores.coherence`, `all.1`).
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -37,9 +38,96 @@ pub struct PredictionFields<'a> {
 /// One [`Item`] per non-blank line of the JSONL file at `path`; errors name the file,
 /// line and field.
 pub fn read_predictions(path: &Path, fields: &PredictionFields) -> Result<Vec<Item>> {
+    read_lines(path)?
+        .into_iter()
+        .map(|(at, record)| parse_item(&record, fields).with_context(|| at))
+        .collect()
+}
+
+/// The items of `pred_path` (predictions, groups) joined with `human_path` (human scores,
+/// systems) on (`context_id`, `candidate_id`); unmatched rows on either side are refused
+/// with their count, and a key that appears twice on either side is refused.
+pub fn read_joined(
+    pred_path: &Path,
+    human_path: &Path,
+    fields: &PredictionFields,
+) -> Result<Vec<Item>> {
+    let key = |record: &Value| -> Result<(String, String)> {
+        Ok((
+            id_field(record, "context_id", "join")?,
+            id_field(record, "candidate_id", "join")?,
+        ))
+    };
+    let mut humans: HashMap<(String, String), (String, Value)> = HashMap::new();
+    let mut human_order = Vec::new();
+    for (at, record) in read_lines(human_path)? {
+        let k = key(&record).with_context(|| at.clone())?;
+        if humans.contains_key(&k) {
+            bail!("{at}: (`{}`, `{}`) appears twice", k.0, k.1);
+        }
+        human_order.push(k.clone());
+        humans.insert(k, (at, record));
+    }
+    let mut items = Vec::new();
+    let mut unmatched = Vec::new();
+    let mut used = HashSet::new();
+    for (at, record) in read_lines(pred_path)? {
+        let k = key(&record).with_context(|| at.clone())?;
+        let Some((human_at, human)) = humans.get(&k) else {
+            unmatched.push(at);
+            continue;
+        };
+        if !used.insert(k.clone()) {
+            bail!("{at}: (`{}`, `{}`) appears twice", k.0, k.1);
+        }
+        items.push(Item {
+            pred: number_field(&record, fields.pred.path, fields.pred.name)
+                .with_context(|| at.clone())?,
+            human: number_field(human, fields.human.path, fields.human.name)
+                .with_context(|| human_at.clone())?,
+            group: id_field(&record, fields.group.path, fields.group.name)
+                .with_context(|| at.clone())?,
+            system: match fields.system {
+                Some(field) => id_field(human, field.path, field.name)
+                    .or_else(|_| id_field(&record, field.path, field.name))
+                    .with_context(|| human_at.clone())?,
+                None => String::new(),
+            },
+        });
+    }
+    let unused: Vec<&(String, String)> =
+        human_order.iter().filter(|k| !used.contains(*k)).collect();
+    if !unmatched.is_empty() || !unused.is_empty() {
+        let mut why = Vec::new();
+        if let Some(first) = unmatched.first() {
+            why.push(format!(
+                "{} rows of {} have no row with the same (context_id, candidate_id) in {} \
+                 (the first: {first})",
+                unmatched.len(),
+                pred_path.display(),
+                human_path.display()
+            ));
+        }
+        if let Some(first) = unused.first() {
+            why.push(format!(
+                "{} rows of {} have none in {} (the first: `{}`/`{}`)",
+                unused.len(),
+                human_path.display(),
+                pred_path.display(),
+                first.0,
+                first.1
+            ));
+        }
+        bail!("cannot join: {}", why.join("; "));
+    }
+    Ok(items)
+}
+
+/// The JSON objects of a JSONL file with their `file:line` (blank lines skipped).
+fn read_lines(path: &Path) -> Result<Vec<(String, Value)>> {
     let file =
         File::open(path).with_context(|| format!("cannot open input file {}", path.display()))?;
-    let mut items = Vec::new();
+    let mut records = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {
         let number = index + 1;
         let at = || format!("{}:{number}", path.display());
@@ -52,13 +140,12 @@ pub fn read_predictions(path: &Path, fields: &PredictionFields) -> Result<Vec<It
         if !record.is_object() {
             bail!("{}: expected a JSON object, found {}", at(), kind(&record));
         }
-        let item = parse_item(&record, fields).with_context(at)?;
-        items.push(item);
+        records.push((at(), record));
     }
-    if items.is_empty() {
+    if records.is_empty() {
         bail!("{}: no records", path.display());
     }
-    Ok(items)
+    Ok(records)
 }
 
 fn parse_item(record: &Value, fields: &PredictionFields) -> Result<Item> {

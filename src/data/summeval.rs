@@ -61,6 +61,7 @@ pub fn read(data_dir: &Path) -> Result<Vec<CandidateRecord>> {
             reference: row.reference,
             scores,
             system_id: Some(row.system_id),
+            metadata: Default::default(),
         });
     }
     Ok(records)

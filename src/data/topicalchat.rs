@@ -83,6 +83,7 @@ pub fn read(data_dir: &Path, options: Options) -> Result<Vec<CandidateRecord>> {
             reference: None,
             scores: row.scores,
             system_id: Some(row.system_id),
+            metadata: Default::default(),
         });
     }
     Ok(records)

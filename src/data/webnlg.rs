@@ -98,6 +98,7 @@ pub fn read(data_dir: &Path, options: Options) -> Result<Vec<CandidateRecord>> {
                     ("semantics".to_string(), row.semantics),
                 ]),
                 system_id: Some(row.team.clone()),
+                metadata: Default::default(),
             });
         }
     }

@@ -183,6 +183,8 @@ fn candidate(id: &str, text: &str) -> Candidate {
         reference: None,
         scores: BTreeMap::new(),
         system_id: None,
+        metadata: BTreeMap::new(),
+        source: None,
     }
 }
 
@@ -295,6 +297,7 @@ fn pairwise(
     let template_id = format!("dhp/{}", template.id());
     let conventions = scorer.info().conventions.clone();
     let item = item_noun(task);
+    let question = format!("Which {item} is more {}", adjective(metric));
     let mut plan = LabelPlan::new();
     // (context index, candidate index) of each request pair
     let mut pairs: Vec<(usize, usize)> = Vec::new();
@@ -308,6 +311,8 @@ fn pairwise(
                     b: &b.text,
                     adjective: adjective(metric),
                     item,
+                    question: &question,
+                    context_label: "Passage",
                 };
                 let request = template.request(&conventions, &fill);
                 plan.push(plan_label(scorer, &template_id, request, None)?);

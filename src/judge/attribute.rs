@@ -22,6 +22,8 @@ pub enum Task {
     Dialogue,
     /// Texts verbalising triples (WebNLG): "Text A", "Triples:".
     DataToText,
+    /// Any other data: the nouns come from `--item` and `--context-label` ([`Nouns`]).
+    Custom,
 }
 
 impl Task {
@@ -30,7 +32,17 @@ impl Task {
         match self {
             Task::Summary => "Summary",
             Task::Dialogue => "Response",
-            Task::DataToText => "Text",
+            Task::DataToText | Task::Custom => "Text",
+        }
+    }
+
+    /// The context's label, capitalised as in the `c2` prompts ("Passage:").
+    pub fn context_label(self) -> &'static str {
+        match self {
+            Task::Summary => "Passage",
+            Task::Dialogue => "Dialogue",
+            Task::DataToText => "Triples",
+            Task::Custom => "Input",
         }
     }
 
@@ -40,15 +52,64 @@ impl Task {
             Task::Summary => "summary",
             Task::Dialogue => "dialogue",
             Task::DataToText => "data-to-text",
+            Task::Custom => "custom",
         }
     }
 }
 
+/// The nouns a pairwise prompt uses: the candidates' (`{item}`: "Summary A") and the
+/// context's label (`{context_label}`: "Passage:"). The built-in tasks are presets;
+/// `--task custom` names its own ("Story", "Prompt").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nouns {
+    pub item: String,
+    pub context_label: String,
+}
+
+impl Nouns {
+    /// A built-in task's nouns.
+    pub fn of_task(task: Task) -> Self {
+        Self {
+            item: task.item().to_string(),
+            context_label: task.context_label().to_string(),
+        }
+    }
+
+    /// The task's nouns with the given ones replacing them; `custom` needs both.
+    pub fn resolve(task: Task, item: Option<&str>, context_label: Option<&str>) -> Result<Self> {
+        let item = item.map(str::trim).filter(|s| !s.is_empty());
+        let context_label = context_label.map(str::trim).filter(|s| !s.is_empty());
+        if task == Task::Custom && (item.is_none() || context_label.is_none()) {
+            bail!(
+                "--task custom needs the nouns of its prompts: add --item (what a candidate \
+                 is, e.g. --item Story) and --context-label (what the context is, e.g. \
+                 --context-label Prompt)"
+            );
+        }
+        let preset = Self::of_task(task);
+        Ok(Self {
+            item: item.map_or(preset.item, str::to_string),
+            context_label: context_label.map_or(preset.context_label, str::to_string),
+        })
+    }
+}
+
 /// A judged attribute: its canonical name and the adjective the prompts use.
+///
+/// Built-in attributes have tuned adjectives; any other name needs the user's own
+/// comparative phrase ([`Attribute::resolve`]), never a guessed one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribute {
     pub name: String,
     pub adjective: String,
+    /// The comparative phrase when it is not "more {adjective}" (`--adjective "better
+    /// written"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparative: Option<String>,
+    /// The user's own question, replacing "Which {item} is {comparative}"
+    /// (`--question "Which story shows more empathy"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 /// `(canonical name, adjective)` of every known attribute.
@@ -85,6 +146,8 @@ impl Attribute {
             Some((known, adjective)) => Ok(Self {
                 name: known.to_string(),
                 adjective: adjective.to_string(),
+                comparative: None,
+                question: None,
             }),
             None => {
                 let known: Vec<&str> = ATTRIBUTES
@@ -93,10 +156,75 @@ impl Attribute {
                     .chain(ALIASES.iter().map(|(a, _)| *a))
                     .collect();
                 bail!(
-                    "unknown attribute `{name}`; known attributes: {}",
+                    "unknown attribute `{name}`: for an attribute of your own, say how the \
+                     prompt compares it with --adjective (e.g. --adjective \"more {lower}\") \
+                     or --question (e.g. --question \"Which story shows more {lower}\"); \
+                     built-in attributes: {}",
                     known.join(", ")
                 )
             }
+        }
+    }
+
+    /// The attribute `name`: a built-in one keeps its tuned adjective unless a phrase is
+    /// given; any other name needs `adjective` (a comparative phrase such as "more
+    /// empathetic", or an adjective that follows "more") or `question`.
+    pub fn resolve(name: &str, adjective: Option<&str>, question: Option<&str>) -> Result<Self> {
+        let adjective = adjective.map(str::trim).filter(|s| !s.is_empty());
+        let question = question
+            .map(|q| q.trim().trim_end_matches('?').trim_end())
+            .filter(|s| !s.is_empty());
+        let lower = name.trim().to_ascii_lowercase();
+        if lower.is_empty() {
+            bail!("the attribute name is empty");
+        }
+        let mut attribute = match (Self::named(name), adjective) {
+            (Ok(builtin), None) => builtin,
+            (Ok(builtin), Some(_)) => Self {
+                name: builtin.name,
+                ..Self::custom(&lower, adjective)
+            },
+            (Err(error), None) if question.is_none() => return Err(error),
+            (Err(_), _) => Self::custom(&lower, adjective),
+        };
+        attribute.question = question.map(str::to_string);
+        Ok(attribute)
+    }
+
+    /// An attribute of the user's own; `phrase` "more X" gives adjective X, any other
+    /// phrase is the comparative as written (and the adjective).
+    fn custom(name: &str, phrase: Option<&str>) -> Self {
+        let phrase = phrase.unwrap_or(name);
+        match phrase.strip_prefix("more ") {
+            Some(adjective) => Self {
+                name: name.to_string(),
+                adjective: adjective.trim().to_string(),
+                comparative: None,
+                question: None,
+            },
+            None => Self {
+                name: name.to_string(),
+                adjective: phrase.to_string(),
+                comparative: Some(phrase.to_string()),
+                question: None,
+            },
+        }
+    }
+
+    /// The comparative phrase: "more coherent", or the user's own.
+    pub fn comparative(&self) -> String {
+        match &self.comparative {
+            Some(phrase) => phrase.clone(),
+            None => format!("more {}", self.adjective),
+        }
+    }
+
+    /// The pairwise question without its "..., A or B?" tail: the user's own, or
+    /// "Which {item} is {comparative}".
+    pub fn question(&self, item: &str) -> String {
+        match &self.question {
+            Some(question) => question.clone(),
+            None => format!("Which {item} is {}", self.comparative()),
         }
     }
 }
@@ -115,6 +243,49 @@ mod tests {
         let grammar = Attribute::named("grammar").unwrap();
         assert_eq!(grammar.name, "grammaticality");
         assert_eq!(grammar.adjective, "grammatically correct");
+    }
+
+    #[test]
+    fn own_attributes_need_a_phrase_and_keep_it() {
+        let error = Attribute::resolve("Empathy", None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--adjective") && error.contains("--question"),
+            "{error}"
+        );
+        let empathy = Attribute::resolve("Empathy", Some("more empathetic"), None).unwrap();
+        assert_eq!(empathy.name, "empathy");
+        assert_eq!(empathy.adjective, "empathetic");
+        assert_eq!(empathy.question("Story"), "Which Story is more empathetic");
+        let written = Attribute::resolve("style", Some("better written"), None).unwrap();
+        assert_eq!(written.question("Text"), "Which Text is better written");
+        let asked =
+            Attribute::resolve("empathy", None, Some("Which story shows more empathy?")).unwrap();
+        assert_eq!(asked.question("Story"), "Which story shows more empathy");
+        let builtin = Attribute::resolve("coherence", None, None).unwrap();
+        assert_eq!(builtin, Attribute::named("coherence").unwrap());
+        assert_eq!(
+            builtin.question("Summary"),
+            "Which Summary is more coherent"
+        );
+    }
+
+    #[test]
+    fn custom_task_needs_both_nouns() {
+        let error = Nouns::resolve(Task::Custom, Some("Story"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--context-label"), "{error}");
+        let nouns = Nouns::resolve(Task::Custom, Some("Story"), Some("Prompt")).unwrap();
+        assert_eq!(
+            (nouns.item.as_str(), nouns.context_label.as_str()),
+            ("Story", "Prompt")
+        );
+        assert_eq!(
+            Nouns::resolve(Task::Dialogue, None, None).unwrap().item,
+            "Response"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub fn instruction(task: Task, attribute: &Attribute) -> String {
         Task::DataToText => {
             format!("Write a text that expresses the following triples and is {adjective}.")
         }
+        Task::Custom => format!("Write a text for the following input that is {adjective}."),
     }
 }
 

@@ -16,7 +16,7 @@ pub mod pairwise;
 pub mod scale;
 pub mod scoring;
 
-pub use attribute::{Attribute, Task};
+pub use attribute::{Attribute, Nouns, Task};
 pub use scale::{ScoreDistribution, ScoreScale};
 pub use scoring::{
     resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, ScoreMethod,

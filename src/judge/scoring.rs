@@ -58,6 +58,9 @@ pub struct ScoreOptions {
     /// The judged attribute: names the quality in prompt scoring and GPTScore, and picks
     /// G-Eval's built-in criteria unless `criteria` is given.
     pub attribute: String,
+    /// The attribute's comparative phrase or adjective (needed for an attribute that is
+    /// not built in, in prompt scoring and GPTScore; see [`Attribute::resolve`]).
+    pub adjective: Option<String>,
     /// Prompt scoring's scale (default 1-10); for G-Eval, replaces the criteria's scale.
     pub scale: Option<ScoreScale>,
     /// G-Eval criteria (default: the built-in ones for `task` and `attribute`).
@@ -77,6 +80,7 @@ impl ScoreOptions {
             method,
             task,
             attribute: attribute.to_string(),
+            adjective: None,
             scale: None,
             criteria: None,
             steps: StepsSource::default(),
@@ -191,12 +195,12 @@ pub fn resolve_method(
     Ok(match options.method {
         ScoreMethod::Prompt => ResolvedMethod::Prompt {
             task: options.task,
-            attribute: Attribute::named(&options.attribute)?,
+            attribute: Attribute::resolve(&options.attribute, options.adjective.as_deref(), None)?,
             scale: options.scale.unwrap_or(absolute::DEFAULT_SCALE),
         },
         ScoreMethod::Gptscore => ResolvedMethod::Gptscore {
             task: options.task,
-            attribute: Attribute::named(&options.attribute)?,
+            attribute: Attribute::resolve(&options.attribute, options.adjective.as_deref(), None)?,
         },
         ScoreMethod::Geval => {
             let mut criteria = match &options.criteria {

@@ -275,6 +275,8 @@ mod tests {
                     reference: None,
                     scores: BTreeMap::new(),
                     system_id: None,
+                    metadata: Default::default(),
+                    source: None,
                 })
                 .collect(),
         }

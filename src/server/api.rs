@@ -18,7 +18,7 @@ use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
 use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
 use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
-use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
+use crate::judge::{absolute, Attribute, Nouns, ScoreDistribution, ScoreScale, Task};
 use crate::rank::RankMethod;
 
 pub use crate::judge::geval::free_text::DEFAULT_INTRODUCTION;
@@ -84,6 +84,8 @@ pub struct ScoreBody {
     pub output: String,
     pub context: Option<String>,
     pub attribute: String,
+    /// The adjective of an attribute that is not built in ("empathetic").
+    pub adjective: Option<String>,
     pub task: Option<Task>,
     pub scale: Option<ScoreScale>,
 }
@@ -103,7 +105,15 @@ pub struct CompareBody {
     pub context: String,
     pub candidates: Vec<CandidateBody>,
     pub attribute: String,
+    /// The comparative of an attribute that is not built in ("more empathetic").
+    pub adjective: Option<String>,
+    /// Or the whole question ("Which story shows more empathy").
+    pub question: Option<String>,
     pub task: Option<Task>,
+    /// The candidates' noun ("Story"); needed with task `custom`.
+    pub item: Option<String>,
+    /// The context's label ("Prompt"); needed with task `custom`.
+    pub context_label: Option<String>,
     /// `c1` (default) or `c2`.
     pub template: Option<String>,
     /// How comparisons become scores (default win-ratio).
@@ -299,7 +309,8 @@ pub fn geval_task(body: GevalBody) -> Result<(LabelTask, CriteriaReading)> {
 /// The worker task of a prompt-scoring request.
 pub fn score_task(body: ScoreBody) -> Result<LabelTask> {
     non_empty("output", &body.output)?;
-    let attribute = Attribute::named(&body.attribute).context("field `attribute`")?;
+    let attribute = Attribute::resolve(&body.attribute, body.adjective.as_deref(), None)
+        .context("field `attribute`")?;
     Ok(LabelTask::Score {
         task: body.task.unwrap_or(Task::Summary),
         attribute,
@@ -336,8 +347,15 @@ pub fn compare_job(
         )));
     }
     let task = body.task.unwrap_or(Task::Summary);
-    let attribute = Attribute::named(&body.attribute)
-        .context("field `attribute`")
+    let attribute = Attribute::resolve(
+        &body.attribute,
+        body.adjective.as_deref(),
+        body.question.as_deref(),
+    )
+    .context("field `attribute` (an attribute of your own needs `adjective` or `question`)")
+    .map_err(invalid)?;
+    let nouns = Nouns::resolve(task, body.item.as_deref(), body.context_label.as_deref())
+        .context("fields `item` and `context_label`")
         .map_err(invalid)?;
     let template_name = body.template.as_deref().unwrap_or("c1");
     // Only the built-in templates: a request must not name files on the server.
@@ -372,6 +390,8 @@ pub fn compare_job(
             reference: None,
             scores: Default::default(),
             system_id: None,
+            metadata: Default::default(),
+            source: None,
         });
     }
     let context = Context {
@@ -380,6 +400,7 @@ pub fn compare_job(
         candidates,
     };
     let mut options = CompareOptions::new(task, attribute, template);
+    options.nouns = nouns;
     if let Some(rank) = body.rank {
         options.rank = rank;
     }

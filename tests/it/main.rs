@@ -17,6 +17,7 @@ mod llama_model;
 mod llama_safetensors;
 mod metric_cli;
 mod metrics_parity;
+mod own_data;
 mod pairwise_runner;
 mod paraphrase;
 mod reproduce;

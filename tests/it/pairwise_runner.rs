@@ -67,6 +67,8 @@ fn contexts(qualities: &[&[f64]]) -> Vec<Context> {
                     reference: None,
                     scores: BTreeMap::from([("coherence".to_string(), q * 5.0)]),
                     system_id: None,
+                    metadata: Default::default(),
+                    source: None,
                 })
                 .collect(),
         })
@@ -91,7 +93,7 @@ fn options() -> CompareOptions {
 
 fn outputs(result: &CompareResult) -> (Vec<u8>, Vec<u8>) {
     let mut scores = Vec::new();
-    write_scores(result, &mut scores).unwrap();
+    write_scores(result, &[], &mut scores).unwrap();
     let mut comparisons = Vec::new();
     write_comparisons(result, &mut comparisons).unwrap();
     (scores, comparisons)

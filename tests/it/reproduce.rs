@@ -94,6 +94,8 @@ fn contexts() -> Vec<Context> {
                         ),
                     ]),
                     system_id: Some(format!("M{k}")),
+                    metadata: Default::default(),
+                    source: None,
                 })
                 .collect(),
         })

@@ -62,6 +62,8 @@ fn candidate(id: &str, text: &str, reference: Option<&str>, coherence: f64) -> C
         reference: reference.map(str::to_string),
         scores: BTreeMap::from([("coherence".to_string(), coherence)]),
         system_id: Some(format!("sys-{id}")),
+        metadata: Default::default(),
+        source: None,
     }
 }
 

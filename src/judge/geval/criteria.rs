@@ -85,7 +85,7 @@ impl Sections {
             Some(Task::Summary) => ("Source Text", "Reference Summary", "Summary"),
             Some(Task::Dialogue) => ("Conversation History", "Reference Response", "Response"),
             Some(Task::DataToText) => ("Triples", "Reference Text", "Text"),
-            None => ("Input", "Expected Output", "Output"),
+            None | Some(Task::Custom) => ("Input", "Expected Output", "Output"),
         };
         Self {
             source: source.to_string(),
@@ -220,7 +220,8 @@ impl Criteria {
             .with_context(|| {
                 format!(
                     "no built-in G-Eval criteria for `{attribute}` in the {} task; built-in: {} \
-                     (or pass --criteria FILE)",
+                     (for another attribute, give its criteria: --criteria-text \"Empathy (1-5): \
+                     ...\" or --criteria FILE)",
                     task.name(),
                     if known.is_empty() {
                         "none".to_string()

@@ -21,10 +21,10 @@ use serde_json::json;
 
 use super::design::{context_rng, Design};
 use super::template::{first_wins, Fill, PairwiseTemplate};
-use crate::data::Context;
+use crate::data::{find_human_key, human_keys, Context};
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
 use crate::engine::{Label, LabelResult, ResultCache, Scorer};
-use crate::judge::attribute::{Attribute, Task};
+use crate::judge::attribute::{Attribute, Nouns, Task};
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
     ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
@@ -45,6 +45,8 @@ pub enum Debias {
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
     pub task: Task,
+    /// The prompt nouns (the task's preset unless given).
+    pub nouns: Nouns,
     pub attribute: Attribute,
     pub template: PairwiseTemplate,
     pub design: Design,
@@ -65,6 +67,7 @@ impl CompareOptions {
     pub fn new(task: Task, attribute: Attribute, template: PairwiseTemplate) -> Self {
         Self {
             task,
+            nouns: Nouns::of_task(task),
             attribute,
             template,
             design: Design::Full,
@@ -119,6 +122,9 @@ pub struct CompareResult {
     pub accuracy: Option<Rate>,
     /// The human score field accuracy was measured against.
     pub score_field: Option<String>,
+    /// The input's key matching the attribute (or the asked field), case-insensitively;
+    /// `None`: no candidate has human scores for it.
+    pub human_key: Option<String>,
     /// Comparisons the scorer computed in this run / found in the cache.
     pub computed: usize,
     pub cached: usize,
@@ -146,13 +152,16 @@ pub fn plan_context(
         .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
     let conventions = &scorer.info().conventions;
     let mut plan = LabelPlan::new();
+    let question = options.attribute.question(&options.nouns.item);
     for &(i, j) in &pairs {
         let fill = Fill {
             context: &context.text,
             a: &context.candidates[i].text,
             b: &context.candidates[j].text,
             adjective: &options.attribute.adjective,
-            item: options.task.item(),
+            item: &options.nouns.item,
+            question: &question,
+            context_label: &options.nouns.context_label,
         };
         let request = options.template.request(conventions, &fill);
         let planned = plan_label(scorer, options.template.id(), request, Some(labels))
@@ -315,10 +324,18 @@ fn summarise(
         Debias::None => 0.5,
         Debias::Threshold => balanced_threshold(&all_p),
     };
-    let field = options
+    let wanted = options
         .score_field
         .clone()
         .unwrap_or_else(|| options.attribute.name.clone());
+    let matched = find_human_key(contexts, &wanted)?;
+    if matched.is_none() && options.score_field.is_some() {
+        bail!(
+            "no candidate has the human score `{wanted}`; the human scores are: {}",
+            human_keys(contexts).join(", ")
+        );
+    }
+    let field = matched.clone().unwrap_or(wanted);
     let mut out = CompareResult {
         contexts: Vec::with_capacity(contexts.len()),
         tau,
@@ -327,6 +344,7 @@ fn summarise(
         consistency: Rate::default(),
         accuracy: None,
         score_field: None,
+        human_key: matched,
         computed: 0,
         cached: 0,
     };
@@ -379,17 +397,33 @@ fn fixed(x: f64, decimals: usize) -> String {
 }
 
 /// One line per candidate, in input order: `context_id, candidate_id, score, rank`
-/// (score with 6 decimals; ranks are halves at worst and print exactly).
-pub fn write_scores(result: &CompareResult, out: &mut dyn Write) -> Result<()> {
-    for context in &result.contexts {
+/// (score with 6 decimals; ranks are halves at worst and print exactly), then, from the
+/// input `contexts` (the run's, in the same order), the candidate's `system_id` and its
+/// human `scores` when it has them, so that `correlate` reads the file as it is.
+pub fn write_scores(
+    result: &CompareResult,
+    contexts: &[Context],
+    out: &mut dyn Write,
+) -> Result<()> {
+    for (index, context) in result.contexts.iter().enumerate() {
+        let input = contexts.get(index).filter(|c| c.id == context.context_id);
         for (k, id) in context.candidate_ids.iter().enumerate() {
-            let line = format!(
-                "{{\"context_id\":{},\"candidate_id\":{},\"score\":{},\"rank\":{}}}\n",
+            let mut line = format!(
+                "{{\"context_id\":{},\"candidate_id\":{},\"score\":{},\"rank\":{}",
                 json!(context.context_id),
                 json!(id),
                 fixed(context.scores[k], 6),
                 context.ranks[k]
             );
+            if let Some(candidate) = input.and_then(|c| c.candidates.get(k)) {
+                if let Some(system) = &candidate.system_id {
+                    line.push_str(&format!(",\"system_id\":{}", json!(system)));
+                }
+                if !candidate.scores.is_empty() {
+                    line.push_str(&format!(",\"scores\":{}", json!(candidate.scores)));
+                }
+            }
+            line.push_str("}\n");
             out.write_all(line.as_bytes())?;
         }
     }
@@ -431,12 +465,15 @@ pub fn show_first_prompt(
     let Some(&(i, j)) = pairs.first() else {
         bail!("context `{}` has no comparisons", context.id);
     };
+    let question = options.attribute.question(&options.nouns.item);
     let fill = Fill {
         context: &context.text,
         a: &context.candidates[i].text,
         b: &context.candidates[j].text,
         adjective: &options.attribute.adjective,
-        item: options.task.item(),
+        item: &options.nouns.item,
+        question: &question,
+        context_label: &options.nouns.context_label,
     };
     let request = options.template.request(&scorer.info().conventions, &fill);
     let rendered = scorer.render(&request.prompt)?;

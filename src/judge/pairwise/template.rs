@@ -4,10 +4,14 @@
 //! under `templates/pairwise/`, embedded at build time): `c1` asks "Which Summary is more
 //! coherent, Summary A or Summary B?" after the context; `c2` opens with "Passage:" and
 //! asks "... relative to the passage". For dialogue the nouns become Response and
-//! Dialogue, for data-to-text Text and Triples. User templates are text files with the
-//! same placeholders: `{context}`, `{a}`, `{b}`, `{adjective}`, `{item}` (`{{` and `}}`
-//! for literal braces; one trailing newline is dropped). Substituted text is never
-//! scanned again, so a candidate containing `{a}` stays as it is.
+//! Dialogue, for data-to-text Text and Triples, for `--task custom` the user's own
+//! ([`crate::judge::attribute::Nouns`]). The question ("Which Summary is more coherent")
+//! is the `{question}` placeholder: built from the item and the attribute's comparative,
+//! or the user's own `--question`. User templates are text files with the same
+//! placeholders: `{context}`, `{a}`, `{b}`, `{adjective}`, `{item}`, `{question}`,
+//! `{context_label}` ("Passage") and `{context_noun}` (the label in lower case: "passage")
+//! (`{{` and `}}` for literal braces; one trailing newline is dropped). Substituted text
+//! is never scanned again, so a candidate containing `{a}` stays as it is.
 //!
 //! How the answer is elicited depends on the model family ([`Conventions`]): the user
 //! prompt gets `pairwise_suffix`, the answer opens with `answer_prefix` (with `{item}`),
@@ -23,12 +27,19 @@ use crate::engine::{Conventions, Label, LabelRequest, LabelResult, Prompt, TextP
 use crate::judge::attribute::Task;
 
 const C1: &str = include_str!("../../../templates/pairwise/c1.txt");
-const C2_SUMMARY: &str = include_str!("../../../templates/pairwise/c2-summary.txt");
-const C2_DIALOGUE: &str = include_str!("../../../templates/pairwise/c2-dialogue.txt");
-const C2_DATA_TO_TEXT: &str = include_str!("../../../templates/pairwise/c2-data-to-text.txt");
+const C2: &str = include_str!("../../../templates/pairwise/c2.txt");
 
 /// The placeholders a template may use.
-pub const PLACEHOLDERS: [&str; 5] = ["context", "a", "b", "adjective", "item"];
+pub const PLACEHOLDERS: [&str; 8] = [
+    "context",
+    "a",
+    "b",
+    "adjective",
+    "item",
+    "question",
+    "context_label",
+    "context_noun",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -38,6 +49,9 @@ enum Segment {
     B,
     Adjective,
     Item,
+    Question,
+    ContextLabel,
+    ContextNoun,
 }
 
 /// A parsed pairwise template.
@@ -55,16 +69,18 @@ pub struct Fill<'a> {
     pub b: &'a str,
     pub adjective: &'a str,
     pub item: &'a str,
+    /// "Which Summary is more coherent" (no question mark).
+    pub question: &'a str,
+    /// "Passage"; `{context_noun}` is its lower case.
+    pub context_label: &'a str,
 }
 
 impl PairwiseTemplate {
     /// A built-in template (`c1`, `c2`) for `task`.
     pub fn builtin(name: &str, task: Task) -> Result<Self> {
-        let text = match (name, task) {
-            ("c1", _) => C1,
-            ("c2", Task::Summary) => C2_SUMMARY,
-            ("c2", Task::Dialogue) => C2_DIALOGUE,
-            ("c2", Task::DataToText) => C2_DATA_TO_TEXT,
+        let text = match name {
+            "c1" => C1,
+            "c2" => C2,
             _ => bail!("unknown built-in template `{name}` (built-ins: c1, c2)"),
         };
         let id = match name {
@@ -122,6 +138,9 @@ impl PairwiseTemplate {
                         "b" => Segment::B,
                         "adjective" => Segment::Adjective,
                         "item" => Segment::Item,
+                        "question" => Segment::Question,
+                        "context_label" => Segment::ContextLabel,
+                        "context_noun" => Segment::ContextNoun,
                         _ => bail!(
                             "unknown placeholder `{{{name}}}`; known: {}",
                             PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
@@ -161,6 +180,7 @@ impl PairwiseTemplate {
     /// The template with its placeholders filled.
     pub fn render(&self, fill: &Fill) -> String {
         let mut out = String::new();
+        let context_noun = fill.context_label.to_lowercase();
         for segment in &self.segments {
             out.push_str(match segment {
                 Segment::Text(text) => text,
@@ -169,6 +189,9 @@ impl PairwiseTemplate {
                 Segment::B => fill.b,
                 Segment::Adjective => fill.adjective,
                 Segment::Item => fill.item,
+                Segment::Question => fill.question,
+                Segment::ContextLabel => fill.context_label,
+                Segment::ContextNoun => &context_noun,
             });
         }
         out
@@ -222,14 +245,40 @@ mod tests {
     use super::*;
     use crate::engine::LabelScore;
 
+    /// The fill of a built-in task's prompt (the context label follows the item).
     fn fill<'a>(adjective: &'a str, item: &'a str) -> Fill<'a> {
+        let context_label = match item {
+            "Summary" => "Passage",
+            "Response" => "Dialogue",
+            "Text" => "Triples",
+            _ => "Input",
+        };
         Fill {
             context: "The article.",
             a: "First summary.",
             b: "Second summary.",
             adjective,
             item,
+            question: Box::leak(format!("Which {item} is more {adjective}").into_boxed_str()),
+            context_label,
         }
+    }
+
+    #[test]
+    fn custom_nouns_and_questions_fill_the_papers_templates() {
+        let t = PairwiseTemplate::builtin("c2", Task::Custom).unwrap();
+        let mut f = fill("empathetic", "Story");
+        f.context_label = "Prompt";
+        assert_eq!(
+            t.render(&f),
+            "Prompt:\nThe article.\n\nStory A: First summary.\n\nStory B: Second summary.\n\n\
+             Which Story is more empathetic relative to the prompt, Story A or Story B?"
+        );
+        f.question = "Which story shows more empathy";
+        let t = PairwiseTemplate::builtin("c1", Task::Custom).unwrap();
+        assert!(t
+            .render(&f)
+            .ends_with("Which story shows more empathy, Story A or Story B?"));
     }
 
     #[test]
