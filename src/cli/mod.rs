@@ -11,11 +11,13 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod cache_args;
 pub mod labels;
+pub mod merge;
 pub mod model_args;
 pub mod models;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
+pub mod shard_args;
 
 /// Evaluate generated text with local open language models.
 #[derive(Debug, Parser)]
@@ -52,6 +54,9 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
+    /// Put the outputs of a sharded run (`--shard I/N`) back together, byte for byte
+    /// what a single run writes, after checking the shards' fingerprints and coverage.
+    Merge(merge::MergeArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -80,5 +85,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Merge(args) => merge::run(args),
     }
 }
