@@ -8,6 +8,7 @@
 //! - [`rank`]: from pairwise outcomes to scores and ranks, positional bias;
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
+//! - [`dhp`]: discernment of hierarchical perturbation (perturb, score, analyse);
 //! - [`reproduce`]: the comparative-assessment paper's tables and figures;
 //! - [`server`]: the metrics service (HTTP, one model worker thread);
 //! - [`cli`]: the command-line front end.
@@ -15,8 +16,11 @@
 pub mod arch;
 pub mod cli;
 pub mod data;
+pub mod dhp;
 pub mod engine;
 pub mod judge;
+pub mod metrics;
+pub mod pararef;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;

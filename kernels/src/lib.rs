@@ -6,3 +6,4 @@
 //! [`cpu::CpuFeatures`], so one binary runs on any x86-64 (or other) machine.
 
 pub mod cpu;
+pub mod gemm;

@@ -3,11 +3,15 @@
 //! GGUF checkpoints arrive quantized; candle 0.11 has fast CPU kernels for some block
 //! types and none for others (Q4_1), so each weight is either kept quantized or
 //! dequantised at load according to a [`WeightPolicy`]. Safetensors weights are dense.
-//! Callers see one `forward` either way.
+//! A dense layer can then be repacked for our own reduced-precision CPU kernels
+//! ([`Precision`]: bf16 or int8 weights, f32 in and out). Callers see one `forward`.
+
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Storage, Tensor};
+use nlg_judge_kernels::gemm::{Bf16Matrix, Int8Matrix};
 
 /// What to do with quantized GGUF weights at load time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -36,7 +40,42 @@ impl WeightPolicy {
     }
 }
 
-/// `y = x W^T + b` with `W` dense (f32) or quantized.
+/// The arithmetic of the matrix products in a model's layers (the output head always
+/// stays f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 weights and products (candle's kernels).
+    #[default]
+    F32,
+    /// bf16 weights, bf16 products accumulated in f32 (AVX512-BF16 where present).
+    Bf16,
+    /// int8 weights (per output row) and activations (per token), i32 accumulation
+    /// (AVX512-VNNI or AVX-VNNI where present).
+    Int8,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
+        }
+    }
+
+    /// The result-cache identity of a model run at this precision: f32 keeps the
+    /// weights' fingerprint (results cached before precisions existed stay valid);
+    /// other precisions append their name, so their results are never served for f32.
+    pub fn fingerprint(self, weights_fingerprint: &str) -> String {
+        match self {
+            Precision::F32 => weights_fingerprint.to_string(),
+            other => format!("{weights_fingerprint}+{}", other.as_str()),
+        }
+    }
+}
+
+/// `y = x W^T + b` with `W` dense (f32), quantized (GGUF blocks), or packed for our
+/// bf16/int8 kernels.
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: LinearWeight,
@@ -51,6 +90,8 @@ enum LinearWeight {
     /// `(out, in)`, f32.
     Dense(Tensor),
     Quantized(QMatMul),
+    Bf16(Arc<Bf16Matrix>),
+    Int8(Arc<Int8Matrix>),
 }
 
 impl Linear {
@@ -103,7 +144,7 @@ impl Linear {
         for layer in layers {
             match &layer.weight {
                 LinearWeight::Dense(w) => weights.push(w.clone()),
-                LinearWeight::Quantized(_) => return Ok(None),
+                _ => return Ok(None),
             }
         }
         let in_features = layers.first().map(|l| l.in_features).unwrap_or(0);
@@ -126,6 +167,33 @@ impl Linear {
         Ok(Some(Linear::dense(Tensor::cat(&weights, 0)?, bias)?))
     }
 
+    /// This layer with its products computed at `precision`: f32 leaves it as it is;
+    /// bf16 and int8 repack the weight (dequantised first if needed) for our CPU kernels.
+    pub fn with_precision(self, precision: Precision) -> Result<Self> {
+        if precision == Precision::F32 {
+            return Ok(self);
+        }
+        if !self.device.is_cpu() {
+            bail!(
+                "--precision {} runs on the CPU only (our kernels have no GPU twin)",
+                precision.as_str()
+            );
+        }
+        let dense = self.dense_weight()?.to_dtype(DType::F32)?;
+        let values = dense.flatten_all()?.to_vec1::<f32>()?;
+        let (rows, cols) = (self.out_features, self.in_features);
+        let weight = match precision {
+            Precision::Bf16 => {
+                LinearWeight::Bf16(Arc::new(Bf16Matrix::from_f32(&values, rows, cols)))
+            }
+            Precision::Int8 => {
+                LinearWeight::Int8(Arc::new(Int8Matrix::from_f32(&values, rows, cols)))
+            }
+            Precision::F32 => unreachable!("handled above"),
+        };
+        Ok(Self { weight, ..self })
+    }
+
     pub fn in_features(&self) -> usize {
         self.in_features
     }
@@ -145,7 +213,17 @@ impl Linear {
             LinearWeight::Quantized(QMatMul::QTensor(q)) => Ok(q.dequantize(&self.device)?),
             LinearWeight::Quantized(QMatMul::Tensor(w)) => Ok(w.clone()),
             LinearWeight::Quantized(QMatMul::TensorF16(w)) => Ok(w.to_dtype(DType::F32)?),
+            LinearWeight::Bf16(m) => self.unpacked(m.to_f32()),
+            LinearWeight::Int8(m) => self.unpacked(m.to_f32()),
         }
+    }
+
+    fn unpacked(&self, values: Vec<f32>) -> Result<Tensor> {
+        Ok(Tensor::from_vec(
+            values,
+            (self.out_features, self.in_features),
+            &self.device,
+        )?)
     }
 
     /// Apply to `x` of shape `(..., in)`.
@@ -165,6 +243,8 @@ impl Linear {
         let y = match &self.weight {
             LinearWeight::Dense(w) => flat.matmul(&w.t()?)?,
             LinearWeight::Quantized(q) => q.forward(&flat)?,
+            LinearWeight::Bf16(m) => self.packed_product(&flat, |x, out| m.matmul(x, rows, out))?,
+            LinearWeight::Int8(m) => self.packed_product(&flat, |x, out| m.matmul(x, rows, out))?,
         };
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
@@ -173,6 +253,34 @@ impl Linear {
         let mut out_dims = lead.to_vec();
         out_dims.push(self.out_features);
         Ok(y.reshape(out_dims)?)
+    }
+}
+
+impl Linear {
+    /// `(rows, in)` f32 on the CPU through one of our kernels, `product(x, out)`.
+    fn packed_product(
+        &self,
+        flat: &Tensor,
+        product: impl FnOnce(&[f32], &mut [f32]),
+    ) -> Result<Tensor> {
+        let (rows, _) = flat.dims2()?;
+        let flat = flat.to_dtype(DType::F32)?.contiguous()?;
+        let mut out = vec![0f32; rows * self.out_features];
+        {
+            let (storage, layout) = flat.storage_and_layout();
+            let Storage::Cpu(cpu) = &*storage else {
+                bail!("bf16/int8 linear layers run on the CPU only");
+            };
+            let Some((start, end)) = layout.contiguous_offsets() else {
+                bail!("linear input is not contiguous");
+            };
+            product(&cpu.as_slice::<f32>()?[start..end], &mut out);
+        }
+        Ok(Tensor::from_vec(
+            out,
+            (rows, self.out_features),
+            &self.device,
+        )?)
     }
 }
 
@@ -212,5 +320,49 @@ mod tests {
         let x = Tensor::zeros((1, 2), DType::F32, &device)?;
         assert!(a.forward(&x).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn reduced_precision_layers_stay_close_to_the_f32_layer() -> Result<()> {
+        let device = Device::Cpu;
+        // Ragged sizes (not multiples of the kernels' tiles), a bias, a 3-D input.
+        let (out, inp) = (37, 70);
+        let weight = Tensor::randn(0f32, 1.0, (out, inp), &device)?;
+        let bias = Tensor::randn(0f32, 1.0, out, &device)?;
+        let x = Tensor::randn(0f32, 1.0, (2, 5, inp), &device)?;
+        let dense = Linear::dense(weight, Some(bias))?;
+        let expected = dense.forward(&x)?;
+        let unchanged = dense.clone().with_precision(Precision::F32)?.forward(&x)?;
+        assert_eq!(unchanged.to_vec3::<f32>()?, expected.to_vec3::<f32>()?);
+        // Relative to the output's scale (sqrt(inp) for unit normals): bf16 rounds each
+        // operand to 8 significant bits (~0.4% per product), int8 to 1/127 of the row's
+        // largest value (~2-3% of a typical product); errors of independent products
+        // partly cancel, so 2% and 6% of sqrt(inp) are generous yet catch a wrong layout.
+        for (precision, tolerance) in [(Precision::Bf16, 0.02), (Precision::Int8, 0.06)] {
+            let layer = dense.clone().with_precision(precision)?;
+            assert!(Linear::fuse(&[&layer, &layer])?.is_none());
+            let y = layer.forward(&x)?;
+            assert_eq!(y.dims(), &[2, 5, out]);
+            let worst = (y - &expected)?
+                .abs()?
+                .flatten_all()?
+                .max(0)?
+                .to_scalar::<f32>()?;
+            let limit = tolerance * (inp as f32).sqrt();
+            assert!(worst <= limit, "{precision:?}: {worst} > {limit}");
+            assert_eq!(layer.dense_weight()?.dims(), &[out, inp]);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn each_precision_has_its_own_cache_identity() {
+        let weights = "abc123";
+        assert_eq!(Precision::F32.fingerprint(weights), weights);
+        let all =
+            [Precision::F32, Precision::Bf16, Precision::Int8].map(|p| p.fingerprint(weights));
+        assert_ne!(all[0], all[1]);
+        assert_ne!(all[0], all[2]);
+        assert_ne!(all[1], all[2]);
     }
 }

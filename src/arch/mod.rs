@@ -10,5 +10,5 @@ pub mod linear;
 pub mod llama;
 
 pub use kv::KvCache;
-pub use linear::{Linear, WeightPolicy};
+pub use linear::{Linear, Precision, WeightPolicy};
 pub mod t5;

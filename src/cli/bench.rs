@@ -8,8 +8,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_args::ModelArgs;
 use crate::data::find_shared_data_dir;
+use crate::engine::Scorer as _;
 use crate::engine::Strategy;
-use crate::judge::pairwise::bench::{bench_pairwise, summeval_contexts, PairwiseBench};
+use crate::judge::pairwise::bench::{
+    agreement, bench_pairwise, summeval_contexts, Agreement, PairwiseBench, SavedProbabilities,
+};
 use crate::runtime::{load_decoder, resolve_model};
 
 #[derive(Debug, Args)]
@@ -53,6 +56,17 @@ pub struct PairwiseArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Save the probabilities of the last strategy run (JSON), to compare a later run
+    /// (another --precision) with.
+    #[arg(long)]
+    pub save_probabilities: Option<PathBuf>,
+
+    /// Compare the last strategy's probabilities with a file saved by
+    /// --save-probabilities (same --docs): largest |p - p_ref|, same decisions, Spearman
+    /// of the soft win ratios per document.
+    #[arg(long)]
+    pub compare_with: Option<PathBuf>,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -91,12 +105,64 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         bar.inc(1);
     })?;
     bar.finish_and_clear();
+    let last = result
+        .runs
+        .last()
+        .context("the benchmark ran no strategy")?;
+    let saved = SavedProbabilities {
+        fingerprint: scorer.info().fingerprint.clone(),
+        documents: result.documents.clone(),
+        p_first: last.p_a.clone(),
+    };
+    let compared = match &args.compare_with {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let reference: SavedProbabilities = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a saved probabilities file", path.display()))?;
+            Some(
+                agreement(&reference, &saved)
+                    .with_context(|| format!("cannot compare with {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    if let Some(path) = &args.save_probabilities {
+        std::fs::write(path, serde_json::to_string(&saved)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string(&json_summary(&result))?);
+        let mut summary = json_summary(&result);
+        summary["precision"] = serde_json::json!(options.precision.as_str());
+        summary["agreement"] = serde_json::to_value(&compared)?;
+        println!("{}", serde_json::to_string(&summary)?);
     } else {
         print!("{}", table(&result, &resolved.name));
+        println!("precision {}", options.precision.as_str());
+        if let Some(agreement) = &compared {
+            println!("{}", agreement_line(agreement));
+        }
     }
     Ok(())
+}
+
+fn agreement_line(agreement: &Agreement) -> String {
+    let rhos: Vec<f64> = agreement
+        .spearman_per_document
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    format!(
+        "against the reference: largest |p - p_ref| = {:.4}, same decision {}/{} ({:.2}%), \
+         Spearman of soft win ratios per document min {:.4} mean {:.4}",
+        agreement.max_abs_diff,
+        (agreement.same_decision * agreement.comparisons as f64).round(),
+        agreement.comparisons,
+        100.0 * agreement.same_decision,
+        agreement.min_spearman().unwrap_or(f64::NAN),
+        rhos.iter().sum::<f64>() / rhos.len().max(1) as f64,
+    )
 }
 
 /// The flat JSON the issue asks for.

@@ -4,6 +4,7 @@ pub mod compare;
 pub mod compare_table;
 pub mod convert;
 pub mod correlate;
+pub mod dhp;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -12,8 +13,12 @@ pub mod bench;
 pub mod cache_args;
 pub mod labels;
 pub mod merge;
+pub mod metric;
 pub mod model_args;
 pub mod models;
+pub mod paraphrase;
+pub mod pararef;
+pub mod pararef_report;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
@@ -57,6 +62,17 @@ pub enum Command {
     /// Put the outputs of a sharded run (`--shard I/N`) back together, byte for byte
     /// what a single run writes, after checking the shards' fingerprints and coverage.
     Merge(merge::MergeArgs),
+    /// DHP discernment benchmark: perturb references, score originals and perturbed
+    /// copies with a judge, test the differences, report discernment scores.
+    Dhp(dhp::DhpArgs),
+    /// Para-Ref: paraphrase every distinct reference n times with a local model.
+    Paraphrase(paraphrase::ParaphraseArgs),
+    /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
+    /// human references, correlated with human scores (WMT22, SummEval).
+    Pararef(pararef::PararefArgs),
+    /// Reference-based metrics (BLEU, chrF, chrF++, ROUGE-1/2/L) of every candidate,
+    /// optionally against its references' paraphrases too.
+    Metric(metric::MetricArgs),
 }
 
 /// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
@@ -86,5 +102,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Merge(args) => merge::run(args),
+        Command::Dhp(args) => dhp::run(args),
+        Command::Paraphrase(args) => paraphrase::run(args),
+        Command::Pararef(args) => pararef::run(args),
+        Command::Metric(args) => metric::run(args),
     }
 }

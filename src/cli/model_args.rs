@@ -1,9 +1,9 @@
 //! The model arguments every model-using subcommand shares, and loading a scorer from them.
 
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use crate::arch::WeightPolicy;
+use crate::arch::{Precision, WeightPolicy};
 use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 use crate::runtime::{load_scorer, LoadOptions};
 
@@ -26,6 +26,12 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = WeightPolicy::Auto)]
     pub weights: WeightPolicy,
 
+    /// Arithmetic of the model's matrix products (CPU, decoder-only models): f32; bf16
+    /// weights with f32 sums; int8 weights and activations with integer sums. The
+    /// output head stays f32. Results are cached per precision.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+
     /// Most tokens one forward pass computes; bounds memory. Longer prompts are
     /// computed in pieces.
     #[arg(long, default_value_t = BatchBudget::default().max_batch_tokens)]
@@ -41,12 +47,31 @@ pub struct ModelArgs {
     pub strategy: Strategy,
 }
 
+/// `--precision` values (mapped onto [`Precision`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    F32,
+    Bf16,
+    Int8,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Int8 => Precision::Int8,
+        }
+    }
+}
+
 impl ModelArgs {
     /// Loading options from these arguments and the environment.
     pub fn load_options(&self) -> Result<LoadOptions> {
         let mut options = LoadOptions::from_env()?;
         options.device = self.device.clone();
         options.weights = self.weights;
+        options.precision = self.precision.into();
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {

@@ -4,9 +4,11 @@
 //! becomes token sequences with queries (one per label token, teacher-forced), and all
 //! sequences of a call are evaluated as one prefix trie (or, for baselines, one prompt at
 //! a time). Generation runs a prefill and then one token at a time over a caller-owned
-//! cache.
+//! cache; batched generation advances many requests together, each row with its own
+//! cache, so that the per-token layers run over all rows at once.
 
 use anyhow::{anyhow, bail, Context, Result};
+use candle_core::Tensor;
 
 use super::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
@@ -16,7 +18,7 @@ use super::sampling::TokenSampler;
 use super::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use super::tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use super::trie::{QueryAt, TokenTrie};
-use crate::arch::llama::LlamaModel;
+use crate::arch::llama::{LlamaModel, RowGroup};
 use crate::arch::KvCache;
 use crate::runtime::{ChatTemplate, TextTokenizer};
 
@@ -463,4 +465,150 @@ impl Scorer for DecoderScorer {
             finish,
         })
     }
+
+    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
+        let window = self.model.config().context_length;
+        let rows_per_pass = self.settings.budget.max_batch_rows.max(1);
+        let mut rows = Vec::with_capacity(requests.len());
+        for (index, request) in requests.iter().enumerate() {
+            let prompt = self
+                .prompt_ids(&request.prompt)
+                .with_context(|| format!("generation request {index}"))?;
+            if prompt.len() >= window {
+                bail!(
+                    "generation request {index}: prompt of {} tokens leaves no room in the context window of {window}",
+                    prompt.len()
+                );
+            }
+            rows.push(BatchRow {
+                sampler: TokenSampler::new(&request.sampling)?,
+                prompt,
+                cache: None,
+                logits: Vec::new(),
+                tokens: Vec::new(),
+                text: String::new(),
+                finish: None,
+            });
+        }
+        // Prefill: prompts side by side, in passes of at most `rows_per_pass` rows.
+        let indices: Vec<usize> = (0..rows.len()).collect();
+        for pass in indices.chunks(rows_per_pass) {
+            let groups: Vec<RowGroup> = pass
+                .iter()
+                .map(|&i| RowGroup {
+                    prefix: Vec::new(),
+                    rows: vec![rows[i].prompt.as_slice()],
+                })
+                .collect();
+            let outputs = self.model.forward_groups(&groups, true)?;
+            let mut last = Vec::with_capacity(pass.len());
+            for output in &outputs {
+                last.push(output.last(0)?);
+            }
+            let logits = self
+                .model
+                .full_logits(&Tensor::cat(&last, 0)?)?
+                .to_vec2::<f32>()?;
+            for ((&i, mut output), row_logits) in pass.iter().zip(outputs).zip(logits) {
+                rows[i].cache = Some(output.kv.take().context("forward pass returned no cache")?);
+                rows[i].logits = row_logits;
+            }
+        }
+        loop {
+            // Sample each unfinished row's next token.
+            let mut stepping = Vec::new();
+            for (row, request) in rows.iter_mut().zip(requests) {
+                if row.finish.is_some() {
+                    continue;
+                }
+                if row.tokens.len() >= request.max_tokens
+                    || row.prompt.len() + row.tokens.len() >= window
+                {
+                    row.finish = Some(FinishReason::MaxTokens);
+                    continue;
+                }
+                let next = row.sampler.next(&row.logits)?;
+                if self.stop_ids.contains(&next) {
+                    row.finish = Some(FinishReason::EndOfSequence);
+                    continue;
+                }
+                row.tokens.push(next);
+                row.text = self.tokenizer.decode(&row.tokens, true)?;
+                if let Some(cut) = request
+                    .stop
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| row.text.find(s.as_str()))
+                    .min()
+                {
+                    row.text.truncate(cut);
+                    row.finish = Some(FinishReason::Stop);
+                    continue;
+                }
+                if row.tokens.len() == request.max_tokens {
+                    row.finish = Some(FinishReason::MaxTokens);
+                    continue;
+                }
+                stepping.push(next);
+            }
+            let active: Vec<usize> = (0..rows.len())
+                .filter(|&i| rows[i].finish.is_none())
+                .collect();
+            if active.is_empty() {
+                break;
+            }
+            for (pass, tokens) in active
+                .chunks(rows_per_pass)
+                .zip(stepping.chunks(rows_per_pass))
+            {
+                let singles: Vec<[u32; 1]> = tokens.iter().map(|&t| [t]).collect();
+                let groups: Vec<RowGroup> = pass
+                    .iter()
+                    .zip(&singles)
+                    .map(|(&i, token)| {
+                        Ok(RowGroup {
+                            prefix: vec![rows[i].cache.as_ref().context("row without a cache")?],
+                            rows: vec![token.as_slice()],
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let outputs = self.model.forward_groups(&groups, true)?;
+                drop(groups);
+                let mut last = Vec::with_capacity(pass.len());
+                for output in &outputs {
+                    last.push(output.last(0)?);
+                }
+                let logits = self
+                    .model
+                    .full_logits(&Tensor::cat(&last, 0)?)?
+                    .to_vec2::<f32>()?;
+                for ((&i, mut output), row_logits) in pass.iter().zip(outputs).zip(logits) {
+                    let new = output.kv.take().context("forward pass returned no cache")?;
+                    let cache = rows[i].cache.take().context("row without a cache")?;
+                    rows[i].cache = Some(cache.append(&new)?);
+                    rows[i].logits = row_logits;
+                }
+            }
+        }
+        Ok(rows
+            .into_iter()
+            .map(|row| Generation {
+                text: row.text,
+                tokens: row.tokens,
+                finish: row.finish.unwrap_or(FinishReason::MaxTokens),
+            })
+            .collect())
+    }
+}
+
+/// One request of a batched generation.
+struct BatchRow {
+    sampler: TokenSampler,
+    prompt: Vec<u32>,
+    cache: Option<KvCache>,
+    /// Logits of the next token.
+    logits: Vec<f32>,
+    tokens: Vec<u32>,
+    text: String,
+    finish: Option<FinishReason>,
 }

@@ -19,6 +19,8 @@ use super::request::{
 pub enum ModelKind {
     DecoderOnly,
     EncoderDecoder,
+    /// An encoder that only embeds text (BERTScore's encoder); never behind a scorer.
+    EncoderOnly,
 }
 
 /// How a model family is asked for a judgement (from the model card).
@@ -150,4 +152,11 @@ pub trait Scorer: Send {
 
     /// Generate text.
     fn generate(&mut self, request: &GenerationRequest) -> Result<Generation>;
+
+    /// Generate text for several requests; results in request order. Each request is
+    /// sampled from its own seeded generator. The default runs them one at a time;
+    /// scorers that can run rows side by side (each with its own cache) override it.
+    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
+        requests.iter().map(|r| self.generate(r)).collect()
+    }
 }

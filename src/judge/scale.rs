@@ -144,6 +144,7 @@ fn text_before_label(scorer: &dyn Scorer, prompt: &Prompt) -> Result<String> {
         // The labels follow the decoder start token and the decoder prefix.
         ModelKind::EncoderDecoder => rendered.decoder_prefix,
         ModelKind::DecoderOnly => rendered.input + &rendered.decoder_prefix,
+        ModelKind::EncoderOnly => anyhow::bail!("an encoder-only model scores no labels"),
     })
 }
 

@@ -138,7 +138,7 @@ pub fn subset_figure(title: &str, columns: &[String], points: &[CurvePoint]) -> 
 
 /// How labels are drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TextMode {
+pub(crate) enum TextMode {
     /// Plotters text elements (SVG `<text>`).
     Native,
     /// Our stroke font as paths (bitmaps).
@@ -147,15 +147,15 @@ enum TextMode {
 
 /// Where a label sits relative to its anchor point.
 #[derive(Clone, Copy)]
-struct Anchor {
-    h: HPos,
-    v: VPos,
+pub(crate) struct Anchor {
+    pub(crate) h: HPos,
+    pub(crate) v: VPos,
     /// Read bottom to top (y-axis titles); centred on the anchor.
-    vertical: bool,
+    pub(crate) vertical: bool,
 }
 
 impl Anchor {
-    const fn new(h: HPos, v: VPos) -> Self {
+    pub(crate) const fn new(h: HPos, v: VPos) -> Self {
         Self {
             h,
             v,
@@ -164,11 +164,11 @@ impl Anchor {
     }
 }
 
-fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing failed: {error}")
 }
 
-fn style(color: (u8, u8, u8), width: u32) -> ShapeStyle {
+pub(crate) fn style(color: (u8, u8, u8), width: u32) -> ShapeStyle {
     ShapeStyle {
         color: RGBColor(color.0, color.1, color.2).to_rgba(),
         filled: false,
@@ -176,7 +176,7 @@ fn style(color: (u8, u8, u8), width: u32) -> ShapeStyle {
     }
 }
 
-fn label<DB: DrawingBackend>(
+pub(crate) fn label<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     mode: TextMode,
     text: &str,
@@ -288,7 +288,7 @@ fn dashes(points: &[(f64, f64)], dash: f64, gap: f64) -> Vec<Vec<(f64, f64)>> {
 
 /// Round tick values covering `[low, high]` with about `target` steps of 1, 2 or 5
 /// times a power of ten; returns the ticks and the step.
-fn nice_ticks(low: f64, high: f64, target: usize) -> (Vec<f64>, f64) {
+pub(crate) fn nice_ticks(low: f64, high: f64, target: usize) -> (Vec<f64>, f64) {
     let span = (high - low).max(1e-9);
     let raw = span / target.max(1) as f64;
     let power = 10f64.powf(raw.log10().floor());
@@ -302,7 +302,7 @@ fn nice_ticks(low: f64, high: f64, target: usize) -> (Vec<f64>, f64) {
     ((first..=last).map(|k| k as f64 * step).collect(), step)
 }
 
-fn tick_text(value: f64, step: f64) -> String {
+pub(crate) fn tick_text(value: f64, step: f64) -> String {
     let decimals = if step >= 1.0 {
         0
     } else {

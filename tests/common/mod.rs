@@ -76,6 +76,7 @@ pub fn smollm2_scorer(
         resolve: resolve_options(),
         device: "cpu".to_string(),
         weights: nlg_judge::arch::WeightPolicy::F32,
+        precision: nlg_judge::arch::Precision::F32,
         decoder: settings,
     };
     let resolved = nlg_judge::runtime::resolve_model("smollm2-135m-instruct", &options.resolve)

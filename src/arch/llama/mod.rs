@@ -18,7 +18,7 @@ pub use load::{from_gguf, from_safetensors, read_gguf_header};
 
 use super::fused::{log_sum_exp_rows, masked_softmax};
 use super::kv::KvCache;
-use super::linear::Linear;
+use super::linear::{Linear, Precision};
 
 /// Rows that continue the same prefix: one group of a forward pass.
 #[derive(Debug, Clone)]
@@ -118,6 +118,34 @@ impl DecoderLayer {
             mlp_norm: mlp_norm.to_dtype(DType::F32)?,
             gate_up,
             down,
+        })
+    }
+}
+
+impl DecoderLayer {
+    /// This block with its projections computed at `precision`.
+    fn with_precision(self, precision: Precision) -> Result<Self> {
+        let qkv = match self.qkv {
+            QkvProjection::Fused(l) => QkvProjection::Fused(l.with_precision(precision)?),
+            QkvProjection::Separate { q, k, v } => QkvProjection::Separate {
+                q: q.with_precision(precision)?,
+                k: k.with_precision(precision)?,
+                v: v.with_precision(precision)?,
+            },
+        };
+        let gate_up = match self.gate_up {
+            GateUpProjection::Fused(l) => GateUpProjection::Fused(l.with_precision(precision)?),
+            GateUpProjection::Separate { gate, up } => GateUpProjection::Separate {
+                gate: gate.with_precision(precision)?,
+                up: up.with_precision(precision)?,
+            },
+        };
+        Ok(Self {
+            qkv,
+            o: self.o.with_precision(precision)?,
+            gate_up,
+            down: self.down.with_precision(precision)?,
+            ..self
         })
     }
 }
@@ -286,6 +314,17 @@ impl LlamaModel {
             rope_cos,
             rope_sin,
         })
+    }
+
+    /// This model with every block's projections computed at `precision`; the output
+    /// head (and so the label logits) stays f32.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
+        self.layers = self
+            .layers
+            .into_iter()
+            .map(|layer| layer.with_precision(precision))
+            .collect::<Result<_>>()?;
+        Ok(self)
     }
 
     pub fn config(&self) -> &LlamaConfig {

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::run::{pairwise_labels, plan_context};
 use super::{first_wins, CompareOptions, PairwiseTemplate};
@@ -38,6 +38,102 @@ pub struct PairwiseBench {
     pub runs: Vec<StrategyRun>,
     /// Largest `|p_tree - p_naive|`, when both ran.
     pub max_abs_diff: Option<f64>,
+    /// Each document's number of candidates and compared `(first, second)` pairs, in the
+    /// order of the runs' probabilities.
+    #[serde(skip)]
+    pub documents: Vec<DocumentPairs>,
+}
+
+/// The comparisons of one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentPairs {
+    pub candidates: usize,
+    pub pairs: Vec<(usize, usize)>,
+}
+
+/// A run's probabilities as saved to compare another run (another precision) with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedProbabilities {
+    /// The model's cache identity (fingerprint and precision).
+    pub fingerprint: String,
+    pub documents: Vec<DocumentPairs>,
+    /// `p(first wins)` of every comparison, documents in order.
+    pub p_first: Vec<f64>,
+}
+
+/// How closely a run agrees with a reference run on the same comparisons.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Agreement {
+    pub comparisons: usize,
+    /// Largest `|p - p_reference|`.
+    pub max_abs_diff: f64,
+    /// Fraction of comparisons with the same hard decision (`p > 0.5`).
+    pub same_decision: f64,
+    /// Spearman's rho between the two runs' soft win ratios, per document (`None` for a
+    /// document whose ratios are constant).
+    pub spearman_per_document: Vec<Option<f64>>,
+}
+
+impl Agreement {
+    /// The smallest per-document Spearman's rho (`None` if no document had one).
+    pub fn min_spearman(&self) -> Option<f64> {
+        self.spearman_per_document
+            .iter()
+            .flatten()
+            .copied()
+            .reduce(f64::min)
+    }
+}
+
+/// Each candidate's soft win ratio: the mean probability that it wins, over every
+/// comparison it takes part in (as first: `p`; as second: `1 - p`).
+pub fn soft_win_ratios(document: &DocumentPairs, p_first: &[f64]) -> Vec<f64> {
+    let mut wins = vec![0f64; document.candidates];
+    let mut counts = vec![0usize; document.candidates];
+    for (&(first, second), &p) in document.pairs.iter().zip(p_first) {
+        wins[first] += p;
+        wins[second] += 1.0 - p;
+        counts[first] += 1;
+        counts[second] += 1;
+    }
+    wins.iter()
+        .zip(&counts)
+        .map(|(&w, &c)| if c == 0 { 0.5 } else { w / c as f64 })
+        .collect()
+}
+
+/// Compare `run` with `reference` (same documents and pairs, in the same order).
+pub fn agreement(reference: &SavedProbabilities, run: &SavedProbabilities) -> Result<Agreement> {
+    if reference.documents != run.documents || reference.p_first.len() != run.p_first.len() {
+        bail!("the two runs did not make the same comparisons (different --docs?)");
+    }
+    let comparisons = run.p_first.len();
+    let pairs = || reference.p_first.iter().zip(&run.p_first);
+    let max_abs_diff = pairs().map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let same = pairs().filter(|(a, b)| (**a > 0.5) == (**b > 0.5)).count();
+    let mut spearman_per_document = Vec::with_capacity(run.documents.len());
+    let mut offset = 0;
+    for document in &run.documents {
+        let range = offset..offset + document.pairs.len();
+        offset = range.end;
+        let reference_ratios = soft_win_ratios(document, &reference.p_first[range.clone()]);
+        let ratios = soft_win_ratios(document, &run.p_first[range]);
+        spearman_per_document.push(if document.candidates < 2 {
+            None
+        } else {
+            crate::stats::spearman(&reference_ratios, &ratios)?
+        });
+    }
+    Ok(Agreement {
+        comparisons,
+        max_abs_diff,
+        same_decision: if comparisons == 0 {
+            1.0
+        } else {
+            same as f64 / comparisons as f64
+        },
+        spearman_per_document,
+    })
 }
 
 impl PairwiseBench {
@@ -76,6 +172,14 @@ pub fn bench_pairwise(
         .map(|context| plan_context(scorer, context, &options, &labels))
         .collect::<Result<Vec<_>>>()?;
     let comparisons = plans.iter().map(|p| p.requests.len()).sum();
+    let documents = contexts
+        .iter()
+        .zip(&plans)
+        .map(|(context, plan)| DocumentPairs {
+            candidates: context.candidates.len(),
+            pairs: plan.pairs.clone(),
+        })
+        .collect();
     let original = scorer.settings();
     let mut runs = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
@@ -125,6 +229,7 @@ pub fn bench_pairwise(
         comparisons,
         runs,
         max_abs_diff,
+        documents,
     })
 }
 
@@ -153,4 +258,48 @@ pub fn summeval_contexts(data_dir: &std::path::Path, docs: usize) -> Result<Vec<
     let records = crate::data::summeval::read(data_dir)?;
     let records = crate::data::limit_contexts(records, Some(docs));
     crate::data::group_contexts(records).context("cannot group the SummEval documents")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved(p_first: Vec<f64>) -> SavedProbabilities {
+        SavedProbabilities {
+            fingerprint: "x".into(),
+            documents: vec![DocumentPairs {
+                candidates: 3,
+                pairs: vec![(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)],
+            }],
+            p_first,
+        }
+    }
+
+    #[test]
+    fn soft_win_ratios_average_each_candidates_wins() {
+        let run = saved(vec![0.9, 0.2, 0.6, 0.5, 0.7, 0.1]);
+        let ratios = soft_win_ratios(&run.documents[0], &run.p_first);
+        // Candidate 0: 0.9, 1-0.2, 0.6, 1-0.5 over four comparisons.
+        let expected = [(0.9 + 0.8 + 0.6 + 0.5) / 4.0, (0.1 + 0.2 + 0.7 + 0.9) / 4.0];
+        assert!((ratios[0] - expected[0]).abs() < 1e-12);
+        assert!((ratios[1] - expected[1]).abs() < 1e-12);
+    }
+
+    #[test]
+    fn agreement_counts_flipped_decisions_and_rank_changes() {
+        let reference = saved(vec![0.9, 0.2, 0.6, 0.4, 0.7, 0.1]);
+        let same = agreement(&reference, &reference).unwrap();
+        assert_eq!(same.max_abs_diff, 0.0);
+        assert_eq!(same.same_decision, 1.0);
+        assert_eq!(same.min_spearman(), Some(1.0));
+        // One decision flips (0.6 -> 0.45) and candidates 0 and 1 swap ranks.
+        let other = saved(vec![0.1, 0.8, 0.45, 0.4, 0.7, 0.1]);
+        let result = agreement(&reference, &other).unwrap();
+        assert!((result.max_abs_diff - 0.8).abs() < 1e-12);
+        assert!((result.same_decision - 3.0 / 6.0).abs() < 1e-12);
+        assert!(result.min_spearman().unwrap() < 1.0);
+        let mut fewer = saved(vec![0.5; 6]);
+        fewer.documents[0].candidates = 4;
+        assert!(agreement(&reference, &fewer).is_err());
+    }
 }

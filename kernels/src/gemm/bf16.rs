@@ -1,0 +1,258 @@
+//! `y = x W^T` with `W` stored as bfloat16 and f32 accumulation.
+//!
+//! The weight is rounded to bf16 once, at load, into panels of [`NR`] output columns whose
+//! inner dimension is interleaved in pairs: exactly the operand layout of AVX512-BF16's
+//! `vdpbf16ps`, which multiplies 16 pairs of bf16 and adds both products into 16 f32
+//! lanes. Activations are rounded to bf16 (nearest, ties to even) on the fly, per call.
+//!
+//! The portable path reproduces the instruction's arithmetic exactly: per pair it adds
+//! the odd product, then the even one, each addition rounded to f32 (products of two
+//! bf16 are exact in f32), and it flushes subnormal sums to zero as the instruction does.
+//! Subnormal inputs are flushed to zero when rounding to bf16, so both paths give
+//! bit-identical results.
+
+use super::tiles::{for_each_tile, panel_count, MR, NR};
+use super::Isa;
+use crate::cpu::CpuFeatures;
+
+/// A weight matrix `(rows, cols)` = `(out_features, in_features)` packed as bf16 pairs.
+#[derive(Debug, Clone)]
+pub struct Bf16Matrix {
+    rows: usize,
+    cols: usize,
+    /// Inner dimension in pairs: `cols` rounded up to even, halved.
+    pairs: usize,
+    /// Panel `p`, pair `k`, column `c` at `(p * pairs + k) * NR + c`: the bf16 of
+    /// `W[p*NR + c][2k]` in the low half, of `W[p*NR + c][2k + 1]` in the high half.
+    /// Columns past `rows` and the odd tail of the inner dimension are zero.
+    packed: Vec<u32>,
+}
+
+impl Bf16Matrix {
+    /// Round a row-major `(rows, cols)` f32 matrix to bf16 and pack it.
+    pub fn from_f32(weight: &[f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            weight.len(),
+            rows * cols,
+            "weight holds {} values, expected {rows}x{cols}",
+            weight.len()
+        );
+        let pairs = cols.div_ceil(2);
+        let panels = panel_count(rows);
+        let mut packed = vec![0u32; panels * pairs * NR];
+        for row in 0..rows {
+            let (panel, c) = (row / NR, row % NR);
+            let source = &weight[row * cols..(row + 1) * cols];
+            for k in 0..pairs {
+                let even = source[2 * k];
+                let odd = source.get(2 * k + 1).copied().unwrap_or(0.0);
+                packed[(panel * pairs + k) * NR + c] = pack_pair(even, odd);
+            }
+        }
+        Self {
+            rows,
+            cols,
+            pairs,
+            packed,
+        }
+    }
+
+    /// Output features (rows of `W`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (columns of `W`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The stored weight widened back to f32, row-major `(rows, cols)`.
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut weight = vec![0f32; self.rows * self.cols];
+        for row in 0..self.rows {
+            let (panel, c) = (row / NR, row % NR);
+            for col in 0..self.cols {
+                let pair = self.packed[(panel * self.pairs + col / 2) * NR + c];
+                let half = if col % 2 == 0 { pair } else { pair >> 16 };
+                weight[row * self.cols + col] = widen(half as u16);
+            }
+        }
+        weight
+    }
+
+    /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
+    /// instruction path this machine has.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.matmul_on(Self::best_isa(), x, m, out)
+    }
+
+    /// The path [`Self::matmul`] takes on this machine.
+    pub fn best_isa() -> Isa {
+        let cpu = CpuFeatures::get();
+        if cpu.avx512f && cpu.avx512bf16 {
+            Isa::Avx512
+        } else {
+            Isa::Portable
+        }
+    }
+
+    /// Whether [`Self::matmul_on`] can run `isa` here.
+    pub fn supports(isa: Isa) -> bool {
+        match isa {
+            Isa::Portable => true,
+            Isa::Avx512 => Self::best_isa() == Isa::Avx512,
+            Isa::AvxVnni => false,
+        }
+    }
+
+    /// [`Self::matmul`] on a chosen path (tests compare the paths).
+    ///
+    /// # Panics
+    /// If the shapes disagree, or `isa` is not supported here (see [`Self::supports`]).
+    pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
+        assert!(
+            Self::supports(isa),
+            "{isa:?} bf16 products are not available here"
+        );
+        assert_eq!(
+            x.len(),
+            m * self.cols,
+            "input holds {} values, expected {m}x{}",
+            x.len(),
+            self.cols
+        );
+        let activations = activation_pairs(x, m, self.cols, self.pairs);
+        let pairs = self.pairs;
+        let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; MR] {
+            let a = &activations[row0 * pairs..(row0 + rows) * pairs];
+            let w = &self.packed[panel * pairs * NR..(panel + 1) * pairs * NR];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `supports` checked AVX-512F and AVX512-BF16 at run time.
+                Isa::Avx512 => unsafe { avx512::tile(a, rows, pairs, w) },
+                _ => portable_tile(a, rows, pairs, w),
+            }
+        };
+        for_each_tile(m, self.rows, out, tile);
+    }
+}
+
+/// Round to bf16, nearest with ties to even; subnormals become (signed) zero, NaN stays
+/// NaN.
+pub fn round_to_bf16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if value.is_nan() {
+        return ((bits >> 16) | 0x40) as u16;
+    }
+    if bits & 0x7f80_0000 == 0 {
+        return ((bits >> 16) & 0x8000) as u16;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    (bits.wrapping_add(round) >> 16) as u16
+}
+
+/// A bf16 as f32 (exact).
+pub fn widen(half: u16) -> f32 {
+    f32::from_bits((half as u32) << 16)
+}
+
+fn pack_pair(even: f32, odd: f32) -> u32 {
+    round_to_bf16(even) as u32 | ((round_to_bf16(odd) as u32) << 16)
+}
+
+/// `x` `(m, cols)` rounded to bf16 pairs, `(m, pairs)`, the odd tail padded with zero.
+fn activation_pairs(x: &[f32], m: usize, cols: usize, pairs: usize) -> Vec<u32> {
+    let mut packed = vec![0u32; m * pairs];
+    for (row, target) in packed.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
+        let source = &x[row * cols..(row + 1) * cols];
+        let mut chunks = source.chunks_exact(2);
+        for (slot, pair) in target.iter_mut().zip(&mut chunks) {
+            *slot = pack_pair(pair[0], pair[1]);
+        }
+        if let [last] = chunks.remainder() {
+            target[pairs - 1] = pack_pair(*last, 0.0);
+        }
+    }
+    packed
+}
+
+/// One `vdpbf16ps` lane: `acc + odd products + even products`, as the instruction rounds.
+#[inline]
+fn dot_pair(acc: f32, a: u32, w: u32) -> f32 {
+    let acc = flush(acc + widen((a >> 16) as u16) * widen((w >> 16) as u16));
+    flush(acc + widen(a as u16) * widen(w as u16))
+}
+
+#[inline]
+fn flush(value: f32) -> f32 {
+    if value.is_subnormal() {
+        0.0
+    } else {
+        value
+    }
+}
+
+fn portable_tile(a: &[u32], rows: usize, pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+    let mut out = [[0f32; NR]; MR];
+    for (r, out_row) in out.iter_mut().enumerate().take(rows) {
+        let a_row = &a[r * pairs..(r + 1) * pairs];
+        for (k, &a_pair) in a_row.iter().enumerate() {
+            let w_pairs = &w[k * NR..(k + 1) * NR];
+            for (acc, &w_pair) in out_row.iter_mut().zip(w_pairs) {
+                *acc = dot_pair(*acc, a_pair, w_pair);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{MR, NR};
+    use std::arch::x86_64::*;
+
+    /// An `MR x NR` tile: `rows` rows of activation pairs `a` (`pairs` per row) against
+    /// one weight panel `w`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX512-BF16; `a` holds `rows * pairs` values and
+    /// `w` holds `pairs * NR`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn tile(a: &[u32], rows: usize, pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+        debug_assert!(a.len() >= rows * pairs && w.len() >= pairs * NR);
+        match rows {
+            8 => rows_tile::<8>(a, pairs, w),
+            7 => rows_tile::<7>(a, pairs, w),
+            6 => rows_tile::<6>(a, pairs, w),
+            5 => rows_tile::<5>(a, pairs, w),
+            4 => rows_tile::<4>(a, pairs, w),
+            3 => rows_tile::<3>(a, pairs, w),
+            2 => rows_tile::<2>(a, pairs, w),
+            _ => rows_tile::<1>(a, pairs, w),
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn rows_tile<const ROWS: usize>(a: &[u32], pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+        let (a, w) = (a.as_ptr(), w.as_ptr());
+        for k in 0..pairs {
+            // SAFETY: k < pairs, so both 16-lane halves of pair k lie inside the panel.
+            let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(w.add(k * NR).cast()));
+            let w1: __m512bh = std::mem::transmute(_mm512_loadu_si512(w.add(k * NR + 16).cast()));
+            for (r, acc_row) in acc.iter_mut().enumerate() {
+                let pair = *a.add(r * pairs + k) as i32;
+                let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                acc_row[0] = _mm512_dpbf16_ps(acc_row[0], av, w0);
+                acc_row[1] = _mm512_dpbf16_ps(acc_row[1], av, w1);
+            }
+        }
+        let mut out = [[0f32; NR]; MR];
+        for (acc_row, out_row) in acc.iter().zip(out.iter_mut()) {
+            _mm512_storeu_ps(out_row.as_mut_ptr(), acc_row[0]);
+            _mm512_storeu_ps(out_row.as_mut_ptr().add(16), acc_row[1]);
+        }
+        out
+    }
+}

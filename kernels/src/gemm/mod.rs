@@ -1,0 +1,24 @@
+//! Reduced-precision matrix products for linear layers: `y = x W^T` with `W` packed once
+//! at load in bf16 ([`Bf16Matrix`]) or int8 ([`Int8Matrix`]) and `x` converted per call.
+//!
+//! Each kernel picks its instruction path at run time ([`Isa`]) and has a portable path
+//! that gives the same numbers bit for bit; tiles run in parallel on rayon's pool and the
+//! result does not depend on the number of threads (see `tiles`).
+
+pub mod bf16;
+pub mod int8;
+mod tiles;
+
+pub use bf16::Bf16Matrix;
+pub use int8::Int8Matrix;
+
+/// The instruction path a product runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX-512 with the kernel's extension (AVX512-BF16 for bf16, AVX512-VNNI for int8).
+    Avx512,
+    /// 256-bit AVX-VNNI (int8 only).
+    AvxVnni,
+    /// Plain Rust, any machine.
+    Portable,
+}

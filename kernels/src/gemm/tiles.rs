@@ -1,0 +1,85 @@
+//! Splitting a product `y = x W^T` into output tiles and running them in parallel.
+//!
+//! Every output element belongs to exactly one tile, and a tile sums over the whole inner
+//! dimension in one fixed order, so the numbers never depend on how many threads run the
+//! tiles or in which order they finish.
+
+use rayon::prelude::*;
+
+/// Output columns per packed weight panel (two 512-bit vectors of f32 or i32 lanes).
+pub const NR: usize = 32;
+/// Input rows per microkernel call.
+pub const MR: usize = 8;
+/// Rows of `x` one parallel task covers (a multiple of [`MR`]).
+const ROW_BLOCK: usize = 8 * MR;
+/// Weight panels one parallel task covers.
+const PANELS_PER_TASK: usize = 2;
+
+/// Number of [`NR`]-wide panels that cover `n` output columns.
+pub fn panel_count(n: usize) -> usize {
+    n.div_ceil(NR)
+}
+
+/// The output matrix, shared by tasks that each write their own disjoint tiles.
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: tasks write disjoint elements (each output element lies in exactly one tile).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+/// Run `tile(row0, rows, panel)` for every `MR`-row by `NR`-column tile of the `(m, n)`
+/// output, in parallel, and copy the valid part of each tile it returns (the first `rows`
+/// rows, the columns below `n`) into `out` (row-major, `m x n`).
+pub fn for_each_tile<F>(m: usize, n: usize, out: &mut [f32], tile: F)
+where
+    F: Fn(usize, usize, usize) -> [[f32; NR]; MR] + Sync,
+{
+    assert_eq!(
+        out.len(),
+        m * n,
+        "output holds {} values, expected {m}x{n}",
+        out.len()
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    let panels = panel_count(n);
+    let row_blocks = m.div_ceil(ROW_BLOCK);
+    let panel_groups = panels.div_ceil(PANELS_PER_TASK);
+    let shared = SharedOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    let shared = &shared;
+    let run_task = |task: usize| {
+        let (block, group) = (task / panel_groups, task % panel_groups);
+        let row_end = ((block + 1) * ROW_BLOCK).min(m);
+        let panel_end = ((group + 1) * PANELS_PER_TASK).min(panels);
+        for row0 in (block * ROW_BLOCK..row_end).step_by(MR) {
+            let rows = MR.min(m - row0);
+            for panel in group * PANELS_PER_TASK..panel_end {
+                let values = tile(row0, rows, panel);
+                let col0 = panel * NR;
+                let cols = NR.min(n - col0);
+                for (r, row) in values.iter().enumerate().take(rows) {
+                    let start = (row0 + r) * n + col0;
+                    debug_assert!(start + cols <= shared.len);
+                    // SAFETY: in bounds (row0 + r < m, col0 + cols <= n), and this
+                    // task is the only writer of this tile.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(row.as_ptr(), shared.ptr.add(start), cols)
+                    };
+                }
+            }
+        }
+    };
+    let tasks = row_blocks * panel_groups;
+    if tasks == 1 {
+        run_task(0);
+    } else {
+        (0..tasks).into_par_iter().for_each(run_task);
+    }
+}

@@ -1,0 +1,258 @@
+//! The reduced-precision products against f64 references on ragged random shapes, every
+//! instruction path against the portable one, and 1 thread against 2.
+//!
+//! Tolerances are error bounds, not fitted numbers:
+//! - bf16 against the f64 product of the bf16-rounded operands: only f32 accumulation
+//!   errs, at most `(k + 1) u Σ|a w|` with `u = 2^-24` (`k` rounded additions, each of
+//!   relative error `u` on a partial sum bounded by `Σ|a w|`).
+//! - bf16 against the f64 product of the original f32 operands: add the rounding of both
+//!   operands to bf16 (8 significant bits: relative `2^-8` each, so `2^-7 + 2^-16` per
+//!   product).
+//! - int8 against `s_x s_w Σ q_x q_w` in f64: the integer sum is exact, so only the
+//!   epilogue's conversion to f32 and two multiplications err: within `4 u |y|`.
+//! - int8 against the original operands: rounding to the nearest step errs at most half a
+//!   step per operand: `Σ (|a| s_w / 2 + |w_q| s_a / 2)`.
+
+use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// Deterministic uniform values in [-1, 1) with a few larger outliers, like activations.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let unit = (self.0 >> 40) as f32 / (1u64 << 24) as f32;
+        let value = 2.0 * unit - 1.0;
+        if self.0.is_multiple_of(97) {
+            value * 20.0
+        } else {
+            value
+        }
+    }
+
+    fn matrix(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.next()).collect()
+    }
+}
+
+/// (m, n, k): ragged everything, below and above one tile, odd and non-multiple-of-4
+/// inner dimensions, and one real shape (SmolLM2's fused query/key/value projection).
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (1, 33, 7),
+    (3, 31, 2),
+    (7, 65, 130),
+    (9, 32, 64),
+    (13, 100, 63),
+    (65, 70, 33),
+    (130, 96, 5),
+    (37, 960, 576),
+];
+
+fn reference(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0f64; m * n];
+    let mut magnitude = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                let product = x[i * k + p] as f64 * w[j * k + p] as f64;
+                y[i * n + j] += product;
+                magnitude[i * n + j] += product.abs();
+            }
+        }
+    }
+    (y, magnitude)
+}
+
+fn rounded(values: &[f32]) -> Vec<f32> {
+    values
+        .iter()
+        .map(|&v| bf16::widen(bf16::round_to_bf16(v)))
+        .collect()
+}
+
+fn run_bf16(matrix: &Bf16Matrix, isa: Isa, x: &[f32], m: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; m * matrix.rows()];
+    matrix.matmul_on(isa, x, m, &mut out);
+    out
+}
+
+fn run_int8(matrix: &Int8Matrix, isa: Isa, x: &[f32], m: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; m * matrix.rows()];
+    matrix.matmul_on(isa, x, m, &mut out);
+    out
+}
+
+fn with_threads<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool")
+        .install(work)
+}
+
+#[test]
+fn bf16_matches_the_f64_product_of_rounded_and_original_operands() {
+    let mut random = Random(0x5eed_1234_abcd_0001);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        let matrix = Bf16Matrix::from_f32(&w, n, k);
+        assert_eq!(matrix.to_f32(), rounded(&w), "{m}x{n}x{k}: stored weight");
+        let y = run_bf16(&matrix, Bf16Matrix::best_isa(), &x, m);
+        let (exact, magnitude) = reference(&rounded(&x), &rounded(&w), m, n, k);
+        let (original, original_magnitude) = reference(&x, &w, m, n, k);
+        for i in 0..m * n {
+            let bound = (k + 1) as f64 * U * magnitude[i];
+            let error = (y[i] as f64 - exact[i]).abs();
+            assert!(error <= bound, "{m}x{n}x{k} [{i}]: {error} > {bound}");
+            let bound = bound + (2f64.powi(-7) + 2f64.powi(-16)) * original_magnitude[i];
+            let error = (y[i] as f64 - original[i]).abs();
+            assert!(
+                error <= bound,
+                "{m}x{n}x{k} [{i}]: {error} > {bound} (f32 operands)"
+            );
+        }
+    }
+}
+
+/// Per-row symmetric quantisation as the kernel does it: integer values and step sizes.
+fn quantise_rows(values: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut integers = vec![0f64; rows * cols];
+    let mut steps = vec![0f64; rows];
+    for i in 0..rows {
+        let row = &values[i * cols..(i + 1) * cols];
+        let max = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+        if max == 0.0 {
+            continue;
+        }
+        steps[i] = (max / 127.0) as f64;
+        for p in 0..cols {
+            integers[i * cols + p] = (row[p] * (127.0 / max)).round_ties_even() as f64;
+        }
+    }
+    (integers, steps)
+}
+
+#[test]
+fn int8_matches_the_f64_product_of_quantised_and_original_operands() {
+    let mut random = Random(0x5eed_1234_abcd_0002);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        let matrix = Int8Matrix::from_f32(&w, n, k);
+        let y = run_int8(&matrix, Int8Matrix::best_isa(), &x, m);
+        let (x_q, x_steps) = quantise_rows(&x, m, k);
+        let (w_q, w_steps) = quantise_rows(&w, n, k);
+        for i in 0..m {
+            for j in 0..n {
+                let at = i * n + j;
+                let integer: f64 = (0..k).map(|p| x_q[i * k + p] * w_q[j * k + p]).sum();
+                let exact = integer * x_steps[i] * w_steps[j];
+                let bound = 4.0 * U * exact.abs();
+                let error = (y[at] as f64 - exact).abs();
+                assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound}");
+                let mut original = 0f64;
+                let mut quantisation = 0f64;
+                for p in 0..k {
+                    let (a, b) = (x[i * k + p] as f64, w[j * k + p] as f64);
+                    original += a * b;
+                    quantisation += a.abs() * w_steps[j] / 2.0
+                        + (w_q[j * k + p] * w_steps[j]).abs() * x_steps[i] / 2.0;
+                }
+                let bound = bound + quantisation * (1.0 + 1e-9);
+                let error = (y[at] as f64 - original).abs();
+                assert!(
+                    error <= bound,
+                    "{m}x{n}x{k} [{i},{j}]: {error} > {bound} (f32)"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_instruction_path_gives_the_portable_numbers() {
+    let mut random = Random(0x5eed_1234_abcd_0003);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
+        let portable = run_bf16(&bf16_matrix, Isa::Portable, &x, m);
+        for isa in [Isa::Avx512, Isa::AvxVnni] {
+            if Bf16Matrix::supports(isa) {
+                let y = run_bf16(&bf16_matrix, isa, &x, m);
+                assert_eq!(y, portable, "bf16 {isa:?} {m}x{n}x{k}");
+            }
+        }
+        let int8_matrix = Int8Matrix::from_f32(&w, n, k);
+        let portable = run_int8(&int8_matrix, Isa::Portable, &x, m);
+        for isa in [Isa::Avx512, Isa::AvxVnni] {
+            if Int8Matrix::supports(isa) {
+                let y = run_int8(&int8_matrix, isa, &x, m);
+                assert_eq!(y, portable, "int8 {isa:?} {m}x{n}x{k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn one_and_two_threads_give_identical_results() {
+    let mut random = Random(0x5eed_1234_abcd_0004);
+    // Enough rows and columns for many parallel tasks.
+    let (m, n, k) = (200, 300, 96);
+    let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+    let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
+    let int8_matrix = Int8Matrix::from_f32(&w, n, k);
+    let run = |threads| {
+        with_threads(threads, || {
+            let mut bf16_out = vec![0f32; m * n];
+            bf16_matrix.matmul(&x, m, &mut bf16_out);
+            let mut int8_out = vec![0f32; m * n];
+            int8_matrix.matmul(&x, m, &mut int8_out);
+            (bf16_out, int8_out)
+        })
+    };
+    let one = run(1);
+    let two = run(2);
+    assert!(one.0.iter().all(|v| v.is_finite()) && one.1.iter().all(|v| v.is_finite()));
+    assert_eq!(one.0, two.0, "bf16");
+    assert_eq!(one.1, two.1, "int8");
+}
+
+#[test]
+fn bf16_rounds_to_nearest_even_and_flushes_subnormals() {
+    // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
+    assert_eq!(bf16::round_to_bf16(1.0 + 2f32.powi(-8)), 0x3f80);
+    // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up to even.
+    assert_eq!(bf16::round_to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
+    assert_eq!(bf16::round_to_bf16(-2.5), 0xc020);
+    assert_eq!(bf16::round_to_bf16(f32::from_bits(1)), 0);
+    assert_eq!(bf16::round_to_bf16(-f32::from_bits(1)), 0x8000);
+    assert!(bf16::widen(bf16::round_to_bf16(f32::NAN)).is_nan());
+    assert_eq!(
+        bf16::round_to_bf16(f32::MAX),
+        0x7f80,
+        "overflows to infinity"
+    );
+}
+
+#[test]
+fn zero_rows_and_zero_weights_give_zero() {
+    let w = vec![0f32; 5 * 6];
+    let x = vec![1f32; 2 * 6];
+    let int8_matrix = Int8Matrix::from_f32(&w, 5, 6);
+    assert_eq!(run_int8(&int8_matrix, Isa::Portable, &x, 2), vec![0.0; 10]);
+    let zero_x = vec![0f32; 2 * 6];
+    let w = vec![1f32; 5 * 6];
+    let int8_matrix = Int8Matrix::from_f32(&w, 5, 6);
+    assert_eq!(
+        run_int8(&int8_matrix, Int8Matrix::best_isa(), &zero_x, 2),
+        vec![0.0; 10]
+    );
+    let bf16_matrix = Bf16Matrix::from_f32(&w, 5, 6);
+    let mut out: Vec<f32> = Vec::new();
+    bf16_matrix.matmul(&[], 0, &mut out);
+    assert!(out.is_empty());
+}
