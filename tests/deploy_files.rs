@@ -65,7 +65,11 @@ fn the_indexed_job_has_the_fields_kubernetes_requires() {
 #[test]
 fn the_sbatch_script_runs_by_hand_and_its_tasks_merge_to_one_run() {
     let script = root().join("deploy/slurm/compare.sbatch");
-    let check = Command::new("bash").arg("-n").arg(&script).output().unwrap();
+    let check = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
     assert!(check.status.success(), "{}", text(&check.stderr));
 
     let model = common::t5::fixture_model_dir();
@@ -98,7 +102,11 @@ fn the_sbatch_script_runs_by_hand_and_its_tasks_merge_to_one_run() {
         // --no-cache conflicts with the script's --cache: the script must pass the
         // caller's extra arguments through, so this names the conflict.
         assert!(!run.status.success());
-        assert!(text(&run.stderr).contains("--no-cache"), "{}", text(&run.stderr));
+        assert!(
+            text(&run.stderr).contains("--no-cache"),
+            "{}",
+            text(&run.stderr)
+        );
         let run = Command::new("bash")
             .arg(&script)
             .env("NLG_JUDGE", binary)
@@ -115,7 +123,13 @@ fn the_sbatch_script_runs_by_hand_and_its_tasks_merge_to_one_run() {
     }
     let single = dir.path().join("single.jsonl");
     let run = Command::new(binary)
-        .args(["compare", "--attribute", "coherence", "--no-cache", "--model"])
+        .args([
+            "compare",
+            "--attribute",
+            "coherence",
+            "--no-cache",
+            "--model",
+        ])
         .arg(model.path())
         .arg("--input")
         .arg(&input)
@@ -140,5 +154,8 @@ fn the_sbatch_script_runs_by_hand_and_its_tasks_merge_to_one_run() {
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", text(&run.stderr));
-    assert_eq!(std::fs::read(merged).unwrap(), std::fs::read(single).unwrap());
+    assert_eq!(
+        std::fs::read(merged).unwrap(),
+        std::fs::read(single).unwrap()
+    );
 }

@@ -39,7 +39,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// Six contexts of three candidates; by FNV-1a mod 3, d1 and d6 go to shard 0, d3 and d5
 /// to shard 1, d2 and d4 to shard 2.
-fn input() -> String {
+fn input_lines() -> String {
     let mut lines = String::new();
     let texts = [
         "The council approved the new park on Monday.",
@@ -76,7 +76,7 @@ impl Setup {
         let model_dir = common::t5::fixture_model_dir();
         let dir = tempfile::tempdir().unwrap();
         let input = dir.path().join("in.jsonl");
-        std::fs::write(&input, input()).unwrap();
+        std::fs::write(&input, input_lines()).unwrap();
         Self {
             model: model_dir.path().display().to_string(),
             _model: model_dir,
