@@ -27,6 +27,7 @@ pub mod rank;
 pub mod reproduce;
 pub mod runtime;
 pub mod server;
+pub mod shard;
 pub mod stats;
 
 /// mimalloc instead of the system allocator: every layer allocates and frees

@@ -11,6 +11,7 @@ use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
 use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
+use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{human_keys, read_contexts, Context};
 use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
@@ -18,6 +19,8 @@ use crate::judge::pairwise::{
 };
 use crate::judge::{Attribute, Nouns, Task};
 use crate::rank::RankMethod;
+use crate::shard::fingerprint::file_sha256;
+use crate::shard::Fingerprint;
 use crate::stats::Item;
 
 /// Arguments of `nlg-judge compare`.
@@ -111,6 +114,9 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
 
+    #[command(flatten)]
+    pub shard: ShardArgs,
+
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
@@ -165,6 +171,34 @@ pub(crate) fn write_file(
         .with_context(|| format!("cannot move {} to {}", temporary.display(), path.display()))
 }
 
+/// What a compare shard's output depends on besides its contexts.
+fn fingerprint(
+    args: &CompareArgs,
+    options: &CompareOptions,
+    model: &crate::engine::ModelInfo,
+) -> Result<Fingerprint> {
+    let mut print = Fingerprint::new();
+    let mut put = |key: &str, value: String| {
+        print.insert(key.to_string(), value);
+    };
+    put("command", "compare".into());
+    put("nlg_judge_version", env!("CARGO_PKG_VERSION").into());
+    put("model", model.name.clone());
+    put("model_sha256", model.fingerprint.clone());
+    put("attribute", format!("{:?}", options.attribute));
+    put("task", format!("{:?}", options.task));
+    put("nouns", format!("{:?}", options.nouns));
+    put("template", options.template.id().to_string());
+    put("design", format!("{:?}", options.design));
+    put("comparisons", format!("{:?}", options.comparisons));
+    put("seed", options.seed.to_string());
+    put("rank", format!("{:?}", options.rank));
+    put("debias", format!("{:?}", options.debias));
+    put("score_field", format!("{:?}", options.score_field));
+    put("input_sha256", file_sha256(&args.input)?);
+    Ok(print)
+}
+
 pub fn run(args: CompareArgs) -> Result<()> {
     let attribute = Attribute::resolve(
         &args.attribute,
@@ -178,7 +212,15 @@ pub fn run(args: CompareArgs) -> Result<()> {
     )?;
     let template = PairwiseTemplate::resolve(&args.template, args.task)?;
     args.design.check_request(args.comparisons)?;
-    let contexts = read_contexts(&args.input)?;
+    let shard = args.shard.resolve()?;
+    check_output(shard, args.output.as_deref())?;
+    if shard.is_some() && args.debias == Debias::Threshold {
+        anyhow::bail!(
+            "--debias threshold sets one threshold from all of a run's comparisons, so a shard \
+             alone would decide differently from a single run: run it unsharded"
+        );
+    }
+    let contexts = take_shard(read_contexts(&args.input)?, shard);
     let options = CompareOptions {
         task: args.task,
         nouns,
@@ -204,6 +246,19 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let result = run_compare(scorer.as_mut(), &contexts, &options, cache.as_ref())?;
     if let Some(path) = &args.comparisons_out {
         write_file(path, |out| write_comparisons(&result, out))?;
+    }
+    if let Some(spec) = shard {
+        let base = fingerprint(&args, &options, scorer.info())?;
+        if let Some(path) = &args.output {
+            let mut print = base.clone();
+            print.insert("output".into(), "scores".into());
+            write_sidecar(path, spec, print, &contexts)?;
+        }
+        if let Some(path) = &args.comparisons_out {
+            let mut print = base;
+            print.insert("output".into(), "comparisons".into());
+            write_sidecar(path, spec, print, &contexts)?;
+        }
     }
     let mut wrote = Vec::new();
     match &args.output {

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod cache_args;
 pub mod labels;
+pub mod merge;
 pub mod metric;
 pub mod model_args;
 pub mod models;
@@ -21,6 +22,7 @@ pub mod pararef_report;
 pub mod reproduce;
 pub mod score;
 pub mod serve;
+pub mod shard_args;
 pub mod values;
 
 /// Evaluate generated text with local open language models.
@@ -58,6 +60,9 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
+    /// Put the outputs of a sharded run (`--shard I/N`) back together, byte for byte
+    /// what a single run writes, after checking the shards' fingerprints and coverage.
+    Merge(merge::MergeArgs),
     /// DHP discernment benchmark: perturb references, score originals and perturbed
     /// copies with a judge, test the differences, report discernment scores.
     Dhp(dhp::DhpArgs),
@@ -97,6 +102,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Score(args) => score::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Dhp(args) => dhp::run(args),
         Command::Paraphrase(args) => paraphrase::run(args),
         Command::Pararef(args) => pararef::run(args),

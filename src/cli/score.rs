@@ -11,6 +11,7 @@ use super::cache_args::CacheArgs;
 use super::compare::write_file;
 use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
+use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{find_human_key, human_keys, read_single_contexts};
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::{criteria_from_text, Criteria, StepsOrigin, StepsSource};
@@ -19,7 +20,10 @@ use crate::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions, ScoreRun,
     ScoreScale, Task,
 };
+use crate::shard::fingerprint::file_sha256;
+use crate::shard::Fingerprint;
 use crate::stats::Item;
+use sha2::{Digest, Sha256};
 
 /// Arguments of `nlg-judge score`.
 #[derive(Debug, Args)]
@@ -110,6 +114,9 @@ pub struct ScoreArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shard: ShardArgs,
 
     /// Print the first candidate's prompt as the model reads it, then continue.
     #[arg(long)]
@@ -227,7 +234,9 @@ fn summary(run: &ScoreRun) -> String {
 
 pub fn run(args: ScoreArgs) -> Result<()> {
     let options = options(&args)?;
-    let contexts = read_single_contexts(&args.input)?;
+    let shard = args.shard.resolve()?;
+    check_output(shard, args.output.as_deref())?;
+    let contexts = take_shard(read_single_contexts(&args.input)?, shard);
     let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;
     let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;
@@ -300,6 +309,26 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     match &args.output {
         Some(path) => {
             write_file(path, |out| write_scored(&run.candidates, out))?;
+            if let Some(spec) = shard {
+                let mut print = Fingerprint::new();
+                let model = scorer.info();
+                print.insert("command".into(), "score".into());
+                print.insert("nlg_judge_version".into(), env!("CARGO_PKG_VERSION").into());
+                print.insert("model".into(), model.name.clone());
+                print.insert("model_sha256".into(), model.fingerprint.clone());
+                // The resolved method holds the criteria, scale and evaluation steps.
+                let method = format!("{method:?}");
+                print.insert(
+                    "method".into(),
+                    method.split(' ').next().unwrap_or("").into(),
+                );
+                print.insert(
+                    "method_sha256".into(),
+                    hex::encode(Sha256::digest(method.as_bytes())),
+                );
+                print.insert("input_sha256".into(), file_sha256(&args.input)?);
+                write_sidecar(path, spec, print, &contexts)?;
+            }
             print!("{report}");
         }
         None => {

@@ -1,0 +1,54 @@
+//! `nlg-judge merge`: put the outputs of a sharded run back together, checking that the
+//! shards belong to one run and cover the input exactly once.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::compare::write_file;
+use crate::data::read_single_contexts;
+use crate::shard::fingerprint::file_sha256;
+use crate::shard::{merge_outputs, ShardOutput, ShardSidecar};
+
+/// Arguments of `nlg-judge merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' output files (each with its OUT.shard.json sidecar).
+    #[arg(required = true, value_name = "OUT")]
+    pub outputs: Vec<PathBuf>,
+
+    /// The input all shards read (its contexts set the order and the coverage).
+    #[arg(long)]
+    pub input: PathBuf,
+
+    /// The merged file: the same bytes a single run over the input writes.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+pub fn run(args: MergeArgs) -> Result<()> {
+    let contexts = read_single_contexts(&args.input)?;
+    let ids: Vec<String> = contexts.into_iter().map(|c| c.id).collect();
+    let input_sha256 = file_sha256(&args.input)?;
+    let mut shards = Vec::new();
+    for path in &args.outputs {
+        let sidecar = ShardSidecar::read_for(path)?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        shards.push(ShardOutput {
+            name: path.display().to_string(),
+            sidecar,
+            text,
+        });
+    }
+    let merged = merge_outputs(&shards, &ids, &input_sha256)?;
+    write_file(&args.output, |out| Ok(out.write_all(&merged)?))?;
+    println!(
+        "merged {} shards ({} contexts) into {}",
+        shards.len(),
+        ids.len(),
+        args.output.display()
+    );
+    Ok(())
+}
