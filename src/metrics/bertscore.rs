@@ -145,6 +145,32 @@ pub fn bertscore(
     )
 }
 
+/// The BERTScore encoder's model card.
+pub const ENCODER_CARD: &str = "all-minilm-l6-v2";
+
+/// Fetch (if needed) and load the encoder of card `card` on the CPU.
+pub fn load_encoder(card: &str, options: &crate::runtime::FetchOptions) -> Result<BertEncoder> {
+    use crate::runtime::card::FileRole;
+    let catalog = crate::runtime::CardCatalog::from_env()?;
+    let Some(card) = catalog.get(card) else {
+        bail!("unknown model card '{card}'");
+    };
+    let files = crate::runtime::fetch_card(card, options)?;
+    let path = |role: FileRole| {
+        files
+            .iter()
+            .find(|f| f.role == role)
+            .map(|f| f.path.clone())
+            .ok_or_else(|| anyhow::anyhow!("card {} has no {role:?} file", card.name))
+    };
+    BertEncoder::load(
+        &path(FileRole::Config)?,
+        &path(FileRole::Weights)?,
+        &path(FileRole::Tokenizer)?,
+        &candle_core::Device::Cpu,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,30 +205,4 @@ mod tests {
         assert!((w.weight(2) - (3.0f64 / 2.0).ln()).abs() < 1e-12);
         assert!((w.weight(9) - 3.0f64.ln()).abs() < 1e-12);
     }
-}
-
-/// The BERTScore encoder's model card.
-pub const ENCODER_CARD: &str = "all-minilm-l6-v2";
-
-/// Fetch (if needed) and load the encoder of card `card` on the CPU.
-pub fn load_encoder(card: &str, options: &crate::runtime::FetchOptions) -> Result<BertEncoder> {
-    use crate::runtime::card::FileRole;
-    let catalog = crate::runtime::CardCatalog::from_env()?;
-    let Some(card) = catalog.get(card) else {
-        bail!("unknown model card '{card}'");
-    };
-    let files = crate::runtime::fetch_card(card, options)?;
-    let path = |role: FileRole| {
-        files
-            .iter()
-            .find(|f| f.role == role)
-            .map(|f| f.path.clone())
-            .ok_or_else(|| anyhow::anyhow!("card {} has no {role:?} file", card.name))
-    };
-    BertEncoder::load(
-        &path(FileRole::Config)?,
-        &path(FileRole::Weights)?,
-        &path(FileRole::Tokenizer)?,
-        &candle_core::Device::Cpu,
-    )
 }
