@@ -4,6 +4,7 @@
 //! decoders, caller-owned key/value caches) and return hidden states or logits at the
 //! positions asked for.
 
+pub mod bert;
 pub mod linear;
 pub mod llama;
 

@@ -4,20 +4,27 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use std::collections::HashMap;
+
+use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
 use super::compare::write_file;
+use crate::arch::bert::{BertEncoder, TokenEmbeddings};
+use crate::metrics::bertscore::{greedy_match, load_encoder, IdfWeights, ENCODER_CARD};
 use crate::metrics::{
-    corpus_bleu, corpus_chrf, score_lexical, Aggregation, ChrfConfig, LexicalMetric, LexicalOptions,
+    aggregate, corpus_bleu, corpus_chrf, score_lexical, Aggregation, ChrfConfig, LexicalMetric,
+    LexicalOptions,
 };
 use crate::pararef::{read_metric_rows, read_paraphrases, reference_id};
+use crate::runtime::FetchOptions;
 
 /// Arguments of `nlg-judge metric`.
 #[derive(Debug, Args)]
 pub struct MetricArgs {
-    /// Metrics, comma-separated: bleu, chrf, chrf++, rouge1, rouge2, rougeL.
+    /// Metrics, comma-separated: bleu, chrf, chrf++, rouge1, rouge2, rougeL, bertscore
+    /// (F1 with all-MiniLM-L6-v2, last layer; fetched on first use).
     #[arg(
         long,
         value_delimiter = ',',
@@ -45,6 +52,10 @@ pub struct MetricArgs {
     #[arg(long)]
     pub corpus: bool,
 
+    /// BERTScore: weight tokens by their idf over all references of the input.
+    #[arg(long)]
+    pub idf: bool,
+
     /// Porter stemmer for ROUGE (rouge-score's use_stemmer).
     #[arg(long)]
     pub stemmer: bool,
@@ -54,13 +65,59 @@ pub struct MetricArgs {
     pub output: Option<PathBuf>,
 }
 
+/// BERTScore with the encoder loaded once and the references' embeddings kept.
+struct BertScoring {
+    encoder: BertEncoder,
+    weights: IdfWeights,
+    references: std::cell::RefCell<HashMap<String, TokenEmbeddings>>,
+}
+
+impl BertScoring {
+    fn new(all_references: &[Vec<String>], idf: bool) -> Result<Self> {
+        let encoder = load_encoder(ENCODER_CARD, &FetchOptions::from_env()?)?;
+        let special = encoder.special_ids();
+        let weights = if idf {
+            let mut distinct: Vec<&String> = all_references.iter().flatten().collect();
+            distinct.sort();
+            distinct.dedup();
+            let ids = distinct
+                .iter()
+                .map(|r| encoder.encode(r))
+                .collect::<Result<Vec<_>>>()?;
+            IdfWeights::from_references(&ids, &special)
+        } else {
+            IdfWeights::uniform(&special)
+        };
+        Ok(Self {
+            encoder,
+            weights,
+            references: Default::default(),
+        })
+    }
+
+    fn f1(&self, candidate: &str, references: &[String], aggregation: Aggregation) -> Result<f64> {
+        let embedded = self.encoder.embed(candidate)?;
+        let mut scores = Vec::with_capacity(references.len());
+        for reference in references {
+            let mut cache = self.references.borrow_mut();
+            if !cache.contains_key(reference) {
+                cache.insert(reference.clone(), self.encoder.embed(reference)?);
+            }
+            scores.push(greedy_match(&embedded, &cache[reference], &self.weights)?.f1);
+        }
+        aggregate(&scores, aggregation).ok_or_else(|| anyhow::anyhow!("no references"))
+    }
+}
+
 pub fn run(args: MetricArgs) -> Result<()> {
     let mut metrics = Vec::new();
+    let mut with_bertscore = false;
     for name in &args.metric {
         if name == "bertscore" {
-            bail!("metric 'bertscore' needs the encoder, which this build does not include");
+            with_bertscore = true;
+        } else {
+            metrics.push(name.parse::<LexicalMetric>()?);
         }
-        metrics.push(name.parse::<LexicalMetric>()?);
     }
     let options = LexicalOptions {
         aggregation: args.agg.parse::<Aggregation>()?,
@@ -83,9 +140,18 @@ pub fn run(args: MetricArgs) -> Result<()> {
         }
         all_references.push(references);
     }
+    let bert = if with_bertscore {
+        Some(BertScoring::new(&all_references, args.idf)?)
+    } else {
+        None
+    };
     let mut lines = Vec::with_capacity(rows.len());
     for (row, references) in rows.iter().zip(&all_references) {
         let mut scores = Map::new();
+        if let Some(bert) = &bert {
+            let f1 = bert.f1(&row.candidate, references, options.aggregation)?;
+            scores.insert("bertscore".to_string(), json!(f1));
+        }
         for &metric in &metrics {
             let score = score_lexical(metric, &row.candidate, references, options)?;
             scores.insert(metric.name().to_string(), json!(score));

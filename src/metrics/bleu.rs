@@ -213,6 +213,7 @@ pub fn bleu_from_stats(stats: &BleuStats, effective_order: bool) -> f64 {
     let mut precisions = [0.0f64; MAX_ORDER];
     let mut smooth = 1.0f64;
     let mut order = MAX_ORDER;
+    #[allow(clippy::needless_range_loop)] // n indexes three arrays in step
     for n in 0..MAX_ORDER {
         if stats.total[n] == 0 {
             break;

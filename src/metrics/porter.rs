@@ -270,6 +270,9 @@ fn step5b(word: &[u8]) -> Vec<u8> {
     apply_rules(word, &[("ll", "l", Some(&whole))])
 }
 
+/// One step of the algorithm.
+type Step = fn(&[u8]) -> Vec<u8>;
+
 /// The stem of `word` (lower-cased first, as NLTK does).
 pub fn stem(word: &str) -> String {
     let lower = word.to_lowercase();
@@ -280,8 +283,7 @@ pub fn stem(word: &str) -> String {
         return lower;
     }
     let bytes = lower.as_bytes();
-    let steps: [fn(&[u8]) -> Vec<u8>; 8] =
-        [step1a, step1b, step1c, step2, step3, step4, step5a, step5b];
+    let steps: [Step; 8] = [step1a, step1b, step1c, step2, step3, step4, step5a, step5b];
     let mut current = bytes.to_vec();
     for step in steps {
         current = step(&current);

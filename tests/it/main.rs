@@ -3,6 +3,7 @@
 //! process-wide environment variables live in `tests/process_env/`, apart.
 
 mod batched_generation;
+mod bertscore_parity;
 mod cli;
 mod cli_models;
 mod common;

@@ -115,3 +115,33 @@ fn bad_input_and_unknown_metrics_are_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown metric 'meteor'"), "{stderr}");
 }
+
+#[test]
+fn bertscore_of_a_candidate_equal_to_its_reference_is_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"context_id\": 1, \"candidate_id\": 1, \"candidate\": \"The cat sat on the mat.\", \"reference\": \"The cat sat on the mat.\"}\n{\"context_id\": 1, \"candidate_id\": 2, \"candidate\": \"Stocks fell.\", \"references\": [\"The cat sat on the mat.\", \"Markets dropped.\"]}\n",
+    )
+    .unwrap();
+    let out = nlg_judge(&[
+        "metric",
+        "--metric",
+        "bertscore,chrf",
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let f1 = |i: usize| rows[i]["scores"]["bertscore"].as_f64().unwrap();
+    assert!((f1(0) - 1.0).abs() < 1e-6, "{}", f1(0));
+    assert!(f1(1) > 0.0 && f1(1) < 1.0, "{}", f1(1));
+}
