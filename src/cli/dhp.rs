@@ -162,6 +162,10 @@ pub struct ReportArgs {
     /// Write the bar chart here (.png or .svg).
     #[arg(long)]
     pub figure: Option<PathBuf>,
+
+    /// Perturbation rows (`dhp perturb` output) whose ok/skipped/failed counts to report.
+    #[arg(long)]
+    pub perturbed: Vec<PathBuf>,
 }
 
 pub fn run(args: DhpArgs) -> Result<()> {
@@ -347,7 +351,18 @@ fn report_command(args: ReportArgs) -> Result<()> {
             analysis: read_analysis(Path::new(path))?,
         });
     }
-    let markdown = report::markdown(&args.title, &runs);
+    let mut markdown = report::markdown(&args.title, &runs);
+    for path in &args.perturbed {
+        let rows = read_existing(path)?;
+        markdown.push_str(&format!(
+            "\nPerturbed texts in {}:\n\n{}",
+            path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().to_string()
+            ),
+            report::status_table(&rows)
+        ));
+    }
     match &args.output {
         Some(path) => write_file(path, |out| Ok(out.write_all(markdown.as_bytes())?))?,
         None => print!("{markdown}"),

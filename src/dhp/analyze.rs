@@ -160,11 +160,14 @@ pub fn level_balanced_mean(values: &[(Level, f64)]) -> Option<f64> {
     Some(level_means.iter().sum::<f64>() / level_means.len() as f64)
 }
 
+/// Scores by (item, metric).
+type ScoreTable<'a> = BTreeMap<(&'a str, &'a str), f64>;
+
 /// Analyse score rows; `weights` (expert weights) give the EW variants.
 pub fn analyze(rows: &[ScoreRow], weights: Option<&Weights>) -> Result<Analysis> {
-    // original[(item, metric)] = score
-    let mut original: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-    let mut perturbed: BTreeMap<&str, (Level, BTreeMap<(&str, &str), f64>)> = BTreeMap::new();
+    // original[(item, metric)] = score; perturbed[name] = (level, its scores)
+    let mut original: ScoreTable = BTreeMap::new();
+    let mut perturbed: BTreeMap<&str, (Level, ScoreTable)> = BTreeMap::new();
     let mut order: Vec<&str> = Vec::new();
     let mut metrics: BTreeSet<&str> = BTreeSet::new();
     for row in rows {

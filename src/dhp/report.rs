@@ -11,6 +11,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::analyze::Analysis;
+use super::perturb::{PerturbRow, Status};
 use crate::reproduce::figure::{label, nice_ticks, plot_error, style, tick_text, Anchor, TextMode};
 
 /// One analysed run (a model on a task) with its label.
@@ -110,6 +111,41 @@ pub fn markdown(title: &str, runs: &[ReportRun]) -> String {
     out
 }
 
+/// Per perturbation, how many rows are ok, skipped and failed (failed LLM edits are
+/// reported, not hidden: they are missing from the tests' `n`).
+pub fn status_table(rows: &[PerturbRow]) -> String {
+    let mut order: Vec<&str> = Vec::new();
+    let mut counts: std::collections::BTreeMap<&str, [usize; 3]> = Default::default();
+    for row in rows {
+        if !order.contains(&row.perturbation.as_str()) {
+            order.push(&row.perturbation);
+        }
+        let slot = match row.status {
+            Status::Ok => 0,
+            Status::Skipped => 1,
+            Status::Failed => 2,
+        };
+        counts.entry(&row.perturbation).or_default()[slot] += 1;
+    }
+    let mut out = String::from(
+        "| perturbation | method | ok | skipped | failed |\n|---|---|---:|---:|---:|\n",
+    );
+    for name in order {
+        let [ok, skipped, failed] = counts[name];
+        let method = rows
+            .iter()
+            .find(|r| r.perturbation == name)
+            .map_or("", |r| match r.method {
+                super::task::Method::Rule => "rule",
+                super::task::Method::Llm => "llm",
+            });
+        out.push_str(&format!(
+            "| {name} | {method} | {ok} | {skipped} | {failed} |\n"
+        ));
+    }
+    out
+}
+
 const BARS: [(&str, (u8, u8, u8)); 4] = [
     ("D_avg", (31, 119, 180)),
     ("D_min", (158, 202, 225)),
@@ -126,7 +162,7 @@ fn bar_values(analysis: &Analysis) -> [Option<f64>; 4] {
     ]
 }
 
-const WIDTH_PER_RUN: i32 = 170;
+const WIDTH_PER_RUN: i32 = 230;
 const LEFT: i32 = 64;
 const RIGHT: i32 = 20;
 const TOP: i32 = 50;
@@ -158,9 +194,9 @@ fn draw<DB: DrawingBackend>(
         area,
         mode,
         title,
-        (LEFT + plot_width / 2, 16),
-        14.0,
-        Anchor::new(HPos::Center, VPos::Top),
+        (12, 16),
+        13.0,
+        Anchor::new(HPos::Left, VPos::Top),
     )?;
     // axes and ticks
     let axis = style((0, 0, 0), 1);
@@ -213,12 +249,20 @@ fn draw<DB: DrawingBackend>(
             ))
             .map_err(plot_error)?;
         }
+        // shrink the run's label to its slot
+        let room = (WIDTH_PER_RUN - 12) as f32;
+        let width = crate::reproduce::stroke_font::text_width(&run.label, 10.0);
+        let height = if width > room {
+            10.0 * room / width
+        } else {
+            10.0
+        };
         label(
             area,
             mode,
             &run.label,
             (x0 + (WIDTH_PER_RUN - 40) / 2, TOP + PLOT_HEIGHT + 8),
-            10.0,
+            height,
             Anchor::new(HPos::Center, VPos::Top),
         )?;
     }
@@ -246,7 +290,7 @@ fn draw<DB: DrawingBackend>(
             9.0,
             Anchor::new(HPos::Left, VPos::Center),
         )?;
-        x += 80;
+        x += 100;
     }
     area.draw(&PathElement::new(
         vec![(x, y), (x + 16, y)],
@@ -265,7 +309,7 @@ fn draw<DB: DrawingBackend>(
 }
 
 fn size(runs: &[ReportRun]) -> (u32, u32) {
-    let width = (LEFT + RIGHT + WIDTH_PER_RUN * runs.len().max(1) as i32).max(480);
+    let width = (LEFT + RIGHT + WIDTH_PER_RUN * runs.len().max(1) as i32).max(620);
     (width as u32, (TOP + PLOT_HEIGHT + BOTTOM) as u32)
 }
 
@@ -302,4 +346,41 @@ pub fn write_figure(title: &str, runs: &[ReportRun], path: &Path) -> Result<()> 
     writer
         .finish()
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dhp::task::{Degree, DhpTask, Level, Method};
+
+    fn row(name: &str, method: Method, status: Status) -> PerturbRow {
+        PerturbRow {
+            item_id: "1".into(),
+            task: DhpTask::StoryCompletion,
+            perturbation: name.into(),
+            level: Level::W,
+            degree: Degree::None,
+            method,
+            context: String::new(),
+            original: "x".into(),
+            perturbed: None,
+            status,
+            reason: None,
+            seed: None,
+            attempts: None,
+        }
+    }
+
+    #[test]
+    fn status_table_counts_failures() {
+        let rows = vec![
+            row("typos", Method::Rule, Status::Ok),
+            row("grammar", Method::Llm, Status::Failed),
+            row("grammar", Method::Llm, Status::Ok),
+            row("grammar", Method::Llm, Status::Failed),
+        ];
+        let table = status_table(&rows);
+        assert!(table.contains("| typos | rule | 1 | 0 | 0 |"), "{table}");
+        assert!(table.contains("| grammar | llm | 1 | 0 | 2 |"), "{table}");
+    }
 }
