@@ -432,6 +432,7 @@ fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
         },
         device: "cpu".into(),
         weights: nlg_judge::arch::WeightPolicy::F32,
+        precision: nlg_judge::arch::Precision::F32,
         decoder: Default::default(),
     };
     let mut from_hub = nlg_judge::runtime::load_resolved(&resolved, &load).unwrap();

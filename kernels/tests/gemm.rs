@@ -129,7 +129,9 @@ fn quantise_blocks(values: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f
     for i in 0..rows {
         for start in (0..cols).step_by(BLOCK) {
             let block = i * cols + start..i * cols + (start + BLOCK).min(cols);
-            let max = values[block.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
+            let max = values[block.clone()]
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
             if max == 0.0 {
                 continue;
             }
@@ -174,7 +176,10 @@ fn int8_matches_the_f64_product_of_quantised_and_original_operands() {
                 assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound}");
                 let bound = bound + quantisation * (1.0 + 1e-9);
                 let error = (y[at] as f64 - original).abs();
-                assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound} (f32)");
+                assert!(
+                    error <= bound,
+                    "{m}x{n}x{k} [{i},{j}]: {error} > {bound} (f32)"
+                );
             }
         }
     }

@@ -141,7 +141,10 @@ impl Int8Matrix {
     /// # Panics
     /// If the shapes disagree, or `isa` is not supported here (see [`Self::supports`]).
     pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
-        assert!(Self::supports(isa), "{isa:?} int8 products are not available here");
+        assert!(
+            Self::supports(isa),
+            "{isa:?} int8 products are not available here"
+        );
         assert_eq!(
             x.len(),
             m * self.cols,
