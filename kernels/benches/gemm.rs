@@ -74,7 +74,10 @@ fn products(c: &mut Criterion) {
         let bf16 = Bf16Matrix::from_f32(&w, n, k);
         let int8 = Int8Matrix::from_f32(&w, n, k);
         let mut group = c.benchmark_group(layer);
-        group.sample_size(10);
+        group
+            .sample_size(10)
+            .warm_up_time(std::time::Duration::from_millis(500))
+            .measurement_time(std::time::Duration::from_secs(2));
         for &m in TOKENS {
             let x = values(m * k, 2);
             let mut out = vec![0f32; m * n];

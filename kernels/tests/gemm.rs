@@ -8,11 +8,13 @@
 //! - bf16 against the f64 product of the original f32 operands: add the rounding of both
 //!   operands to bf16 (8 significant bits: relative `2^-8` each, so `2^-7 + 2^-16` per
 //!   product).
-//! - int8 against `s_x s_w Σ q_x q_w` in f64: the integer sum is exact, so only the
-//!   epilogue's conversion to f32 and two multiplications err: within `4 u |y|`.
+//! - int8 against `Σ_blocks s_x s_w Σ q_x q_w` in f64: integer sums are exact, so only
+//!   each block's conversion to f32, product of scales and fused accumulation err:
+//!   within `(4 + blocks) u Σ|terms|`.
 //! - int8 against the original operands: rounding to the nearest step errs at most half a
-//!   step per operand: `Σ (|a| s_w / 2 + |w_q| s_a / 2)`.
+//!   step per operand (steps per row and block of 32): `Σ (|a| s_w / 2 + |w_q| s_a / 2)`.
 
+use nlg_judge_kernels::gemm::int8::BLOCK;
 use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
@@ -119,19 +121,24 @@ fn bf16_matches_the_f64_product_of_rounded_and_original_operands() {
     }
 }
 
-/// Per-row symmetric quantisation as the kernel does it: integer values and step sizes.
-fn quantise_rows(values: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+/// Symmetric quantisation per row and block of [`BLOCK`] values, as the kernel does it:
+/// the integer values and each value's step size.
+fn quantise_blocks(values: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
     let mut integers = vec![0f64; rows * cols];
-    let mut steps = vec![0f64; rows];
+    let mut steps = vec![0f64; rows * cols];
     for i in 0..rows {
-        let row = &values[i * cols..(i + 1) * cols];
-        let max = row.iter().fold(0f32, |a, v| a.max(v.abs()));
-        if max == 0.0 {
-            continue;
-        }
-        steps[i] = (max / 127.0) as f64;
-        for p in 0..cols {
-            integers[i * cols + p] = (row[p] * (127.0 / max)).round_ties_even() as f64;
+        for start in (0..cols).step_by(BLOCK) {
+            let block = i * cols + start..i * cols + (start + BLOCK).min(cols);
+            let max = values[block.clone()]
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
+            if max == 0.0 {
+                continue;
+            }
+            for at in block {
+                steps[at] = (max / 127.0) as f64;
+                integers[at] = (values[at] * (127.0 / max)).round_ties_even() as f64;
+            }
         }
     }
     (integers, steps)
@@ -144,24 +151,29 @@ fn int8_matches_the_f64_product_of_quantised_and_original_operands() {
         let (x, w) = (random.matrix(m * k), random.matrix(n * k));
         let matrix = Int8Matrix::from_f32(&w, n, k);
         let y = run_int8(&matrix, Int8Matrix::best_isa(), &x, m);
-        let (x_q, x_steps) = quantise_rows(&x, m, k);
-        let (w_q, w_steps) = quantise_rows(&w, n, k);
+        let (x_q, x_steps) = quantise_blocks(&x, m, k);
+        let (w_q, w_steps) = quantise_blocks(&w, n, k);
         for i in 0..m {
             for j in 0..n {
                 let at = i * n + j;
-                let integer: f64 = (0..k).map(|p| x_q[i * k + p] * w_q[j * k + p]).sum();
-                let exact = integer * x_steps[i] * w_steps[j];
-                let bound = 4.0 * U * exact.abs();
+                let (mut exact, mut exact_magnitude) = (0f64, 0f64);
+                let (mut original, mut quantisation) = (0f64, 0f64);
+                for p in 0..k {
+                    let (xi, wj) = (i * k + p, j * k + p);
+                    let term = x_q[xi] * x_steps[xi] * w_q[wj] * w_steps[wj];
+                    exact += term;
+                    exact_magnitude += term.abs();
+                    original += x[xi] as f64 * w[wj] as f64;
+                    quantisation += (x[xi] as f64).abs() * w_steps[wj] / 2.0
+                        + (w_q[wj] * w_steps[wj]).abs() * x_steps[xi] / 2.0;
+                }
+                // Per block: the f32 conversion, the product of the scales and the fused
+                // accumulation each round once; at most 4 u of each block's magnitude,
+                // plus the accumulation over blocks.
+                let blocks = k.div_ceil(BLOCK) as f64;
+                let bound = (4.0 + blocks) * U * exact_magnitude;
                 let error = (y[at] as f64 - exact).abs();
                 assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound}");
-                let mut original = 0f64;
-                let mut quantisation = 0f64;
-                for p in 0..k {
-                    let (a, b) = (x[i * k + p] as f64, w[j * k + p] as f64);
-                    original += a * b;
-                    quantisation += a.abs() * w_steps[j] / 2.0
-                        + (w_q[j * k + p] * w_steps[j]).abs() * x_steps[i] / 2.0;
-                }
                 let bound = bound + quantisation * (1.0 + 1e-9);
                 let error = (y[at] as f64 - original).abs();
                 assert!(

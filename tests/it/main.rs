@@ -22,6 +22,7 @@ mod metrics_parity;
 mod own_data;
 mod pairwise_runner;
 mod paraphrase;
+mod precision;
 mod reproduce;
 mod resolve;
 mod score_cli;

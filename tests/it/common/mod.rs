@@ -73,11 +73,19 @@ pub fn smollm2() -> &'static nlg_judge::arch::llama::LlamaModel {
 pub fn smollm2_scorer(
     settings: nlg_judge::engine::DecoderSettings,
 ) -> nlg_judge::engine::DecoderScorer {
+    smollm2_scorer_at(settings, nlg_judge::arch::Precision::F32)
+}
+
+/// [`smollm2_scorer`] with the decoder blocks' products at `precision`.
+pub fn smollm2_scorer_at(
+    settings: nlg_judge::engine::DecoderSettings,
+    precision: nlg_judge::arch::Precision,
+) -> nlg_judge::engine::DecoderScorer {
     let options = nlg_judge::engine::LoadOptions {
         resolve: resolve_options(),
         device: "cpu".to_string(),
         weights: nlg_judge::arch::WeightPolicy::F32,
-        precision: nlg_judge::arch::Precision::F32,
+        precision,
         decoder: settings,
     };
     let resolved = nlg_judge::runtime::resolve_model("smollm2-135m-instruct", &options.resolve)
