@@ -14,6 +14,7 @@
 //! - [`server`]: the metrics service (HTTP, one model worker thread);
 //! - [`cli`]: the command-line front end.
 
+pub mod allocations;
 pub mod arch;
 pub mod bench;
 pub mod cli;
@@ -33,6 +34,7 @@ pub mod stats;
 /// mimalloc instead of the system allocator: every layer allocates and frees
 /// multi-megabyte attention temporaries, which glibc hands back to the kernel and
 /// page-faults in again each time (measured: attention over an 800-token prefix ran
-/// ~1.6x slower with glibc's allocator).
+/// ~1.6x slower with glibc's allocator). Wrapped in a counter ([`allocations`]).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocations::Counting<mimalloc::MiMalloc> =
+    allocations::Counting(mimalloc::MiMalloc);

@@ -5,5 +5,6 @@
 //! Every kernel has a portable fallback and picks its SIMD path at run time from
 //! [`cpu::CpuFeatures`], so one binary runs on any x86-64 (or other) machine.
 
+pub mod attention;
 pub mod cpu;
 pub mod gemm;

@@ -23,6 +23,11 @@ pub struct StrategyRun {
     pub forward_calls: usize,
     pub seconds: f64,
     pub comparisons_per_second: f64,
+    /// Real tokens per second.
+    pub tokens_per_second: f64,
+    /// Effective GFLOP/s of the layers' matrix products (2 x weights x tokens / time;
+    /// attention, the output head and padding not counted).
+    pub effective_gflops: f64,
     /// Peak resident memory of the process during this run (bytes), when known.
     pub peak_rss_bytes: Option<u64>,
     /// `p(A)` of every comparison, in plan order.
@@ -38,6 +43,9 @@ pub struct PairwiseBench {
     pub runs: Vec<StrategyRun>,
     /// Largest `|p_tree - p_naive|`, when both ran.
     pub max_abs_diff: Option<f64>,
+    /// GFLOP/s of a 1024^3 f32 matrix product on the model's device at the start (the
+    /// best of a few): what this machine's matrix products reach at all.
+    pub calibration_gflops: f64,
     /// Each document's number of candidates and compared `(first, second)` pairs, in the
     /// order of the runs' probabilities.
     #[serde(skip)]
@@ -167,6 +175,8 @@ pub fn bench_pairwise(
         PairwiseTemplate::builtin("c1", Task::Summary)?,
     );
     let labels = pairwise_labels(scorer)?;
+    let calibration_gflops = calibration_gflops(scorer.model().device())?;
+    let flops_per_token = matmul_flops_per_token(scorer.model().config());
     let plans = contexts
         .iter()
         .map(|context| plan_context(scorer, context, &options, &labels))
@@ -205,6 +215,8 @@ pub fn bench_pairwise(
             forward_calls: stats.forward_calls,
             seconds,
             comparisons_per_second: comparisons as f64 / seconds,
+            tokens_per_second: stats.tokens as f64 / seconds,
+            effective_gflops: flops_per_token * stats.tokens as f64 / seconds / 1e9,
             peak_rss_bytes: peak_rss_bytes(),
             p_a,
         });
@@ -229,8 +241,35 @@ pub fn bench_pairwise(
         comparisons,
         runs,
         max_abs_diff,
+        calibration_gflops,
         documents,
     })
+}
+
+/// Floating-point operations of one token through the layers' matrix products.
+pub fn matmul_flops_per_token(c: &crate::arch::llama::LlamaConfig) -> f64 {
+    let q = c.num_heads * c.head_dim;
+    let kv = c.num_kv_heads * c.head_dim;
+    let per_layer =
+        c.hidden_size * (q + 2 * kv) + q * c.hidden_size + 3 * c.hidden_size * c.intermediate_size;
+    2.0 * (c.num_layers * per_layer) as f64
+}
+
+/// GFLOP/s of a 1024 x 1024 x 1024 f32 matrix product on `device`: the best of five
+/// after one warm-up.
+pub fn calibration_gflops(device: &candle_core::Device) -> Result<f64> {
+    let n = 1024;
+    let a = candle_core::Tensor::randn(0f32, 1.0, (n, n), device)?;
+    let b = candle_core::Tensor::randn(0f32, 1.0, (n, n), device)?;
+    a.matmul(&b)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let c = a.matmul(&b)?;
+        c.device().synchronize()?;
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Ok(2.0 * (n * n * n) as f64 / best / 1e9)
 }
 
 /// Start a new peak-memory measurement (Linux: `/proc/self/clear_refs`); elsewhere a

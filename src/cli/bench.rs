@@ -177,6 +177,9 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "seconds_naive": naive.map(|r| r.seconds),
         "seconds_tree": tree.map(|r| r.seconds),
         "max_abs_diff": result.max_abs_diff,
+        "tokens_per_second_tree": tree.map(|r| r.tokens_per_second),
+        "effective_gflops_tree": tree.map(|r| r.effective_gflops),
+        "calibration_gflops": result.calibration_gflops,
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
         "peak_rss_bytes_tree": tree.and_then(|r| r.peak_rss_bytes),
@@ -185,20 +188,24 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
 
 fn table(result: &PairwiseBench, model: &str) -> String {
     let mut out = format!(
-        "{model}: {} SummEval document(s), {} comparisons; CPU {}\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>12}\n",
+        "{model}: {} SummEval document(s), {} comparisons; CPU {}\ncalibration GEMM (1024^3 f32): {:.1} GFLOP/s\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>9} {:>8} {:>7} {:>12}\n",
         result.docs,
         result.comparisons,
         crate::runtime::cpu_features(),
-        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "peak RSS MiB"
+        result.calibration_gflops,
+        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "tokens/s", "GFLOP/s", "% peak", "peak RSS MiB"
     );
     for run in &result.runs {
         out.push_str(&format!(
-            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>12}\n",
+            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>9.0} {:>8.1} {:>7.1} {:>12}\n",
             run.strategy,
             run.tokens,
             run.forward_calls,
             run.seconds,
             run.comparisons_per_second,
+            run.tokens_per_second,
+            run.effective_gflops,
+            100.0 * run.effective_gflops / result.calibration_gflops,
             run.peak_rss_bytes
                 .map(|b| (b >> 20).to_string())
                 .unwrap_or_else(|| "-".into())

@@ -17,6 +17,7 @@ mod dhp_pipeline;
 mod hub_source;
 mod llama_model;
 mod llama_safetensors;
+mod llama_segment_attention;
 mod metric_cli;
 mod metrics_parity;
 mod own_data;

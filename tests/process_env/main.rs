@@ -1,11 +1,13 @@
-//! Tests that set process-wide environment variables, in a binary of their own so that
-//! the variables reach no other test (`tests/it` holds all the others). Each test holds
-//! [`ENVIRONMENT`] while it runs, so they never see each other's variables either.
+//! Tests that touch process-wide state, in a binary of their own so that it reaches no
+//! other test (`tests/it` holds all the others): environment variables, and the global
+//! allocation counter. Each test holds [`ENVIRONMENT`] while it runs, so they never run
+//! beside each other either.
 
 #[path = "../it/common/mod.rs"]
 mod common;
 
 mod hub_settings;
+mod llama_allocations;
 mod llama_candle_parity;
 
 /// Held by every test of this binary for its whole run.

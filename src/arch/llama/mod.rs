@@ -11,6 +11,7 @@ mod config;
 pub mod fused;
 pub mod kv;
 mod load;
+mod segment;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -271,6 +272,11 @@ pub struct LlamaModel {
     head_rows: Tensor,
     rope_cos: Tensor,
     rope_sin: Tensor,
+    /// The same tables as plain vectors, for the CPU attention kernel.
+    rope_cos_cpu: Vec<f32>,
+    rope_sin_cpu: Vec<f32>,
+    /// Attend with our CPU kernel where it applies (false: candle's operations always).
+    attention_kernel: bool,
 }
 
 impl LlamaModel {
@@ -299,12 +305,11 @@ impl LlamaModel {
             );
         }
         let head_rows = head.dense_weight()?;
-        let (rope_cos, rope_sin) = rope_tables(
-            config.head_dim,
-            config.rope_theta,
-            config.context_length,
-            device,
-        )?;
+        let (rope_cos_cpu, rope_sin_cpu) =
+            rope_tables(config.head_dim, config.rope_theta, config.context_length);
+        let half = config.head_dim / 2;
+        let rope_cos = Tensor::from_slice(&rope_cos_cpu, (config.context_length, half), device)?;
+        let rope_sin = Tensor::from_slice(&rope_sin_cpu, (config.context_length, half), device)?;
         Ok(Self {
             final_norm: final_norm.to_dtype(DType::F32)?,
             device: device.clone(),
@@ -315,6 +320,9 @@ impl LlamaModel {
             head_rows,
             rope_cos,
             rope_sin,
+            rope_cos_cpu,
+            rope_sin_cpu,
+            attention_kernel: true,
         })
     }
 
@@ -327,6 +335,14 @@ impl LlamaModel {
             .map(|layer| layer.with_precision(precision))
             .collect::<Result<_>>()?;
         Ok(self)
+    }
+
+    /// The same model attending with candle's operations (broadcast prefix, explicit
+    /// scores) even on the CPU: the reference the segment-attention kernel is tested
+    /// against.
+    pub fn with_candle_attention(mut self) -> Self {
+        self.attention_kernel = false;
+        self
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -478,6 +494,17 @@ impl LlamaModel {
                 1,
             )?,
         };
+        let kernel = segment::kernel_dims(c, &self.device).filter(|_| self.attention_kernel);
+        if let Some(dims) = kernel {
+            let rope = nlg_judge_kernels::attention::RopeTables {
+                cos: &self.rope_cos_cpu,
+                sin: &self.rope_sin_cpu,
+                interleaved: c.rope_interleaved,
+            };
+            let attended =
+                segment::attend(dims, rope, &projected, groups, plans, layer_index, new_kv)?;
+            return layer.o.forward(&attended);
+        }
         let mut outputs = Vec::with_capacity(groups.len());
         for (group_index, (group, plan)) in groups.iter().zip(plans).enumerate() {
             let (batch, len) = (plan.packing.batch, plan.packing.max_len);
@@ -633,12 +660,7 @@ impl LlamaModel {
 }
 
 /// Cosine and sine tables `(positions, head_dim / 2)` for rotary embeddings.
-fn rope_tables(
-    head_dim: usize,
-    theta: f64,
-    positions: usize,
-    device: &Device,
-) -> Result<(Tensor, Tensor)> {
+fn rope_tables(head_dim: usize, theta: f64, positions: usize) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
     let mut cos = Vec::with_capacity(positions * half);
     let mut sin = Vec::with_capacity(positions * half);
@@ -650,8 +672,5 @@ fn rope_tables(
             sin.push(angle.sin() as f32);
         }
     }
-    Ok((
-        Tensor::from_vec(cos, (positions, half), device)?,
-        Tensor::from_vec(sin, (positions, half), device)?,
-    ))
+    (cos, sin)
 }

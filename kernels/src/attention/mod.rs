@@ -1,0 +1,420 @@
+//! Segment attention: the queries of a batch of rows attend to a chain of shared prefix
+//! key/value segments, read in place, and then to each row's own keys.
+//!
+//! The prefix trie gives many rows (siblings) the same long prefix. Copying the prefix's
+//! keys and values into every row, and materialising a full score matrix, cost more than
+//! the attention arithmetic itself. Here:
+//! - each prefix segment is a slice `(kv_heads, len, head_dim)` read where it lies;
+//! - queries are processed in chunks of [`QUERY_CHUNK`] vectors (consecutive tokens of
+//!   consecutive rows, all query heads of one key/value head), so every tile of prefix
+//!   keys loaded is used by a whole chunk, across rows and grouped query heads;
+//! - the softmax is online (running max and sum per query, one pass over the keys, no
+//!   score tensor), with the causal mask on each row's own keys; padding positions are
+//!   never queried and never attended to;
+//! - accumulation is f32; every output's arithmetic follows one fixed order of key tiles
+//!   that depends only on the shapes, so the result is bitwise the same for any number
+//!   of threads (work items are fixed chunks, distributed by rayon).
+//!
+//! The layouts match what the decoder has in hand: queries and outputs packed by token,
+//! `(tokens, heads * head_dim)`; a group's own keys/values right-padded,
+//! `(rows, kv_heads, stride, head_dim)`, as they are kept for the next pass.
+
+mod exp;
+mod rope;
+mod tile;
+
+pub use rope::{split_rotate, RopeTables};
+
+use crate::cpu::CpuFeatures;
+use rayon::prelude::*;
+use tile::{ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK};
+
+/// Head counts and width of an attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionDims {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads; `heads` is a multiple of it (grouped-query attention).
+    pub kv_heads: usize,
+    /// Floats per head.
+    pub head_dim: usize,
+}
+
+impl AttentionDims {
+    /// Query heads sharing one key/value head.
+    pub fn group_size(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+
+    /// Whether the kernel handles this shape (head width a multiple of 16, up to 256).
+    pub fn supported(&self) -> bool {
+        self.kv_heads > 0
+            && self.heads.is_multiple_of(self.kv_heads)
+            && self.head_dim.is_multiple_of(LANES)
+            && (LANES..=16 * LANES).contains(&self.head_dim)
+    }
+}
+
+/// A run of cached positions shared by every row of a group: keys and values laid out
+/// `(kv_heads, len, head_dim)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub len: usize,
+}
+
+/// Rows continuing the same prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct RowGroup<'a> {
+    /// The shared prefix, in position order (may be empty).
+    pub prefix: &'a [Segment<'a>],
+    /// Each row's number of real tokens (at least 1).
+    pub lengths: &'a [usize],
+    /// The group's first token in the packed query/output layout; its rows' tokens
+    /// follow one another from there.
+    pub first_token: usize,
+    /// The rows' own keys and values, `(rows, kv_heads, stride, head_dim)`.
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    /// Positions per row in `keys`/`values` (at least the longest row).
+    pub stride: usize,
+}
+
+/// Why the kernel refused its inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttentionError(pub String);
+
+impl std::fmt::Display for AttentionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "segment attention: {}", self.0)
+    }
+}
+
+impl std::error::Error for AttentionError {}
+
+/// Which instructions the kernel runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimdPath {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl SimdPath {
+    /// The widest path this CPU supports.
+    pub fn best() -> SimdPath {
+        let f = CpuFeatures::get();
+        if f.avx512f && f.fma {
+            SimdPath::Avx512
+        } else if f.avx2 && f.fma {
+            SimdPath::Avx2
+        } else {
+            SimdPath::Portable
+        }
+    }
+
+    fn available(self) -> bool {
+        let f = CpuFeatures::get();
+        match self {
+            SimdPath::Avx512 => f.avx512f && f.fma,
+            SimdPath::Avx2 => f.avx2 && f.fma,
+            SimdPath::Portable => true,
+        }
+    }
+}
+
+/// `out[token, head] = softmax(scale * q k^T) v` over the group's prefix segments and
+/// the row's own keys up to the token (causal), for every real token of every group.
+/// `queries` and `out` are `(tokens, heads * head_dim)`, tokens packed group after group.
+pub fn segment_attention(
+    dims: AttentionDims,
+    scale: f32,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    segment_attention_on(SimdPath::best(), dims, scale, groups, queries, out)
+}
+
+/// [`segment_attention`] on a chosen instruction path (for tests and benchmarks).
+pub fn segment_attention_on(
+    path: SimdPath,
+    dims: AttentionDims,
+    scale: f32,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    if !path.available() {
+        return Err(AttentionError(format!(
+            "{path:?} is not supported by this CPU"
+        )));
+    }
+    validate(dims, groups, queries, out)?;
+    let job = Job {
+        dims,
+        scale: scale * std::f32::consts::LOG2_E,
+        groups,
+        queries,
+        out: OutPtr(out.as_mut_ptr()),
+    };
+    macro_rules! run {
+        ($($nv:literal => $pv:literal),*) => {
+            match dims.head_dim / LANES {
+                $($nv => job.run::<$nv, $pv>(path),)*
+                _ => unreachable!("head width checked by validate"),
+            }
+        };
+    }
+    run!(1 => 8, 2 => 8, 3 => 4, 4 => 4, 5 => 2, 6 => 2, 7 => 2, 8 => 2,
+         9 => 1, 10 => 1, 11 => 1, 12 => 1, 13 => 1, 14 => 1, 15 => 1, 16 => 1);
+    Ok(())
+}
+
+fn validate(
+    dims: AttentionDims,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &[f32],
+) -> Result<(), AttentionError> {
+    let fail = |message: String| Err(AttentionError(message));
+    if !dims.supported() {
+        return fail(format!("unsupported shape {dims:?}"));
+    }
+    let (hd, width) = (dims.head_dim, dims.heads * dims.head_dim);
+    let mut end_token = 0;
+    for (index, group) in groups.iter().enumerate() {
+        let tokens: usize = group.lengths.iter().sum();
+        end_token = end_token.max(group.first_token + tokens);
+        if group.lengths.iter().any(|&l| l == 0 || l > group.stride) {
+            return fail(format!(
+                "group {index}: row lengths {:?} must be within 1..={}",
+                group.lengths, group.stride
+            ));
+        }
+        let own = group.lengths.len() * dims.kv_heads * group.stride * hd;
+        if group.keys.len() < own || group.values.len() < own {
+            return fail(format!(
+                "group {index}: own keys/values hold {}/{} floats, need {own}",
+                group.keys.len(),
+                group.values.len()
+            ));
+        }
+        for (s, segment) in group.prefix.iter().enumerate() {
+            let need = dims.kv_heads * segment.len * hd;
+            if segment.keys.len() != need || segment.values.len() != need {
+                return fail(format!(
+                    "group {index}, prefix segment {s}: {}/{} floats, expected {need}",
+                    segment.keys.len(),
+                    segment.values.len()
+                ));
+            }
+        }
+    }
+    if queries.len() < end_token * width || out.len() < end_token * width {
+        return fail(format!(
+            "queries/outputs hold {}/{} floats, need {} ({end_token} tokens)",
+            queries.len(),
+            out.len(),
+            end_token * width
+        ));
+    }
+    // Groups must not write to the same tokens.
+    for (a, ga) in groups.iter().enumerate() {
+        let ta: usize = ga.lengths.iter().sum();
+        for gb in &groups[a + 1..] {
+            let tb: usize = gb.lengths.iter().sum();
+            if ga.first_token < gb.first_token + tb && gb.first_token < ga.first_token + ta {
+                return fail("groups overlap in the packed token layout".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The output pointer, shared by work items that write disjoint tokens/heads.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: work items write disjoint ranges (one query head of one token each).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+struct Job<'a> {
+    dims: AttentionDims,
+    /// `scale * log2(e)`: scores come out in base 2.
+    scale: f32,
+    groups: &'a [RowGroup<'a>],
+    queries: &'a [f32],
+    out: OutPtr,
+}
+
+impl Job<'_> {
+    /// Chunks of one key/value head of group `g`.
+    fn chunks(&self, group: &RowGroup) -> usize {
+        let tokens: usize = group.lengths.iter().sum();
+        (tokens * self.dims.group_size()).div_ceil(QUERY_CHUNK)
+    }
+
+    fn items(&self) -> usize {
+        self.groups
+            .iter()
+            .map(|g| self.chunks(g) * self.dims.kv_heads)
+            .sum()
+    }
+
+    fn run<const NV: usize, const PV: usize>(&self, path: SimdPath) {
+        (0..self.items()).into_par_iter().for_each(|item| {
+            // SAFETY: `path` was checked against the CPU's features.
+            unsafe {
+                match path {
+                    SimdPath::Avx512 => self.item_avx512::<NV, PV>(item),
+                    SimdPath::Avx2 => self.item_avx2::<NV, PV>(item),
+                    SimdPath::Portable => self.item::<Separate, NV, PV>(item),
+                }
+            }
+        });
+    }
+
+    #[cfg_attr(
+        target_arch = "x86_64",
+        target_feature(enable = "avx512f,avx512vl,fma")
+    )]
+    unsafe fn item_avx512<const NV: usize, const PV: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV>(item)
+    }
+
+    #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
+    unsafe fn item_avx2<const NV: usize, const PV: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV>(item)
+    }
+
+    /// One work item: a chunk of queries of one key/value head of one group.
+    #[inline(always)]
+    fn item<M: MulAdd, const NV: usize, const PV: usize>(&self, mut item: usize) {
+        let mut group_index = 0;
+        loop {
+            let n = self.chunks(&self.groups[group_index]) * self.dims.kv_heads;
+            if item < n {
+                break;
+            }
+            item -= n;
+            group_index += 1;
+        }
+        let group = &self.groups[group_index];
+        let chunks = self.chunks(group);
+        let (kv_head, chunk) = (item / chunks, item % chunks);
+        self.chunk::<M, NV, PV>(group, kv_head, chunk);
+    }
+
+    #[inline(always)]
+    fn chunk<M: MulAdd, const NV: usize, const PV: usize>(
+        &self,
+        group: &RowGroup,
+        kv_head: usize,
+        chunk: usize,
+    ) {
+        let dims = self.dims;
+        let (hd, g) = (dims.head_dim, dims.group_size());
+        let width = dims.heads * hd;
+        let tokens: usize = group.lengths.iter().sum();
+        let first_query = chunk * QUERY_CHUNK;
+        let n = QUERY_CHUNK.min(tokens * g - first_query);
+
+        // Where each query of the chunk comes from: row, position, packed token, head.
+        let mut rows = [0usize; QUERY_CHUNK];
+        let mut positions = [0usize; QUERY_CHUNK];
+        let mut slots = [0usize; QUERY_CHUNK];
+        let first_token = first_query / g;
+        let (mut row, mut row_start) = (0, 0);
+        while row_start + group.lengths[row] <= first_token {
+            row_start += group.lengths[row];
+            row += 1;
+        }
+        let mut st = ChunkState::<NV>::new();
+        for i in 0..n {
+            let query = first_query + i;
+            let token = query / g;
+            while token >= row_start + group.lengths[row] {
+                row_start += group.lengths[row];
+                row += 1;
+            }
+            let head = kv_head * g + query % g;
+            rows[i] = row;
+            positions[i] = token - row_start;
+            slots[i] = (group.first_token + token) * width + head * hd;
+            let q = &self.queries[slots[i]..slots[i] + hd];
+            for v in 0..NV {
+                for lane in 0..LANES {
+                    st.q[i][v][lane] = q[v * LANES + lane] * self.scale;
+                }
+            }
+        }
+
+        // The shared prefix: every query of the chunk sees every key.
+        for segment in group.prefix {
+            let base = kv_head * segment.len * hd;
+            let mut start = 0;
+            while start < segment.len {
+                let len = KEY_TILE.min(segment.len - start);
+                st.visible[..n].fill(len);
+                let at = base + start * hd;
+                st.tile::<M, PV>(
+                    0,
+                    n,
+                    &segment.keys[at..at + len * hd],
+                    &segment.values[at..at + len * hd],
+                    len,
+                );
+                start += len;
+            }
+        }
+
+        // Each row's own keys, causally: runs of queries from the same row.
+        let mut first = 0;
+        while first < n {
+            let row = rows[first];
+            let mut end = first;
+            while end < n && rows[end] == row {
+                end += 1;
+            }
+            let base = (row * dims.kv_heads + kv_head) * group.stride * hd;
+            let last_position = positions[end - 1];
+            let mut start = 0;
+            let mut from = first;
+            while start <= last_position {
+                while positions[from] < start {
+                    from += 1;
+                }
+                let len = KEY_TILE.min(last_position + 1 - start);
+                for (visible, &position) in
+                    st.visible[from..end].iter_mut().zip(&positions[from..end])
+                {
+                    *visible = (position + 1 - start).min(len);
+                }
+                let at = base + start * hd;
+                st.tile::<M, PV>(
+                    from,
+                    end,
+                    &group.keys[at..at + len * hd],
+                    &group.values[at..at + len * hd],
+                    len,
+                );
+                start += KEY_TILE;
+            }
+            first = end;
+        }
+
+        for (i, &slot) in slots.iter().enumerate().take(n) {
+            let inverse = 1.0 / st.sum[i];
+            // SAFETY: `slot` is this work item's own (token, head), inside `out`
+            // (checked by `validate`); no other item writes it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.out.0.add(slot), hd) };
+            for v in 0..NV {
+                for lane in 0..LANES {
+                    dst[v * LANES + lane] = st.acc[i][v][lane] * inverse;
+                }
+            }
+        }
+    }
+}

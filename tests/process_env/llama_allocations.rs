@@ -1,0 +1,63 @@
+//! How many heap allocations a forward pass of the pairwise tree's shape makes, with the
+//! CPU segment-attention kernel and with candle's attention (the path before it). The numbers are printed
+//! (docs/results.md quotes them); the assertions are what the workspace guarantees: the
+//! kernel path allocates fewer times and fewer bytes, and its count does not grow with
+//! the prefix (nothing is copied per prefix segment, per row or per chunk). It lives in
+//! the `process_env` binary and holds its lock, so no other test allocates meanwhile.
+
+use crate::common;
+
+use anyhow::Result;
+use nlg_judge::allocations::allocated;
+use nlg_judge::arch::llama::KvCache;
+use nlg_judge::arch::llama::{LlamaModel, RowGroup};
+
+fn tokens(len: usize, seed: usize) -> Vec<u32> {
+    (0..len)
+        .map(|t| ((t * 131 + seed * 977 + 7) % 49000) as u32)
+        .collect()
+}
+
+/// Allocations and bytes of one pass: 15 sibling rows of 60-90 tokens after `prefix`.
+fn one_pass(model: &LlamaModel, prefix: &[&KvCache], keep_kv: bool) -> Result<(u64, u64)> {
+    let rows: Vec<Vec<u32>> = (0..15).map(|i| tokens(60 + 2 * i, i)).collect();
+    let group = RowGroup {
+        prefix: prefix.to_vec(),
+        rows: rows.iter().map(|r| r.as_slice()).collect(),
+    };
+    // Warm-up: the workspace grows to this shape once.
+    model.forward_groups(std::slice::from_ref(&group), keep_kv)?;
+    let (calls, bytes) = allocated();
+    let out = model.forward_groups(std::slice::from_ref(&group), keep_kv)?;
+    let (calls_after, bytes_after) = allocated();
+    drop(out);
+    Ok((calls_after - calls, bytes_after - bytes))
+}
+
+#[test]
+fn a_forward_pass_allocates_less_with_the_kernel() -> Result<()> {
+    let _alone = crate::environment();
+    let kernel = common::smollm2().clone();
+    let candle = kernel.clone().with_candle_attention();
+    let root = kernel.forward(&[&tokens(500, 1)], None, true)?.kv.unwrap();
+    let child = kernel
+        .forward(&[&tokens(70, 2)], Some(&root), true)?
+        .kv
+        .unwrap();
+    let short = kernel.forward(&[&tokens(100, 3)], None, true)?.kv.unwrap();
+    for keep_kv in [false, true] {
+        let long_prefix = [&root, &child];
+        let (k_calls, k_bytes) = one_pass(&kernel, &long_prefix, keep_kv)?;
+        let (c_calls, c_bytes) = one_pass(&candle, &long_prefix, keep_kv)?;
+        let (s_calls, _) = one_pass(&kernel, &[&short, &child], keep_kv)?;
+        eprintln!(
+            "keep_kv {keep_kv}: kernel {k_calls} allocations / {} MiB; candle {c_calls} / {} MiB; kernel with a 170-token prefix {s_calls}",
+            k_bytes >> 20,
+            c_bytes >> 20
+        );
+        assert!(k_calls < c_calls, "{k_calls} vs {c_calls}");
+        assert!(k_bytes < c_bytes, "{k_bytes} vs {c_bytes}");
+        assert_eq!(k_calls, s_calls, "allocations grow with the prefix");
+    }
+    Ok(())
+}
