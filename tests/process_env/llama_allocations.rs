@@ -57,7 +57,13 @@ fn a_forward_pass_allocates_less_with_the_kernel() -> Result<()> {
         );
         assert!(k_calls < c_calls, "{k_calls} vs {c_calls}");
         assert!(k_bytes < c_bytes, "{k_bytes} vs {c_bytes}");
-        assert_eq!(k_calls, s_calls, "allocations grow with the prefix");
+        // 400 more prefix positions are 12 more key tiles in each of 30 layers: an
+        // allocation per tile, segment or row would add hundreds. Thread-pool
+        // bookkeeping may add or save one or two between passes.
+        assert!(
+            k_calls.abs_diff(s_calls) <= 4,
+            "allocations grow with the prefix: {s_calls} -> {k_calls}"
+        );
     }
     Ok(())
 }
