@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
@@ -17,6 +17,7 @@ use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
     Debias, Design, PairwiseTemplate,
 };
+use crate::judge::pairwise::{AdaptiveSettings, StopRule};
 use crate::judge::{Attribute, Nouns, Task};
 use crate::rank::RankMethod;
 use crate::shard::fingerprint::file_sha256;
@@ -73,17 +74,34 @@ pub struct CompareArgs {
     pub design: Design,
 
     /// Comparisons per context (R) for the random, no-repeat and symmetric designs
-    /// (even for symmetric).
+    /// (even for symmetric); for the adaptive design, its budget (even; default N(N-1),
+    /// for --stop-when to end earlier).
     #[arg(long)]
     pub comparisons: Option<usize>,
+
+    /// Adaptive design: split the budget left after the first round (a random cycle,
+    /// 2N comparisons) into this many rounds. Default: rounds of N comparisons.
+    #[arg(long, value_name = "K")]
+    pub rounds: Option<usize>,
+
+    /// Adaptive design: comparisons per round after the first (even).
+    #[arg(long, value_name = "M")]
+    pub round_size: Option<usize>,
+
+    /// Adaptive design: stop a context early. `stable:T` when Kendall's tau between two
+    /// consecutive rounds' scores reaches T (e.g. stable:0.95); `ci:W` when every score's
+    /// 95% interval is narrower than W logits (e.g. ci:1.0).
+    #[arg(long, value_name = "RULE")]
+    pub stop_when: Option<StopRule>,
 
     /// Seed of the random designs (mixed with each context id).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
-    /// How comparisons become scores.
-    #[arg(long, value_enum, default_value_t = RankMethod::WinRatio)]
-    pub rank: RankMethod,
+    /// How comparisons become scores [default: win-ratio; poe for --design adaptive,
+    /// whose candidates meet different opponents].
+    #[arg(long, value_enum)]
+    pub rank: Option<RankMethod>,
 
     /// Positional debiasing: `threshold` sets the decision threshold so that the first
     /// position wins half of the run's comparisons.
@@ -191,6 +209,9 @@ fn fingerprint(
     put("template", options.template.id().to_string());
     put("design", format!("{:?}", options.design));
     put("comparisons", format!("{:?}", options.comparisons));
+    if options.design == Design::Adaptive {
+        put("adaptive", format!("{:?}", options.adaptive));
+    }
     put("seed", options.seed.to_string());
     put("rank", format!("{:?}", options.rank));
     put("debias", format!("{:?}", options.debias));
@@ -212,10 +233,24 @@ pub fn run(args: CompareArgs) -> Result<()> {
     )?;
     let template = PairwiseTemplate::resolve(&args.template, args.task)?;
     args.design.check_request(args.comparisons)?;
+    let adaptive = AdaptiveSettings {
+        rounds: args.rounds,
+        round_size: args.round_size,
+        stop: args.stop_when,
+    };
+    if args.design == Design::Adaptive {
+        adaptive.check(args.comparisons)?;
+    } else if adaptive != AdaptiveSettings::default() {
+        bail!("--rounds, --round-size and --stop-when apply to --design adaptive only");
+    }
+    let rank = args.rank.unwrap_or(match args.design {
+        Design::Adaptive => RankMethod::Poe,
+        _ => RankMethod::WinRatio,
+    });
     let shard = args.shard.resolve()?;
     check_output(shard, args.output.as_deref())?;
     if shard.is_some() && args.debias == Debias::Threshold {
-        anyhow::bail!(
+        bail!(
             "--debias threshold sets one threshold from all of a run's comparisons, so a shard \
              alone would decide differently from a single run: run it unsharded"
         );
@@ -228,8 +263,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
         template,
         design: args.design,
         comparisons: args.comparisons,
+        adaptive,
         seed: args.seed,
-        rank: args.rank,
+        rank,
         debias: args.debias,
         score_field: args.human_key.clone(),
         progress: true,

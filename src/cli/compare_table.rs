@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::data::Context;
-use crate::judge::pairwise::CompareResult;
+use crate::judge::pairwise::{CompareResult, Ending};
 use crate::rank::Rate;
 
 /// Characters of a candidate's first line shown in the table.
@@ -53,6 +53,20 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
             rate_text(Some(context.consistency)),
             rate_text(context.accuracy)
         );
+        if let Some(run) = &context.adaptive {
+            let why = match run.ending {
+                Ending::Budget => "the budget was spent".to_string(),
+                Ending::Exhausted => "every pair was compared".to_string(),
+                Ending::Stable { tau } => format!("stable (Kendall tau {tau:.3})"),
+                Ending::Interval { widest } => format!("intervals narrow (widest {widest:.2})"),
+            };
+            let _ = writeln!(
+                text,
+                "  adaptive: {} comparisons in {} rounds; stopped: {why}",
+                context.comparisons.len(),
+                run.rounds
+            );
+        }
         let source = contexts.iter().find(|c| c.id == context.context_id);
         let text_of = |id: &str| {
             source

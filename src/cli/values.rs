@@ -70,6 +70,8 @@ command_line_values!(Design {
     Design::Random => "random": "R ordered pairs drawn without replacement",
     Design::NoRepeat => "no-repeat": "R ordered pairs, never both orders of a pair",
     Design::Symmetric => "symmetric": "R/2 pairs, each in both orders (R even)",
+    Design::Adaptive => "adaptive":
+        "Pairs chosen in rounds where the fit is least sure of the order, both orders each (R even; see --stop-when)",
 });
 
 command_line_values!(Debias {
@@ -123,10 +125,13 @@ mod tests {
             names::<RankMethod>(),
             ["win-ratio", "soft", "bradley-terry", "poe"]
         );
-        assert_eq!(names::<Task>(), ["summary", "dialogue", "data-to-text"]);
+        assert_eq!(
+            names::<Task>(),
+            ["summary", "dialogue", "data-to-text", "custom"]
+        );
         assert_eq!(
             names::<Design>(),
-            ["full", "random", "no-repeat", "symmetric"]
+            ["full", "random", "no-repeat", "symmetric", "adaptive"]
         );
         assert_eq!(
             Debias::from_str("threshold", false).unwrap(),

@@ -11,6 +11,7 @@ pub mod debias;
 mod linalg;
 pub mod poe;
 pub mod ranks;
+pub mod uncertainty;
 pub mod win_ratio;
 
 use anyhow::{bail, Result};

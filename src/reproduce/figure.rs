@@ -51,7 +51,8 @@ const MARGIN_RIGHT: i32 = 18;
 const MARGIN_TOP: i32 = 34;
 const MARGIN_BOTTOM: i32 = 52;
 
-const DESIGN_COLORS: [(u8, u8, u8); 3] = [(31, 119, 180), (230, 120, 20), (44, 150, 44)];
+const DESIGN_COLORS: [(u8, u8, u8); 4] =
+    [(31, 119, 180), (230, 120, 20), (44, 150, 44), (214, 39, 40)];
 
 impl Figure {
     fn columns(&self) -> i32 {
@@ -87,9 +88,23 @@ impl Figure {
     }
 }
 
+/// Which Spearman of a curve point a figure plots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CurveValue {
+    /// With the human scores (the paper's figures).
+    Human,
+    /// With the full-design ranking.
+    FullDesign,
+}
+
 /// The subset-of-comparisons figure: one panel per attribute, the prompt-averaged
 /// curves of every design, solid plain and dashed debiased.
-pub fn subset_figure(title: &str, columns: &[String], points: &[CurvePoint]) -> Figure {
+pub fn subset_figure(
+    title: &str,
+    columns: &[String],
+    points: &[CurvePoint],
+    value: CurveValue,
+) -> Figure {
     let panels = columns
         .iter()
         .map(|column| {
@@ -105,7 +120,11 @@ pub fn subset_figure(title: &str, columns: &[String], points: &[CurvePoint]) -> 
                                 && p.debiased == debiased
                                 && p.prompt == "mean"
                         })
-                        .map(|p| (p.r as f64, p.mean))
+                        .map(|p| match value {
+                            CurveValue::Human => (p.r as f64, p.mean),
+                            CurveValue::FullDesign => (p.r as f64, p.vs_full_mean),
+                        })
+                        .filter(|(_, y)| y.is_finite())
                         .collect();
                     line.sort_by(|a, b| a.0.total_cmp(&b.0));
                     if !line.is_empty() {
@@ -131,7 +150,11 @@ pub fn subset_figure(title: &str, columns: &[String], points: &[CurvePoint]) -> 
     Figure {
         title: title.to_string(),
         x_label: "R (comparisons per context)".to_string(),
-        y_label: "Spearman x100".to_string(),
+        y_label: match value {
+            CurveValue::Human => "Spearman x100 with humans",
+            CurveValue::FullDesign => "Spearman x100 with the full design",
+        }
+        .to_string(),
         panels,
     }
 }

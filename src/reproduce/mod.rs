@@ -131,6 +131,8 @@ pub struct Reproduction {
     pub rows: Vec<RowResult>,
     pub decisions: Vec<DecisionCell>,
     pub curves: Vec<CurvePoint>,
+    /// Every design at a quarter of the comparisons, with bootstrap intervals.
+    pub budget: Vec<subset::BudgetRow>,
     pub curve_grid: Vec<usize>,
     pub curve_seeds: u64,
     pub bootstrap: Option<(usize, f64)>,
@@ -261,14 +263,21 @@ pub fn reproduce(
         }
     }
 
-    let (curves, curve_grid, curve_seeds) = match &options.curves {
+    let (curves, budget, curve_grid, curve_seeds) = match &options.curves {
         Some(curve_options) => {
             let mut curve_options = curve_options.clone();
             curve_options.progress = options.progress;
             let points = subset::subset_curves(&comparative.runs, contexts, &curve_options)?;
-            (points, curve_options.grid, curve_options.seeds)
+            let budget = subset::budget_table(
+                &comparative.runs,
+                contexts,
+                subset::BUDGET_FRACTION,
+                curve_options.seeds,
+                subset::BUDGET_RESAMPLES,
+            )?;
+            (points, budget, curve_options.grid, curve_options.seeds)
         }
-        None => (Vec::new(), Vec::new(), 0),
+        None => (Vec::new(), Vec::new(), Vec::new(), 0),
     };
 
     Ok(Reproduction {
@@ -283,6 +292,7 @@ pub fn reproduce(
         rows,
         decisions,
         curves,
+        budget,
         curve_grid,
         curve_seeds,
         bootstrap: options.bootstrap.map(|b| (b.resamples, b.confidence)),

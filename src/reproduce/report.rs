@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
-use super::figure::{subset_figure, write_png, write_svg};
+use super::figure::{subset_figure, write_png, write_svg, CurveValue};
 use super::{DecisionCell, Reproduction, RowResult};
 use crate::rank::Rate;
 use crate::stats::Coefficient;
@@ -22,6 +22,9 @@ pub const DECISIONS_CSV: &str = "decisions.csv";
 pub const SUBSET_CSV: &str = "subset.csv";
 pub const SUBSET_PNG: &str = "subset.png";
 pub const SUBSET_SVG: &str = "subset.svg";
+pub const SUBSET_FULL_PNG: &str = "subset-vs-full.png";
+pub const SUBSET_FULL_SVG: &str = "subset-vs-full.svg";
+pub const BUDGET_CSV: &str = "budget.csv";
 
 /// Header of `correlations.csv`.
 pub const CORRELATIONS_COLUMNS: [&str; 14] = [
@@ -59,7 +62,7 @@ pub const DECISIONS_COLUMNS: [&str; 13] = [
 ];
 
 /// Header of `subset.csv`.
-pub const SUBSET_COLUMNS: [&str; 9] = [
+pub const SUBSET_COLUMNS: [&str; 11] = [
     "experiment",
     "attribute",
     "design",
@@ -69,6 +72,23 @@ pub const SUBSET_COLUMNS: [&str; 9] = [
     "spearman_x100_mean",
     "spearman_x100_sd",
     "seeds",
+    "vs_full_x100_mean",
+    "vs_full_x100_sd",
+];
+
+/// Header of `budget.csv`.
+pub const BUDGET_COLUMNS: [&str; 11] = [
+    "experiment",
+    "attribute",
+    "design",
+    "rank",
+    "r",
+    "vs_full_x100",
+    "vs_full_low",
+    "vs_full_high",
+    "vs_human_x100",
+    "vs_human_low",
+    "vs_human_high",
 ];
 
 fn x100(value: Option<f64>) -> String {
@@ -372,10 +392,15 @@ pub fn markdown(report: &Reproduction) -> String {
             "\n## Subset of comparisons (Figures 4, 5)\n\n\
              Win ratio over R comparisons per context drawn by each design (seeds 0..{}), \
              looked up in the full comparison matrices; summary-level Spearman x100, averaged \
-             over prompts, then over seeds. Debiased (dashed): threshold balanced over the \
-             subset's own comparisons. R grid: {}.\n\n\
+             over prompts, then over seeds. Adaptive (ours): `compare --design adaptive` \
+             replayed on the matrices, ranked by PoE. Debiased (dashed): threshold balanced \
+             over the subset's own comparisons. R grid: {}.\n\n\
              ![subset curves]({SUBSET_PNG})\n\n\
-             [SVG]({SUBSET_SVG}) · [CSV]({SUBSET_CSV})\n",
+             [SVG]({SUBSET_SVG}) · [CSV]({SUBSET_CSV})\n\n\
+             The same subsets' agreement with the full-design ranking (Spearman x100 per \
+             context with the win ratio over all comparisons, averaged over contexts):\n\n\
+             ![agreement with the full design]({SUBSET_FULL_PNG})\n\n\
+             [SVG]({SUBSET_FULL_SVG})\n",
             report.curve_seeds,
             report
                 .curve_grid
@@ -384,6 +409,10 @@ pub fn markdown(report: &Reproduction) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        text.push_str(&budget_table(report));
+        if !report.budget.is_empty() {
+            let _ = writeln!(text, "\n[{BUDGET_CSV}]({BUDGET_CSV})");
+        }
     }
     let _ = writeln!(
         text,
@@ -491,9 +520,68 @@ fn subset_rows(report: &Reproduction) -> Vec<Vec<String>> {
                 format!("{:.4}", p.mean),
                 format!("{:.4}", p.sd),
                 p.seeds.to_string(),
+                format!("{:.4}", p.vs_full_mean),
+                format!("{:.4}", p.vs_full_sd),
             ]
         })
         .collect()
+}
+
+fn budget_rows(report: &Reproduction) -> Vec<Vec<String>> {
+    let triple = |t: Option<(f64, f64, f64)>| match t {
+        Some((m, lo, hi)) => [m, lo, hi].map(|v| format!("{:.4}", 100.0 * v)),
+        None => [String::new(), String::new(), String::new()],
+    };
+    report
+        .budget
+        .iter()
+        .map(|row| {
+            let mut line = vec![
+                report.experiment.name().to_string(),
+                row.column.clone(),
+                row.design.to_string(),
+                row.rank.to_string(),
+                row.r.to_string(),
+            ];
+            line.extend(triple(Some(row.vs_full)));
+            line.extend(triple(row.vs_human));
+            line
+        })
+        .collect()
+}
+
+/// The budget table in Markdown.
+fn budget_table(report: &Reproduction) -> String {
+    let Some(first) = report.budget.first() else {
+        return String::new();
+    };
+    let cell = |t: Option<(f64, f64, f64)>| match t {
+        Some((m, lo, hi)) => format!("{:.1} [{:.1}, {:.1}]", 100.0 * m, 100.0 * lo, 100.0 * hi),
+        None => "-".to_string(),
+    };
+    let mut text = format!(
+        "\n## A quarter of the comparisons (R = {} per context)\n\n\
+         Spearman x100 of each design's ranking with the full-design ranking (win ratio over \
+         all N(N-1) comparisons) and with the human scores, per context averaged over prompts \
+         and seeds, then over contexts, with 95% bootstrap intervals over contexts (1000 \
+         resamples). No debiasing. Adaptive: `compare --design adaptive` replayed on the full \
+         matrices.\n\n\
+         | attribute | design | ranking | with full design | with humans |\n\
+         |---|---|---|---:|---:|\n",
+        first.r
+    );
+    for row in &report.budget {
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} |",
+            row.column,
+            row.design,
+            row.rank,
+            cell(Some(row.vs_full)),
+            cell(row.vs_human)
+        );
+    }
+    text
 }
 
 /// Write the report, the CSV files and the figures into `dir` (created if needed);
@@ -521,12 +609,35 @@ pub fn write_outputs(report: &Reproduction, dir: &Path) -> Result<Vec<PathBuf>> 
             ),
             &labels(report),
             &report.curves,
+            CurveValue::Human,
         );
         let path = dir.join(SUBSET_PNG);
         write_png(&figure, &path)?;
         written.push(path);
         let path = dir.join(SUBSET_SVG);
         write_svg(&figure, &path)?;
+        written.push(path);
+        let figure = subset_figure(
+            &format!(
+                "{}: agreement with the full design vs R ({}, mean of prompts, {} seeds)",
+                report.experiment.title(),
+                report.model_name,
+                report.curve_seeds
+            ),
+            &labels(report),
+            &report.curves,
+            CurveValue::FullDesign,
+        );
+        let path = dir.join(SUBSET_FULL_PNG);
+        write_png(&figure, &path)?;
+        written.push(path);
+        let path = dir.join(SUBSET_FULL_SVG);
+        write_svg(&figure, &path)?;
+        written.push(path);
+    }
+    if !report.budget.is_empty() {
+        let path = dir.join(BUDGET_CSV);
+        write_csv(&path, &BUDGET_COLUMNS, &budget_rows(report))?;
         written.push(path);
     }
     let path = dir.join(REPORT);

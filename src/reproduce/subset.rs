@@ -1,6 +1,14 @@
 //! Subset-of-comparisons curves (the paper's Figures 4 and 5): how the correlation
 //! grows with the number of comparisons per context R, for the random, no-repeat and
-//! symmetric designs, with and without debiasing, averaged over seeded draws.
+//! symmetric designs, with and without debiasing, averaged over seeded draws; extended
+//! with the adaptive design and with the agreement of each subset ranking with the
+//! full-design ranking (the win ratio over all N(N-1) comparisons, at 0.5 or at the
+//! full run's balanced threshold).
+//!
+//! The adaptive design is replayed: its rounds are chosen by the same
+//! [`AdaptiveSelector`] `compare --design adaptive` uses, with each round's answers looked
+//! up in the full matrices, and ranked as that command ranks by default (PoE; debiased:
+//! PoE on the probabilities reweighted to the subset's balanced threshold).
 //!
 //! No model is asked anything: a subset's probabilities are looked up in the full
 //! comparison matrices. The pairs are drawn exactly as `compare --design D
@@ -15,7 +23,7 @@
 //! `min(R, most its design allows)`; the no-repeat curve stops at N(N-1)/2 of the
 //! largest context.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context as _, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -23,14 +31,20 @@ use serde::Serialize;
 use super::comparative::AttributeRuns;
 use super::rows::human_scores;
 use crate::data::Context;
+use crate::judge::pairwise::adaptive::select_adaptively;
 use crate::judge::pairwise::design::context_rng;
-use crate::judge::pairwise::Design;
-use crate::rank::{balanced_threshold, win_ratio};
+use crate::judge::pairwise::{AdaptiveSelector, AdaptiveSettings, Design};
+use crate::rank::{balanced_threshold, score_at_threshold, win_ratio, Outcome, RankMethod};
 use crate::stats::input::is_constant;
 use crate::stats::spearman;
 
-/// The designs of the curves, in the paper's order.
-pub const DESIGNS: [Design; 3] = [Design::Random, Design::NoRepeat, Design::Symmetric];
+/// The designs of the curves, in the paper's order, then ours.
+pub const DESIGNS: [Design; 4] = [
+    Design::Random,
+    Design::NoRepeat,
+    Design::Symmetric,
+    Design::Adaptive,
+];
 
 /// The design's name as the paper and our CLI write it.
 pub fn design_name(design: Design) -> &'static str {
@@ -39,6 +53,7 @@ pub fn design_name(design: Design) -> &'static str {
         Design::Random => "random",
         Design::NoRepeat => "no-repeat",
         Design::Symmetric => "symmetric",
+        Design::Adaptive => "adaptive",
     }
 }
 
@@ -100,6 +115,9 @@ pub struct CurvePoint {
     /// Sample standard deviation over those seeds (0 for one seed).
     pub sd: f64,
     pub seeds: usize,
+    /// Spearman x100 with the full-design ranking, mean over contexts, then seeds.
+    pub vs_full_mean: f64,
+    pub vs_full_sd: f64,
 }
 
 /// Summary-level Spearman with the authors' rule, as [`crate::stats::summary_level`]
@@ -118,32 +136,102 @@ fn authors_spearman(preds: &[Vec<f64>], human: &[Vec<f64>], skip: &[bool]) -> Re
     Ok((kept > 0).then(|| sum / kept as f64))
 }
 
-/// Spearman x100 of one draw (one prompt, design, R and seed), plain and debiased.
+/// The full-design rankings a subset is compared with: per context, the win ratio over
+/// every comparison at 0.5 and at the full run's balanced threshold.
+fn full_rankings(run: &super::comparative::PromptRun) -> [Vec<Vec<f64>>; 2] {
+    [0.5, run.tau].map(|tau| {
+        run.matrices
+            .iter()
+            .map(|m| win_ratio(m.len(), &m.all_outcomes(), tau))
+            .collect()
+    })
+}
+
+/// One context's outcomes under `design` with `r` comparisons and `seed`.
+pub fn subset_outcomes(
+    matrix: &super::comparative::PairMatrix,
+    context: &Context,
+    design: Design,
+    r: usize,
+    seed: u64,
+) -> Result<Vec<Outcome>> {
+    let n = matrix.len();
+    let r_context = r.min(design.max_comparisons(n));
+    let mut rng = context_rng(seed, &context.id);
+    if design == Design::Adaptive {
+        let mut selector = AdaptiveSelector::new(
+            n,
+            Some(r_context - r_context % 2),
+            &AdaptiveSettings::default(),
+            &mut rng,
+        )?;
+        let (outcomes, _) = select_adaptively(&mut selector, |pairs| {
+            Ok(matrix.outcomes(pairs).iter().map(|o| o.p).collect())
+        })?;
+        return Ok(outcomes);
+    }
+    let pairs = design.pairs(n, Some(r_context), &mut rng)?;
+    Ok(matrix.outcomes(&pairs))
+}
+
+/// The scores of one context's subset the way its design ranks by default: the win
+/// ratio at `tau` (the paper), or PoE on the probabilities reweighted to `tau`
+/// (adaptive).
+fn subset_scores(design: Design, n: usize, outcomes: &[Outcome], tau: f64) -> Result<Vec<f64>> {
+    let method = match design {
+        Design::Adaptive => RankMethod::Poe,
+        _ => RankMethod::WinRatio,
+    };
+    score_at_threshold(method, n, outcomes, tau)
+}
+
+/// Mean Spearman over all contexts of `preds` with `reference` (an undefined
+/// coefficient, from a constant ranking, counts 0).
+fn mean_agreement(preds: &[Vec<f64>], reference: &[Vec<f64>]) -> Result<Option<f64>> {
+    if preds.is_empty() {
+        return Ok(None);
+    }
+    let mut sum = 0.0;
+    for (pred, reference) in preds.iter().zip(reference) {
+        sum += spearman(pred, reference)?.unwrap_or(0.0);
+    }
+    Ok(Some(sum / preds.len() as f64))
+}
+
+/// One draw's Spearman x100 with the humans and with the full design.
+type Draw = (Option<f64>, Option<f64>);
+
+/// Spearman x100 of one draw (one prompt, design, R and seed), plain and debiased:
+/// `[(with humans, with the full design); 2]`.
+#[allow(clippy::too_many_arguments)]
 fn draw_point(
     run: &super::comparative::PromptRun,
+    full: &[Vec<Vec<f64>>; 2],
     contexts: &[Context],
     human: &[Vec<f64>],
     skip: &[bool],
     design: Design,
     r: usize,
     seed: u64,
-) -> Result<[Option<f64>; 2]> {
+) -> Result<[Draw; 2]> {
     let mut outcomes = Vec::with_capacity(contexts.len());
     for (matrix, context) in run.matrices.iter().zip(contexts) {
-        let n = matrix.len();
-        let r_context = r.min(design.max_comparisons(n));
-        let pairs = design.pairs(n, Some(r_context), &mut context_rng(seed, &context.id))?;
-        outcomes.push(matrix.outcomes(&pairs));
+        outcomes.push(subset_outcomes(matrix, context, design, r, seed)?);
     }
     let all_p: Vec<f64> = outcomes.iter().flatten().map(|o| o.p).collect();
-    let mut values = [None, None];
-    for (slot, tau) in values.iter_mut().zip([0.5, balanced_threshold(&all_p)]) {
+    let mut values = [(None, None), (None, None)];
+    for ((slot, tau), full) in values
+        .iter_mut()
+        .zip([0.5, balanced_threshold(&all_p)])
+        .zip(full)
+    {
         let preds: Vec<Vec<f64>> = outcomes
             .iter()
             .zip(&run.matrices)
-            .map(|(o, matrix)| win_ratio(matrix.len(), o, tau))
-            .collect();
-        *slot = authors_spearman(&preds, human, skip)?.map(|s| 100.0 * s);
+            .map(|(o, matrix)| subset_scores(design, matrix.len(), o, tau))
+            .collect::<Result<_>>()?;
+        slot.0 = authors_spearman(&preds, human, skip)?.map(|s| 100.0 * s);
+        slot.1 = mean_agreement(&preds, full)?.map(|s| 100.0 * s);
     }
     Ok(values)
 }
@@ -179,6 +267,10 @@ pub fn subset_curves(
     check_grid(&options.grid, max_candidates)?;
     // One task per (attribute, design, R): all prompts and seeds.
     let mut tasks = Vec::new();
+    let fulls: Vec<Vec<[Vec<Vec<f64>>; 2]>> = runs
+        .iter()
+        .map(|runs| runs.prompts.iter().map(full_rankings).collect())
+        .collect();
     for a in 0..runs.len() {
         for design in DESIGNS {
             for &r in &options.grid {
@@ -202,10 +294,11 @@ pub fn subset_curves(
         .map(|&(a, design, r)| {
             // values[prompt][debiased][seed]
             let mut values = Vec::with_capacity(runs[a].prompts.len());
-            for run in &runs[a].prompts {
+            for (run, full) in runs[a].prompts.iter().zip(&fulls[a]) {
                 let mut per_debias = [Vec::new(), Vec::new()];
                 for seed in 0..options.seeds {
-                    let point = draw_point(run, contexts, &humans[a], &skips[a], design, r, seed)?;
+                    let point =
+                        draw_point(run, full, contexts, &humans[a], &skips[a], design, r, seed)?;
                     per_debias[0].push(point[0]);
                     per_debias[1].push(point[1]);
                 }
@@ -222,8 +315,12 @@ pub fn subset_curves(
     for (&(a, design, r), values) in tasks.iter().zip(results) {
         let runs = &runs[a];
         for (d, debiased) in [false, true].into_iter().enumerate() {
-            let mut push = |prompt: String, seeds: &[Option<f64>]| {
-                if let Some((mean, sd, seeds)) = mean_sd(seeds) {
+            let mut push = |prompt: String, seeds: &[Draw]| {
+                let human: Vec<Option<f64>> = seeds.iter().map(|v| v.0).collect();
+                let full: Vec<Option<f64>> = seeds.iter().map(|v| v.1).collect();
+                if let Some((mean, sd, seeds)) = mean_sd(&human) {
+                    let (vs_full_mean, vs_full_sd) =
+                        mean_sd(&full).map_or((f64::NAN, f64::NAN), |(m, s, _)| (m, s));
                     points.push(CurvePoint {
                         column: runs.column.label.clone(),
                         design: design_name(design),
@@ -233,23 +330,160 @@ pub fn subset_curves(
                         mean,
                         sd,
                         seeds,
+                        vs_full_mean,
+                        vs_full_sd,
                     });
                 }
             };
             for (run, per_debias) in runs.prompts.iter().zip(&values) {
                 push(run.prompt.clone(), &per_debias[d]);
             }
-            let prompt_mean: Vec<Option<f64>> = (0..options.seeds as usize)
-                .map(|seed| {
-                    let defined: Vec<f64> = values.iter().filter_map(|v| v[d][seed]).collect();
-                    (!defined.is_empty())
-                        .then(|| defined.iter().sum::<f64>() / defined.len() as f64)
-                })
+            let average = |pick: fn(&Draw) -> Option<f64>, seed: usize| {
+                let defined: Vec<f64> = values.iter().filter_map(|v| pick(&v[d][seed])).collect();
+                (!defined.is_empty()).then(|| defined.iter().sum::<f64>() / defined.len() as f64)
+            };
+            let prompt_mean: Vec<Draw> = (0..options.seeds as usize)
+                .map(|seed| (average(|v| v.0, seed), average(|v| v.1, seed)))
                 .collect();
             push("mean".to_string(), &prompt_mean);
         }
     }
     Ok(points)
+}
+
+/// One row of the budget table: a design and ranking method at a fixed budget, with
+/// bootstrap intervals over contexts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetRow {
+    pub column: String,
+    pub design: &'static str,
+    pub rank: &'static str,
+    /// Comparisons per context.
+    pub r: usize,
+    /// Spearman with the full-design ranking, mean over contexts (each context: mean over
+    /// prompts and seeds), with its 95% bootstrap interval over contexts.
+    pub vs_full: (f64, f64, f64),
+    /// The same with the human scores (contexts with constant human scores left out).
+    pub vs_human: Option<(f64, f64, f64)>,
+}
+
+/// The designs and ranking methods of the budget table: the paper's designs with the
+/// win ratio and with PoE (so that selection and ranking are told apart), adaptive with
+/// PoE (its default).
+pub const BUDGET_METHODS: [(Design, RankMethod); 7] = [
+    (Design::Random, RankMethod::WinRatio),
+    (Design::Random, RankMethod::Poe),
+    (Design::NoRepeat, RankMethod::WinRatio),
+    (Design::NoRepeat, RankMethod::Poe),
+    (Design::Symmetric, RankMethod::WinRatio),
+    (Design::Symmetric, RankMethod::Poe),
+    (Design::Adaptive, RankMethod::Poe),
+];
+
+/// The budget of the table: a quarter of the comparisons (issue 19's target point).
+pub const BUDGET_FRACTION: f64 = 0.25;
+/// Bootstrap resamples of the budget table's intervals.
+pub const BUDGET_RESAMPLES: usize = 1000;
+
+/// Even budget nearest to `fraction` of N(N-1) for the largest context.
+pub fn budget_at(fraction: f64, max_candidates: usize) -> usize {
+    let full = max_candidates * max_candidates.saturating_sub(1);
+    let r = (fraction * full as f64).round() as usize;
+    (r + r % 2).clamp(2.min(full), full)
+}
+
+/// Mean of `values` and its percentile bootstrap interval (`resamples` resamples of the
+/// values, seed 0, 95%).
+fn bootstrap_mean(values: &[f64], resamples: usize) -> Option<(f64, f64, f64)> {
+    use rand::{Rng, SeedableRng};
+    if values.is_empty() {
+        return None;
+    }
+    let mean = |v: &mut dyn Iterator<Item = f64>| {
+        let (sum, count) = v.fold((0.0, 0usize), |(s, c), x| (s + x, c + 1));
+        sum / count as f64
+    };
+    let centre = mean(&mut values.iter().copied());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut means: Vec<f64> = (0..resamples)
+        .map(|_| mean(&mut (0..values.len()).map(|_| values[rng.gen_range(0..values.len())])))
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let at = |q: f64| means[((q * (resamples - 1) as f64).round() as usize).min(resamples - 1)];
+    Some((centre, at(0.025), at(0.975)))
+}
+
+/// The budget table at `fraction` of the comparisons (plain, no debiasing: the adaptive
+/// design asks both orders, so a constant bias cancels in its PoE fit).
+pub fn budget_table(
+    runs: &[AttributeRuns],
+    contexts: &[Context],
+    fraction: f64,
+    seeds: u64,
+    resamples: usize,
+) -> Result<Vec<BudgetRow>> {
+    ensure!(
+        seeds >= 1 && resamples >= 1,
+        "the budget table needs seeds and resamples"
+    );
+    let max_candidates = contexts
+        .iter()
+        .map(|c| c.candidates.len())
+        .max()
+        .unwrap_or(0);
+    let r = budget_at(fraction, max_candidates);
+    let mut rows = Vec::new();
+    for runs in runs {
+        let human = human_scores(contexts, &runs.column)?;
+        let fulls: Vec<[Vec<Vec<f64>>; 2]> = runs.prompts.iter().map(full_rankings).collect();
+        let per_method = BUDGET_METHODS
+            .par_iter()
+            .map(|&(design, method)| -> Result<BudgetRow> {
+                // Per context: sums over prompts and seeds.
+                let mut full_sum = vec![0.0; contexts.len()];
+                let mut human_sum = vec![0.0; contexts.len()];
+                let draws = (runs.prompts.len() as u64 * seeds) as f64;
+                for (run, full) in runs.prompts.iter().zip(&fulls) {
+                    for seed in 0..seeds {
+                        for (k, (matrix, context)) in run.matrices.iter().zip(contexts).enumerate()
+                        {
+                            let outcomes = subset_outcomes(matrix, context, design, r, seed)?;
+                            let scores = crate::rank::score(method, matrix.len(), &outcomes, 0.5)?;
+                            full_sum[k] += spearman(&scores, &full[0][k])?.unwrap_or(0.0);
+                            human_sum[k] += spearman(&scores, &human[k])?.unwrap_or(0.0);
+                        }
+                    }
+                }
+                let vs_full: Vec<f64> = full_sum.iter().map(|s| s / draws).collect();
+                let vs_human: Vec<f64> = human_sum
+                    .iter()
+                    .zip(&human)
+                    .filter(|(_, h)| !is_constant(h))
+                    .map(|(s, _)| s / draws)
+                    .collect();
+                Ok(BudgetRow {
+                    column: runs.column.label.clone(),
+                    design: design_name(design),
+                    rank: rank_name(method),
+                    r,
+                    vs_full: bootstrap_mean(&vs_full, resamples)
+                        .context("no contexts for the budget table")?,
+                    vs_human: bootstrap_mean(&vs_human, resamples),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        rows.extend(per_method);
+    }
+    Ok(rows)
+}
+
+fn rank_name(method: RankMethod) -> &'static str {
+    match method {
+        RankMethod::WinRatio => "win ratio",
+        RankMethod::Soft => "soft win ratio",
+        RankMethod::BradleyTerry => "Bradley-Terry",
+        RankMethod::Poe => "PoE",
+    }
 }
 
 fn progress_bar(total: usize, visible: bool) -> ProgressBar {
@@ -338,5 +572,55 @@ mod tests {
         assert!((sd - 2f64.sqrt()).abs() < 1e-12);
         assert_eq!(mean_sd(&[None]), None);
         assert_eq!(mean_sd(&[Some(4.0)]), Some((4.0, 0.0, 1)));
+    }
+
+    fn logistic(x: f64) -> f64 {
+        1.0 / (1.0 + (-x).exp())
+    }
+
+    /// A context of `n` candidates and its full matrix from true scores and a bias.
+    fn judged(n: usize, id: &str) -> (Context, super::super::comparative::PairMatrix) {
+        let truth: Vec<f64> = (0..n).map(|k| ((k * 7 % n) as f64) * 0.4).collect();
+        let outcomes: Vec<Outcome> = (0..n)
+            .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| Outcome::new(i, j, logistic(truth[i] - truth[j] + 0.6)))
+            .collect();
+        let context = Context {
+            id: id.to_string(),
+            text: String::new(),
+            candidates: Vec::new(),
+        };
+        let matrix = super::super::comparative::PairMatrix::from_outcomes(n, &outcomes).unwrap();
+        (context, matrix)
+    }
+
+    #[test]
+    fn replayed_adaptive_subsets_keep_the_budget_and_both_orders() {
+        let (context, matrix) = judged(16, "doc");
+        for r in [32, 60, 240] {
+            let outcomes = subset_outcomes(&matrix, &context, Design::Adaptive, r, 0).unwrap();
+            assert_eq!(outcomes.len(), r);
+            let pairs: std::collections::HashSet<(usize, usize)> =
+                outcomes.iter().map(|o| (o.first, o.second)).collect();
+            assert!(pairs.iter().all(|&(i, j)| pairs.contains(&(j, i))));
+            // Noise-free, biased judge: PoE on the subset orders the candidates as the
+            // full design does.
+            let scores = subset_scores(Design::Adaptive, 16, &outcomes, 0.5).unwrap();
+            let full = win_ratio(16, &matrix.all_outcomes(), 0.5);
+            let rho = spearman(&scores, &full).unwrap().unwrap();
+            assert!(rho > 0.99, "R = {r}: {rho}");
+        }
+    }
+
+    #[test]
+    fn budgets_and_bootstrap_intervals() {
+        assert_eq!(budget_at(0.25, 16), 60);
+        assert_eq!(budget_at(0.25, 5), 6);
+        assert_eq!(budget_at(1.0, 4), 12);
+        let (mean, low, high) = bootstrap_mean(&[0.2, 0.4, 0.9, 0.5], 1000).unwrap();
+        assert!((mean - 0.5).abs() < 1e-12);
+        assert!(low < mean && mean < high && low >= 0.2 && high <= 0.9);
+        assert_eq!(bootstrap_mean(&[0.3], 100), Some((0.3, 0.3, 0.3)));
+        assert_eq!(bootstrap_mean(&[], 100), None);
     }
 }

@@ -371,7 +371,7 @@ fn a_required_score_field_must_exist() {
         run_compare(&mut mock(0.0, None), &three_contexts(), &opts, None).unwrap_err()
     );
     assert!(
-        error.contains("doc0") && error.contains("`fluency`"),
+        error.contains("`fluency`") && error.contains("the human scores are: coherence"),
         "{error}"
     );
 
@@ -380,4 +380,105 @@ fn a_required_score_field_must_exist() {
     opts.attribute = Attribute::named("fluency").unwrap();
     let result = run_compare(&mut mock(0.0, None), &three_contexts(), &opts, None).unwrap();
     assert!(result.accuracy.is_none());
+}
+
+/// Eight candidates per context: enough for the adaptive design to choose.
+fn eight_candidate_contexts() -> Vec<Context> {
+    contexts(&[
+        &[0.3, 0.9, 0.1, 0.5, 0.7, 0.2, 0.65, 0.45],
+        &[0.8, 0.2, 0.6, 0.4, 0.0, 0.9, 0.35, 0.55],
+    ])
+}
+
+fn adaptive_options(budget: usize) -> CompareOptions {
+    let mut opts = options();
+    opts.design = Design::Adaptive;
+    opts.comparisons = Some(budget);
+    opts.rank = RankMethod::Poe;
+    opts
+}
+
+#[test]
+fn adaptive_design_spends_its_budget_in_both_orders_and_ranks_well() {
+    let data = eight_candidate_contexts();
+    // A strong first-position bias: both orders of every pair cancel it.
+    let result = run_compare(&mut mock(1.5, None), &data, &adaptive_options(24), None).unwrap();
+    for (context, input) in result.contexts.iter().zip(&data) {
+        assert_eq!(context.comparisons.len(), 24);
+        let asked: std::collections::HashSet<(usize, usize)> = context
+            .comparisons
+            .iter()
+            .map(|c| (c.first, c.second))
+            .collect();
+        assert_eq!(asked.len(), 24, "a comparison asked twice");
+        assert!(asked.iter().all(|&(i, j)| asked.contains(&(j, i))));
+        let run = context.adaptive.expect("adaptive summary");
+        // The first round (a cycle of 8 pairs = 16) then one round of 8.
+        assert_eq!(run.rounds, 2);
+        assert_eq!(run.ending, nlg_judge::judge::pairwise::Ending::Budget);
+        assert_eq!(context.ranks, true_ranks(input), "{}", context.context_id);
+    }
+}
+
+#[test]
+fn a_killed_adaptive_run_resumes_with_the_same_choices() {
+    let data = eight_candidate_contexts();
+    let opts = adaptive_options(40);
+    let reference = run_compare(&mut mock(0.4, None), &data, &opts, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("results.sqlite");
+    let killed_after = 45;
+    {
+        let cache = ResultCache::open(&path).unwrap();
+        run_compare(
+            &mut mock(0.4, Some(killed_after)),
+            &data,
+            &opts,
+            Some(&cache),
+        )
+        .unwrap_err();
+        assert_eq!(cache.len().unwrap(), killed_after);
+    }
+    let cache = ResultCache::open(&path).unwrap();
+    let mut scorer = mock(0.4, None);
+    let calls = scorer.calls();
+    let resumed = run_compare(&mut scorer, &data, &opts, Some(&cache)).unwrap();
+    assert_eq!(calls.labels(), 2 * 40 - killed_after);
+    assert_eq!(outputs(&resumed), outputs(&reference));
+}
+
+#[test]
+fn adaptive_settings_are_checked_before_the_model_is_asked() {
+    let data = eight_candidate_contexts();
+    let mut opts = adaptive_options(24);
+    opts.comparisons = None;
+    let error = run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap_err();
+    assert!(error.to_string().contains("--stop-when"), "{error}");
+    opts.comparisons = Some(23);
+    let error = run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap_err();
+    assert!(error.to_string().contains("even"), "{error}");
+    opts.comparisons = Some(58);
+    let error = format!(
+        "{:#}",
+        run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap_err()
+    );
+    assert!(
+        error.contains("at most 56") && error.contains("doc0"),
+        "{error}"
+    );
+    // A stop rule without a budget: stops once the ranking is stable.
+    opts.comparisons = None;
+    opts.adaptive.stop = Some(nlg_judge::judge::pairwise::StopRule::Stable(0.99));
+    let result = run_compare(&mut mock(0.0, None), &data, &opts, None).unwrap();
+    for context in &result.contexts {
+        assert!(
+            context.comparisons.len() < 56,
+            "{}",
+            context.comparisons.len()
+        );
+        assert!(matches!(
+            context.adaptive.unwrap().ending,
+            nlg_judge::judge::pairwise::Ending::Stable { .. }
+        ));
+    }
 }

@@ -20,6 +20,7 @@ use nlg_judge::engine::{MockScorer, ResultCache, Scorer};
 use nlg_judge::judge::pairwise::{run_compare, CompareOptions, Debias, Design, PairwiseTemplate};
 use nlg_judge::judge::ScoreMethod;
 use nlg_judge::judge::{Attribute, Task};
+use nlg_judge::rank::RankMethod;
 use nlg_judge::reproduce::report::{
     markdown, CORRELATIONS_COLUMNS, DECISIONS_COLUMNS, SUBSET_COLUMNS,
 };
@@ -294,7 +295,7 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         .map(|p| p.r)
         .max();
     assert_eq!(no_repeat_max, Some(14));
-    for design in ["random", "no-repeat", "symmetric"] {
+    for design in ["random", "no-repeat", "symmetric", "adaptive"] {
         for debiased in [false, true] {
             for prompt in ["c1", "c2", "mean"] {
                 for column in ["COH", "CON", "FLU", "REL"] {
@@ -310,7 +311,8 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
     // Files.
     let out = dir.path().join("out");
     let written = write_outputs(&report, &out).unwrap();
-    assert_eq!(written.len(), 6);
+    // correlations, decisions, subset CSV/PNG/SVG, agreement PNG/SVG, budget CSV, report.
+    assert_eq!(written.len(), 9);
     let text = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
         text.contains("| Method | Debias | COH | CON | FLU | REL | Avg. |"),
@@ -324,6 +326,14 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         .contains("absolute scores when those rows run): 720 computed, 0 from the result cache"));
     assert!(text.contains("Model: `mock`, fingerprint `mock`"));
     assert!(text.contains("![subset curves](subset.png)"));
+    assert!(text.contains("![agreement with the full design](subset-vs-full.png)"));
+    assert!(text.contains("## A quarter of the comparisons"));
+    // Seven design and ranking rows per attribute.
+    assert_eq!(report.budget.len(), 4 * 7);
+    assert!(report
+        .budget
+        .iter()
+        .all(|row| row.vs_full.1 <= row.vs_full.0 && row.vs_full.0 <= row.vs_full.2));
     assert_eq!(text, markdown(&report));
 
     let png_bytes = std::fs::read(out.join("subset.png")).unwrap();
@@ -422,7 +432,12 @@ fn a_curve_point_is_what_the_runner_reports_for_that_design_and_seed() {
     let mut options = options(vec![12], 1);
     options.bootstrap = None;
     let report = reproduce(&mut mock(), &data, &options, None, &mut []).unwrap();
-    for design in [Design::Random, Design::NoRepeat, Design::Symmetric] {
+    for design in [
+        Design::Random,
+        Design::NoRepeat,
+        Design::Symmetric,
+        Design::Adaptive,
+    ] {
         for debias in [Debias::None, Debias::Threshold] {
             let mut compare = CompareOptions::new(
                 Task::Summary,
@@ -433,11 +448,16 @@ fn a_curve_point_is_what_the_runner_reports_for_that_design_and_seed() {
             compare.comparisons = Some(12);
             compare.seed = 0;
             compare.debias = debias;
+            if design == Design::Adaptive {
+                // The adaptive curve ranks as `compare --design adaptive` does by default.
+                compare.rank = RankMethod::Poe;
+            }
             let result = run_compare(&mut mock(), &data.contexts, &compare, None).unwrap();
             let expected = 100.0 * runner_spearman(&result, &data.contexts);
             let name = match design {
                 Design::Random => "random",
                 Design::NoRepeat => "no-repeat",
+                Design::Adaptive => "adaptive",
                 _ => "symmetric",
             };
             let point = report

@@ -4,7 +4,9 @@
 //! - `random`: R ordered pairs drawn without replacement;
 //! - `no-repeat`: R ordered pairs never containing both (i, j) and (j, i): R unordered
 //!   pairs drawn without replacement, each shown in a random order (R <= N(N-1)/2);
-//! - `symmetric`: R/2 unordered pairs, each shown in both orders (R even).
+//! - `symmetric`: R/2 unordered pairs, each shown in both orders (R even);
+//! - `adaptive`: chosen in rounds from the results so far ([`super::adaptive`]), so not
+//!   here: [`Design::pairs`] refuses it.
 //!
 //! Draws come from a `StdRng` seeded with the run's seed mixed with the context id, so a
 //! context gets the same pairs whatever the other contexts are; pairs are returned sorted
@@ -29,6 +31,8 @@ pub enum Design {
     NoRepeat,
     /// R/2 pairs, each in both orders (R even).
     Symmetric,
+    /// Pairs chosen in rounds where the current fit is least sure of the order.
+    Adaptive,
 }
 
 impl Design {
@@ -49,6 +53,9 @@ impl Design {
                 bail!("--comparisons applies to the random, no-repeat and symmetric designs, not full")
             }
             (Design::Full, None) => Ok(()),
+            // The budget is optional (a stop rule may end the run) and checked with the
+            // round settings: `AdaptiveSettings::check`.
+            (Design::Adaptive, _) => Ok(()),
             (_, None) => bail!("the {self:?} design needs a number of comparisons (--comparisons R)"),
             (_, Some(0)) => bail!("the number of comparisons must be at least 1"),
             (Design::Symmetric, Some(r)) if r % 2 == 1 => bail!(
@@ -95,6 +102,9 @@ impl Design {
                         }
                     })
                     .collect()
+            }
+            Design::Adaptive => {
+                bail!("the adaptive design chooses its pairs in rounds from the results so far")
             }
             Design::Symmetric => {
                 let all = unordered_pairs(n);
@@ -183,7 +193,7 @@ mod tests {
                     match design {
                         Design::Full | Design::Symmetric => assert_eq!(reversed, pairs.len()),
                         Design::NoRepeat => assert_eq!(reversed, 0),
-                        Design::Random => {}
+                        Design::Random | Design::Adaptive => {}
                     }
                 }
             }

@@ -6,10 +6,12 @@
 //! - [`design`]: which pairs to compare;
 //! - [`run`]: the cached, resumable runner and its outputs.
 
+pub mod adaptive;
 pub mod design;
 pub mod run;
 pub mod template;
 
+pub use adaptive::{AdaptiveSelector, AdaptiveSettings, Ending, StopRule};
 pub use design::Design;
 pub use run::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,

@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::adaptive::{AdaptiveSelector, AdaptiveSettings, Ending};
 use super::design::{context_rng, Design};
 use super::template::{first_wins, Fill, PairwiseTemplate};
 use crate::data::{find_human_key, human_keys, Context};
@@ -50,8 +51,10 @@ pub struct CompareOptions {
     pub attribute: Attribute,
     pub template: PairwiseTemplate,
     pub design: Design,
-    /// R for the random, no-repeat and symmetric designs.
+    /// R for the random, no-repeat and symmetric designs; the budget of the adaptive one.
     pub comparisons: Option<usize>,
+    /// Rounds and stop rule of the adaptive design.
+    pub adaptive: AdaptiveSettings,
     pub seed: u64,
     pub rank: RankMethod,
     pub debias: Debias,
@@ -72,6 +75,7 @@ impl CompareOptions {
             template,
             design: Design::Full,
             comparisons: None,
+            adaptive: AdaptiveSettings::default(),
             seed: 0,
             rank: RankMethod::WinRatio,
             debias: Debias::None,
@@ -106,6 +110,16 @@ pub struct ContextResult {
     pub consistency: Rate,
     /// Against the human scores, when the context has them.
     pub accuracy: Option<Rate>,
+    /// How the adaptive design went here (`None` for the other designs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveRun>,
+}
+
+/// One context's adaptive selection: the rounds it took and why it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AdaptiveRun {
+    pub rounds: usize,
+    pub ending: Ending,
 }
 
 /// The results of a run.
@@ -150,10 +164,22 @@ pub fn plan_context(
     let pairs = options
         .design
         .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
+    let labels = plan_pairs(scorer, context, options, labels, &pairs)?;
+    Ok(Plan { pairs, labels })
+}
+
+/// The label requests of the ordered `pairs` of one context, in the order given.
+pub fn plan_pairs(
+    scorer: &dyn Scorer,
+    context: &Context,
+    options: &CompareOptions,
+    labels: &[Vec<u32>],
+    pairs: &[(usize, usize)],
+) -> Result<LabelPlan> {
     let conventions = &scorer.info().conventions;
     let mut plan = LabelPlan::new();
     let question = options.attribute.question(&options.nouns.item);
-    for &(i, j) in &pairs {
+    for &(i, j) in pairs {
         let fill = Fill {
             context: &context.text,
             a: &context.candidates[i].text,
@@ -173,10 +199,7 @@ pub fn plan_context(
             })?;
         plan.push(planned);
     }
-    Ok(Plan {
-        pairs,
-        labels: plan,
-    })
+    Ok(plan)
 }
 
 fn progress_bar(total: usize, visible: bool) -> ProgressBar {
@@ -259,6 +282,9 @@ pub fn run_compare(
 ) -> Result<CompareResult> {
     options.design.check_request(options.comparisons)?;
     let labels = pairwise_labels(scorer)?;
+    if options.design == Design::Adaptive {
+        return run_adaptive(scorer, contexts, options, cache, &labels);
+    }
 
     let mut plans = Vec::with_capacity(contexts.len());
     let mut cached = 0;
@@ -308,6 +334,115 @@ pub fn run_compare(
         all_comparisons.push(comparisons);
     }
     let mut result = summarise(contexts, all_comparisons, options)?;
+    result.computed = computed;
+    result.cached = cached;
+    Ok(result)
+}
+
+/// [`run_compare`] with the adaptive design: every context's selection advances one round
+/// at a time, and each round's comparisons of all contexts go to the scorer together
+/// (through the cache, so an interrupted run resumes with the same choices).
+fn run_adaptive(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    options: &CompareOptions,
+    cache: Option<&ResultCache>,
+    labels: &[Vec<u32>],
+) -> Result<CompareResult> {
+    options.adaptive.check(options.comparisons)?;
+    let mut selectors = contexts
+        .iter()
+        .map(|context| {
+            AdaptiveSelector::new(
+                context.candidates.len(),
+                options.comparisons,
+                &options.adaptive,
+                &mut context_rng(options.seed, &context.id),
+            )
+            .with_context(|| format!("context `{}`", context.id))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let budget: usize = contexts
+        .iter()
+        .map(|c| {
+            let n = c.candidates.len();
+            options.comparisons.unwrap_or(n * n.saturating_sub(1))
+        })
+        .sum();
+    let bar = progress_bar(budget, options.progress);
+    let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); contexts.len()];
+    let mut comparisons: Vec<Vec<Comparison>> = vec![Vec::new(); contexts.len()];
+    let (mut computed, mut cached) = (0, 0);
+    loop {
+        let mut round: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+        let mut plan = LabelPlan::new();
+        for (k, (selector, context)) in selectors.iter_mut().zip(contexts).enumerate() {
+            let pairs = selector
+                .next_round(&outcomes[k])
+                .with_context(|| format!("context `{}`: choosing comparisons", context.id))?;
+            if pairs.is_empty() {
+                continue;
+            }
+            let planned = plan_pairs(scorer, context, options, labels, &pairs)
+                .with_context(|| format!("context `{}`", context.id))?;
+            for (request, key) in planned.requests().iter().zip(planned.keys()) {
+                plan.push(PlannedLabel {
+                    request: request.clone(),
+                    key: key.clone(),
+                });
+            }
+            round.push((k, pairs));
+        }
+        if round.is_empty() {
+            break;
+        }
+        let found = plan.lookup(cache)?;
+        cached += found;
+        bar.inc(found as u64);
+        let asked = plan.len();
+        computed += plan
+            .fill(scorer, cache, &mut |_| bar.inc(1))
+            .with_context(|| format!("scoring a round of {asked} comparisons"))?;
+        let mut results = plan.into_partial_results().into_iter();
+        for (k, pairs) in round {
+            let context = &contexts[k];
+            for (first, second) in pairs {
+                let result = results.next().flatten().with_context(|| {
+                    format!(
+                        "context `{}`: no result for comparison {first} vs {second}",
+                        context.id
+                    )
+                })?;
+                let (p_a, label_mass) = first_wins(&result).with_context(|| {
+                    format!(
+                        "context `{}`: `{}` vs `{}`",
+                        context.id, context.candidates[first].id, context.candidates[second].id
+                    )
+                })?;
+                outcomes[k].push(Outcome::new(first, second, p_a));
+                comparisons[k].push(Comparison {
+                    first,
+                    second,
+                    p_a,
+                    label_mass,
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    for list in &mut comparisons {
+        list.sort_by_key(|c| (c.first, c.second));
+    }
+    let mut result = summarise(contexts, comparisons, options)?;
+    for (context, selector) in result.contexts.iter_mut().zip(&selectors) {
+        let ending = selector
+            .ending()
+            .context("an adaptive selection ended without a reason")?;
+        context.adaptive = Some(AdaptiveRun {
+            rounds: selector.rounds(),
+            ending,
+        });
+    }
     result.computed = computed;
     result.cached = cached;
     Ok(result)
@@ -382,6 +517,7 @@ fn summarise(
             first_position,
             consistency,
             accuracy,
+            adaptive: None,
         });
     }
     Ok(out)
@@ -459,9 +595,14 @@ pub fn show_first_prompt(
         bail!("no contexts");
     };
     let mut rng = context_rng(options.seed, &context.id);
-    let pairs = options
-        .design
-        .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
+    let n = context.candidates.len();
+    let pairs = match options.design {
+        Design::Adaptive => {
+            AdaptiveSelector::new(n, options.comparisons, &options.adaptive, &mut rng)?
+                .next_round(&[])?
+        }
+        design => design.pairs(n, options.comparisons, &mut rng)?,
+    };
     let Some(&(i, j)) = pairs.first() else {
         bail!("context `{}` has no comparisons", context.id);
     };
