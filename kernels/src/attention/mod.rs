@@ -27,7 +27,9 @@ pub use rope::{split_rotate, RopeTables};
 
 use crate::cpu::CpuFeatures;
 use rayon::prelude::*;
-use tile::{ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK};
+use std::collections::HashMap;
+
+use tile::{transpose_tile, ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK};
 
 /// Head counts and width of an attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,12 +154,15 @@ pub fn segment_attention_on(
         )));
     }
     validate(dims, groups, queries, out)?;
+    let (transposed, offsets) = transpose_prefixes(dims, groups);
     let job = Job {
         dims,
         scale: scale * std::f32::consts::LOG2_E,
         groups,
         queries,
         out: OutPtr(out.as_mut_ptr()),
+        transposed: &transposed,
+        offsets: &offsets,
     };
     macro_rules! run {
         ($($nv:literal => $pv:literal),*) => {
@@ -233,6 +238,53 @@ fn validate(
     Ok(())
 }
 
+/// Every distinct prefix segment's keys transposed once, tile by tile, per key/value
+/// head (`(kv_heads, tiles, head_dim, KEY_TILE)`), so that the many chunks reading a
+/// shared prefix copy tiles instead of transposing them again; and where each segment
+/// (by the address and length of its keys) starts in that buffer.
+fn transpose_prefixes(
+    dims: AttentionDims,
+    groups: &[RowGroup],
+) -> (Vec<f32>, HashMap<(usize, usize), usize>) {
+    let hd = dims.head_dim;
+    let mut offsets = HashMap::new();
+    let mut total = 0;
+    let mut distinct = Vec::new();
+    for group in groups {
+        for segment in group.prefix {
+            let key = (segment.keys.as_ptr() as usize, segment.len);
+            if segment.len > 0 && !offsets.contains_key(&key) {
+                offsets.insert(key, total);
+                distinct.push((*segment, total));
+                total += dims.kv_heads * segment.len.div_ceil(KEY_TILE) * hd * KEY_TILE;
+            }
+        }
+    }
+    let mut transposed = vec![0f32; total];
+    let mut rest: &mut [f32] = &mut transposed;
+    let mut pieces = Vec::with_capacity(distinct.len());
+    for (segment, _) in &distinct {
+        let size = dims.kv_heads * segment.len.div_ceil(KEY_TILE) * hd * KEY_TILE;
+        let (piece, tail) = rest.split_at_mut(size);
+        pieces.push((segment, piece));
+        rest = tail;
+    }
+    pieces.into_par_iter().for_each(|(segment, piece)| {
+        let tiles = segment.len.div_ceil(KEY_TILE);
+        for kv_head in 0..dims.kv_heads {
+            let base = kv_head * segment.len * hd;
+            for t in 0..tiles {
+                let start = t * KEY_TILE;
+                let len = KEY_TILE.min(segment.len - start);
+                let at = base + start * hd;
+                let out = &mut piece[(kv_head * tiles + t) * hd * KEY_TILE..];
+                transpose_tile(&segment.keys[at..at + len * hd], hd, len, out);
+            }
+        }
+    });
+    (transposed, offsets)
+}
+
 /// The output pointer, shared by work items that write disjoint tokens/heads.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -247,6 +299,9 @@ struct Job<'a> {
     groups: &'a [RowGroup<'a>],
     queries: &'a [f32],
     out: OutPtr,
+    /// The prefix segments' keys, transposed ([`transpose_prefixes`]).
+    transposed: &'a [f32],
+    offsets: &'a HashMap<(usize, usize), usize>,
 }
 
 impl Job<'_> {
@@ -353,20 +408,26 @@ impl Job<'_> {
 
         // The shared prefix: every query of the chunk sees every key.
         for segment in group.prefix {
+            if segment.len == 0 {
+                continue;
+            }
             let base = kv_head * segment.len * hd;
-            let mut start = 0;
-            while start < segment.len {
+            let tiles = segment.len.div_ceil(KEY_TILE);
+            let transposed = &self.transposed[self.offsets
+                [&(segment.keys.as_ptr() as usize, segment.len)]
+                + kv_head * tiles * hd * KEY_TILE..];
+            for t in 0..tiles {
+                let start = t * KEY_TILE;
                 let len = KEY_TILE.min(segment.len - start);
                 st.visible[..n].fill(len);
                 let at = base + start * hd;
-                st.tile::<M, PV>(
+                st.tile_pretransposed::<M, PV>(
                     0,
                     n,
-                    &segment.keys[at..at + len * hd],
+                    &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
                     &segment.values[at..at + len * hd],
                     len,
                 );
-                start += len;
             }
         }
 

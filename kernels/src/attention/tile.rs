@@ -47,6 +47,18 @@ impl MulAdd for Separate {
     }
 }
 
+/// Transpose up to [`KEY_TILE`] keys of width `dim` (`len` rows) into `out`
+/// (`dim * KEY_TILE` floats, dimension-major, zero past `len`), the layout
+/// [`ChunkState::tile_pretransposed`] reads.
+pub(crate) fn transpose_tile(keys: &[f32], dim: usize, len: usize, out: &mut [f32]) {
+    out[..dim * KEY_TILE].fill(0.0);
+    for (j, key) in keys.chunks_exact(dim).take(len).enumerate() {
+        for (d, &x) in key.iter().enumerate() {
+            out[d * KEY_TILE + j] = x;
+        }
+    }
+}
+
 /// The running state of a chunk of queries with `NV * 16`-dimensional heads.
 pub(crate) struct ChunkState<const NV: usize> {
     /// Queries, pre-multiplied by `scale * log2(e)` (scores are then in base 2).
@@ -94,8 +106,42 @@ impl<const NV: usize> ChunkState<NV> {
     ) {
         let dim = Self::HEAD_DIM;
         assert!(len <= KEY_TILE && keys.len() >= len * dim && values.len() >= len * dim);
-        assert!(end <= QUERY_CHUNK && first <= end);
         self.transpose_keys(keys, len);
+        self.tile_transposed::<M, PV_BLOCK>(first, end, values, len);
+    }
+
+    /// [`Self::tile`] with the keys already transposed by [`transpose_tile`] into
+    /// `keys_t` (`HEAD_DIM * KEY_TILE` floats): a copy instead of a transposition, for
+    /// prefix tiles that many chunks read.
+    #[inline(always)]
+    pub fn tile_pretransposed<M: MulAdd, const PV_BLOCK: usize>(
+        &mut self,
+        first: usize,
+        end: usize,
+        keys_t: &[f32],
+        values: &[f32],
+        len: usize,
+    ) {
+        let dim = Self::HEAD_DIM;
+        assert!(len <= KEY_TILE && keys_t.len() >= dim * KEY_TILE && values.len() >= len * dim);
+        for (v, block) in self.keys_t.iter_mut().enumerate() {
+            for (lane, column) in block.iter_mut().enumerate() {
+                let at = (v * LANES + lane) * KEY_TILE;
+                column.copy_from_slice(&keys_t[at..at + KEY_TILE]);
+            }
+        }
+        self.tile_transposed::<M, PV_BLOCK>(first, end, values, len);
+    }
+
+    #[inline(always)]
+    fn tile_transposed<M: MulAdd, const PV_BLOCK: usize>(
+        &mut self,
+        first: usize,
+        end: usize,
+        values: &[f32],
+        len: usize,
+    ) {
+        assert!(end <= QUERY_CHUNK && first <= end);
         let mut i = first;
         while i + SCORE_BLOCK <= end {
             self.score_block::<M, SCORE_BLOCK>(i);
@@ -122,12 +168,15 @@ impl<const NV: usize> ChunkState<NV> {
     #[inline(always)]
     fn transpose_keys(&mut self, keys: &[f32], len: usize) {
         let dim = Self::HEAD_DIM;
-        for v in 0..NV {
-            for lane in 0..LANES {
-                let d = v * LANES + lane;
-                let column = &mut self.keys_t[v][lane];
-                for (j, slot) in column.iter_mut().enumerate() {
-                    *slot = if j < len { keys[j * dim + d] } else { 0.0 };
+        for block in self.keys_t.iter_mut() {
+            for column in block.iter_mut() {
+                column[len..].fill(0.0);
+            }
+        }
+        for (j, key) in keys.chunks_exact(dim).take(len).enumerate() {
+            for (v, block) in self.keys_t.iter_mut().enumerate() {
+                for (lane, column) in block.iter_mut().enumerate() {
+                    column[j] = key[v * LANES + lane];
                 }
             }
         }
@@ -137,13 +186,16 @@ impl<const NV: usize> ChunkState<NV> {
     #[inline(always)]
     fn score_block<M: MulAdd, const N: usize>(&mut self, first: usize) {
         let mut acc = [[0f32; KEY_TILE]; N];
+        let mut qd = [0f32; N];
         for v in 0..NV {
             for lane in 0..LANES {
                 let column = &self.keys_t[v][lane];
-                for (qi, row) in acc.iter_mut().enumerate() {
-                    let qd = self.q[first + qi][v][lane];
-                    for j in 0..KEY_TILE {
-                        row[j] = M::mul_add(qd, column[j], row[j]);
+                for (qi, x) in qd.iter_mut().enumerate() {
+                    *x = self.q[first + qi][v][lane];
+                }
+                for (row, &x) in acc.iter_mut().zip(&qd) {
+                    for (a, &k) in row.iter_mut().zip(column) {
+                        *a = M::mul_add(x, k, *a);
                     }
                 }
             }
@@ -207,16 +259,19 @@ impl<const NV: usize> ChunkState<NV> {
         for (qi, a) in acc.iter_mut().enumerate() {
             *a = self.acc[first + qi];
         }
-        for j in 0..len {
-            let row = &values[j * dim..j * dim + dim];
-            for (qi, a) in acc.iter_mut().enumerate() {
-                let p = self.scores[first + qi][j];
-                for v in 0..NV {
-                    let lanes: &Lane = row[v * LANES..v * LANES + LANES]
-                        .try_into()
-                        .expect("a lane is 16 floats");
-                    for lane in 0..LANES {
-                        a[v][lane] = M::mul_add(p, lanes[lane], a[v][lane]);
+        let mut p = [0f32; N];
+        let mut row = [[0f32; LANES]; NV];
+        for (j, value) in values.chunks_exact(dim).take(len).enumerate() {
+            for (v, lanes) in row.iter_mut().enumerate() {
+                lanes.copy_from_slice(&value[v * LANES..(v + 1) * LANES]);
+            }
+            for (qi, x) in p.iter_mut().enumerate() {
+                *x = self.scores[first + qi][j];
+            }
+            for (a, &x) in acc.iter_mut().zip(&p) {
+                for (av, rv) in a.iter_mut().zip(&row) {
+                    for (y, &r) in av.iter_mut().zip(rv) {
+                        *y = M::mul_add(x, r, *y);
                     }
                 }
             }
