@@ -24,6 +24,7 @@ pub mod engine;
 pub mod judge;
 pub mod metrics;
 pub mod pararef;
+pub mod progress;
 pub mod rank;
 pub mod reproduce;
 pub mod runtime;

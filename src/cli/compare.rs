@@ -268,7 +268,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         rank,
         debias: args.debias,
         score_field: args.human_key.clone(),
-        progress: true,
+        progress: super::progress::bars(),
     };
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());

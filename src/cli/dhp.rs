@@ -280,7 +280,7 @@ fn score(args: ScoreArgs) -> Result<()> {
         metrics,
         with_context: !args.no_context,
         steps: StepsSource::default(),
-        progress: true,
+        progress: super::progress::bars(),
     };
     let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;

@@ -19,6 +19,7 @@ pub mod models;
 pub mod paraphrase;
 pub mod pararef;
 pub mod pararef_report;
+pub mod progress;
 pub mod reproduce;
 pub mod score;
 pub mod serve;

@@ -132,7 +132,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         confidence: 0.95,
         seed: 0,
     });
-    options.progress = true;
+    options.progress = super::progress::bars();
     options.command = command_line();
     let out = args
         .out

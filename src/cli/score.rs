@@ -165,7 +165,7 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
     let mut options = ScoreOptions::new(args.method, args.task, &attribute);
     options.adjective = args.adjective.clone();
     options.reference = args.reference;
-    options.progress = true;
+    options.progress = super::progress::bars();
     match from_text {
         Some((criteria, source)) => {
             eprintln!(
@@ -267,7 +267,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         scorer.as_mut(),
         &contexts,
         &method,
-        options.progress,
+        &options.progress,
         cache.as_ref(),
     )?;
     let mut report = summary(&run);

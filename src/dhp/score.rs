@@ -28,6 +28,7 @@ use crate::engine::{LabelResult, ResultCache, Scorer};
 use crate::judge::geval::{Criteria, StepsSource};
 use crate::judge::pairwise::template::{first_wins, Fill, PairwiseTemplate};
 use crate::judge::{resolve_method, run_scoring, ScoreMethod, ScoreOptions, Task};
+use crate::progress::Progress;
 
 /// How texts are judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,8 +200,8 @@ pub struct DhpScoreOptions {
     pub with_context: bool,
     /// G-Eval evaluation steps: generated once per model and metric (cached).
     pub steps: StepsSource,
-    /// Draw the absolute runner's progress bar.
-    pub progress: bool,
+    /// Where the absolute runner reports progress.
+    pub progress: Progress,
 }
 
 /// Score all usable rows; `on_metric(metric)` is told when a metric starts.
@@ -259,10 +260,10 @@ pub fn score_perturbations(
                     score_options.criteria = Some(criteria(options.task, metric)?);
                 }
                 score_options.steps = options.steps.clone();
-                score_options.progress = options.progress;
+                score_options.progress = options.progress.clone();
                 let resolved = resolve_method(scorer, &score_options, cache)
                     .with_context(|| format!("metric `{metric}`"))?;
-                let run = run_scoring(scorer, &contexts, &resolved, options.progress, cache)
+                let run = run_scoring(scorer, &contexts, &resolved, &options.progress, cache)
                     .with_context(|| format!("metric `{metric}`"))?;
                 for scored in run.candidates {
                     let level = if scored.candidate_id == ORIGINAL {

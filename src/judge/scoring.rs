@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context as _, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -27,6 +26,7 @@ use super::scale::{ScoreDistribution, ScoreScale};
 use crate::data::{Candidate, Context};
 use crate::engine::runner::{plan_label, LabelPlan};
 use crate::engine::{LabelRequest, ResultCache, Scorer};
+use crate::progress::Progress;
 
 /// How candidates are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,8 +69,8 @@ pub struct ScoreOptions {
     pub steps: StepsSource,
     /// G-Eval: show each candidate's reference as the expected output.
     pub reference: bool,
-    /// Draw a progress bar on stderr.
-    pub progress: bool,
+    /// Where to report progress (candidates done).
+    pub progress: Progress,
 }
 
 impl ScoreOptions {
@@ -85,7 +85,7 @@ impl ScoreOptions {
             criteria: None,
             steps: StepsSource::default(),
             reference: false,
-            progress: false,
+            progress: Progress::none(),
         }
     }
 }
@@ -253,20 +253,7 @@ pub fn score_contexts(
     cache: Option<&ResultCache>,
 ) -> Result<Vec<ScoredCandidate>> {
     let method = resolve_method(scorer, options, cache)?;
-    Ok(run_scoring(scorer, contexts, &method, options.progress, cache)?.candidates)
-}
-
-fn progress_bar(total: usize, visible: bool) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} [{wide_bar}] {pos}/{len} candidates, {per_sec}, ETA {eta}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
+    Ok(run_scoring(scorer, contexts, &method, &options.progress, cache)?.candidates)
 }
 
 /// The label requests of one context's candidates, tokenised once and keyed.
@@ -302,11 +289,11 @@ pub fn run_scoring(
     scorer: &mut dyn Scorer,
     contexts: &[Context],
     method: &ResolvedMethod,
-    progress: bool,
+    progress: &Progress,
     cache: Option<&ResultCache>,
 ) -> Result<ScoreRun> {
     let total = contexts.iter().map(|c| c.candidates.len()).sum();
-    let bar = progress_bar(total, progress);
+    let bar = progress.task(total as u64, "candidates");
     let mut run = ScoreRun {
         method: method.clone(),
         candidates: Vec::with_capacity(total),
@@ -334,7 +321,7 @@ pub fn run_scoring(
                     run.candidates
                         .push(scored(context, candidate, likelihood.mean_logprob));
                 }
-                bar.inc(requests.len() as u64);
+                bar.advance(requests.len() as u64);
             }
         }
         ResolvedMethod::Prompt { .. } | ResolvedMethod::Geval { .. } => {
@@ -349,10 +336,10 @@ pub fn run_scoring(
                 run.cached += plan.lookup(cache)?;
                 plans.push(plan);
             }
-            bar.inc(run.cached as u64);
+            bar.advance(run.cached as u64);
             for (context, plan) in contexts.iter().zip(&mut plans) {
                 run.computed += plan
-                    .fill(scorer, cache, &mut |_| bar.inc(1))
+                    .fill(scorer, cache, &mut |_| bar.advance(1))
                     .with_context(|| format!("context `{}`", context.id))?;
             }
             for (context, plan) in contexts.iter().zip(plans) {
@@ -372,7 +359,7 @@ pub fn run_scoring(
             }
         }
     }
-    bar.finish_and_clear();
+    drop(bar);
     Ok(run)
 }
 

@@ -72,12 +72,10 @@ impl RowSource for AbsoluteSource {
                         Some(attribute) => attribute,
                         None => {
                             self.skipped.push(task.column.label.clone());
-                            if task.progress {
-                                eprintln!(
-                                    "{}: no built-in G-Eval criteria for `{}`; no G-Eval cell",
-                                    task.column.label, task.column.attribute.name
-                                );
-                            }
+                            task.progress.note(&format!(
+                                "{}: no built-in G-Eval criteria for `{}`; no G-Eval cell",
+                                task.column.label, task.column.attribute.name
+                            ));
                             continue;
                         }
                     }
@@ -88,14 +86,13 @@ impl RowSource for AbsoluteSource {
             options.steps = StepsSource::Generate {
                 max_tokens: self.max_step_tokens,
             };
-            options.progress = task.progress;
+            options.progress = task.progress.clone();
             let (name, in_paper) = Self::row_name(method);
-            if task.progress {
-                eprintln!("{}: {name}", task.column.label);
-            }
+            task.progress
+                .note(&format!("{}: {name}", task.column.label));
             let resolved = resolve_method(scorer, &options, task.cache)
                 .with_context(|| format!("{name} for {}", task.column.label))?;
-            let run = run_scoring(scorer, task.contexts, &resolved, task.progress, task.cache)?;
+            let run = run_scoring(scorer, task.contexts, &resolved, &task.progress, task.cache)?;
             produced.computed += run.computed;
             produced.cached += run.cached;
             // The runner keeps input order: contexts in order, candidates in order.

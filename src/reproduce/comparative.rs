@@ -173,7 +173,7 @@ impl ComparativeSource {
             template,
         );
         options.score_field = Some(task.column.field.clone());
-        options.progress = task.progress;
+        options.progress = task.progress.clone();
         let result = run_compare(scorer, task.contexts, &options, task.cache)?;
         let mut matrices = Vec::with_capacity(result.contexts.len());
         let mut all_p = Vec::new();
@@ -245,15 +245,13 @@ impl RowSource for ComparativeSource {
         human_scores(task.contexts, task.column)?;
         let mut prompts = Vec::with_capacity(task.prompts.len());
         for prompt in task.prompts {
-            if task.progress {
-                eprintln!(
-                    "{} {} ({}), prompt {prompt}: {} contexts",
-                    task.experiment.title(),
-                    task.column.label,
-                    task.column.attribute.name,
-                    task.contexts.len()
-                );
-            }
+            task.progress.note(&format!(
+                "{} {} ({}), prompt {prompt}: {} contexts",
+                task.experiment.title(),
+                task.column.label,
+                task.column.attribute.name,
+                task.contexts.len()
+            ));
             let run = Self::run_prompt(scorer, task, prompt).with_context(|| {
                 format!(
                     "{} {} prompt {prompt}",

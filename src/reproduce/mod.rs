@@ -39,6 +39,7 @@ pub use subset::{CurvePoint, SubsetOptions};
 use crate::engine::{ResultCache, Scorer};
 use crate::judge::pairwise::run::prefetch_comparisons;
 use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
+use crate::progress::Progress;
 
 /// The paper's two prompts.
 pub const PROMPTS: [&str; 2] = ["c1", "c2"];
@@ -52,7 +53,8 @@ pub struct ReproduceOptions {
     pub curves: Option<SubsetOptions>,
     /// Bootstrap intervals for the prompt-averaged Spearman; `None` skips them.
     pub bootstrap: Option<BootstrapSettings>,
-    pub progress: bool,
+    /// Where to report progress and notes.
+    pub progress: Progress,
     /// The command line, for the report.
     pub command: String,
     /// Seconds spent loading the model before the run, for the report.
@@ -67,14 +69,14 @@ impl ReproduceOptions {
             curves: Some(SubsetOptions {
                 grid,
                 seeds,
-                progress: false,
+                progress: Progress::none(),
             }),
             bootstrap: Some(BootstrapSettings {
                 resamples: 1000,
                 confidence: 0.95,
                 seed: 0,
             }),
-            progress: false,
+            progress: Progress::none(),
             command: String::new(),
             model_load_seconds: None,
         }
@@ -187,16 +189,14 @@ pub fn reproduce(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    if options.progress {
-        eprintln!(
-            "computing the comparisons of {} attribute(s) x {} prompt(s) over {} contexts",
-            columns.len(),
-            options.prompts.len(),
-            contexts.len()
-        );
-    }
+    options.progress.note(&format!(
+        "computing the comparisons of {} attribute(s) x {} prompt(s) over {} contexts",
+        columns.len(),
+        options.prompts.len(),
+        contexts.len()
+    ));
     let (prefetched, found) =
-        prefetch_comparisons(scorer, contexts, &option_sets, cache, options.progress)?;
+        prefetch_comparisons(scorer, contexts, &option_sets, cache, &options.progress)?;
     let cache = Some(cache);
     let mut comparative = ComparativeSource::new();
     let mut rows: Vec<RowResult> = Vec::new();
@@ -211,7 +211,7 @@ pub fn reproduce(
             contexts,
             prompts: &options.prompts,
             cache,
-            progress: options.progress,
+            progress: options.progress.clone(),
         };
         let mut produced = vec![comparative.rows(scorer, &task)?];
         for source in extra.iter_mut() {
@@ -266,7 +266,7 @@ pub fn reproduce(
     let (curves, budget, curve_grid, curve_seeds) = match &options.curves {
         Some(curve_options) => {
             let mut curve_options = curve_options.clone();
-            curve_options.progress = options.progress;
+            curve_options.progress = options.progress.clone();
             let points = subset::subset_curves(&comparative.runs, contexts, &curve_options)?;
             let budget = subset::budget_table(
                 &comparative.runs,

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::experiment::{Column, Experiment};
 use crate::data::Context;
 use crate::engine::{ResultCache, Scorer};
+use crate::progress::Progress;
 use crate::stats::{
     percentile_interval, summary_level, Coefficient, Correlations, Interval, Item, SkipRule,
 };
@@ -52,7 +53,7 @@ pub struct AttributeTask<'a> {
     /// variants and name them in their [`PromptScores`].
     pub prompts: &'a [String],
     pub cache: Option<&'a ResultCache>,
-    pub progress: bool,
+    pub progress: Progress,
 }
 
 /// A source's rows for one attribute, with its model-call accounting.

@@ -24,7 +24,6 @@
 //! largest context.
 
 use anyhow::{bail, ensure, Context as _, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -34,6 +33,7 @@ use crate::data::Context;
 use crate::judge::pairwise::adaptive::select_adaptively;
 use crate::judge::pairwise::design::context_rng;
 use crate::judge::pairwise::{AdaptiveSelector, AdaptiveSettings, Design};
+use crate::progress::Progress;
 use crate::rank::{balanced_threshold, score_at_threshold, win_ratio, Outcome, RankMethod};
 use crate::stats::input::is_constant;
 use crate::stats::spearman;
@@ -64,7 +64,8 @@ pub struct SubsetOptions {
     pub grid: Vec<usize>,
     /// Seeded draws per point (seeds 0..seeds).
     pub seeds: u64,
-    pub progress: bool,
+    /// Where to report progress (curve points done).
+    pub progress: Progress,
 }
 
 /// About 24 even values from the smallest step up to N(N-1) (for 16 candidates:
@@ -288,7 +289,7 @@ pub fn subset_curves(
         .iter()
         .map(|human| human.iter().map(|h| is_constant(h)).collect())
         .collect();
-    let bar = progress_bar(tasks.len(), options.progress);
+    let bar = options.progress.task(tasks.len() as u64, "curve points");
     let results = tasks
         .par_iter()
         .map(|&(a, design, r)| {
@@ -304,11 +305,11 @@ pub fn subset_curves(
                 }
                 values.push(per_debias);
             }
-            bar.inc(1);
+            bar.advance(1);
             Ok(values)
         })
         .collect::<Result<Vec<_>>>();
-    bar.finish_and_clear();
+    drop(bar);
     let results = results?;
 
     let mut points = Vec::new();
@@ -484,19 +485,6 @@ fn rank_name(method: RankMethod) -> &'static str {
         RankMethod::BradleyTerry => "Bradley-Terry",
         RankMethod::Poe => "PoE",
     }
-}
-
-fn progress_bar(total: usize, visible: bool) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "subset curves {elapsed_precise} [{wide_bar}] {pos}/{len} points, ETA {eta}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ fn a_judge_that_prefers_originals_is_discerning_on_every_perturbation() {
         metrics: vec!["coherence".into(), "consistency".into(), "fluency".into()],
         with_context: true,
         steps: StepsSource::Given("1. Read the story.\n2. Rate the ending.".into()),
-        progress: false,
+        progress: nlg_judge::progress::Progress::none(),
     };
     let mut model = judge(originals.clone());
     let scores =
@@ -203,7 +203,7 @@ fn a_judge_blind_to_the_text_discerns_nothing() {
         metrics: vec!["fluency".into()],
         with_context: false,
         steps: StepsSource::Given("1. Rate.".into()),
-        progress: false,
+        progress: nlg_judge::progress::Progress::none(),
     };
     let scores = score_perturbations(&mut blind, &rows, &options, None, &mut |_| {}).unwrap();
     let analysis = analyze(&scores, None).unwrap();
@@ -224,7 +224,7 @@ fn scoring_rejects_metrics_the_task_does_not_have() {
         metrics: vec!["relevance".into()],
         with_context: true,
         steps: StepsSource::Given("1. Rate.".into()),
-        progress: false,
+        progress: nlg_judge::progress::Progress::none(),
     };
     let error = score_perturbations(&mut model, &rows, &options, None, &mut |_| {}).unwrap_err();
     assert!(

@@ -482,3 +482,30 @@ fn adaptive_settings_are_checked_before_the_model_is_asked() {
         ));
     }
 }
+
+/// Counts what the runner reports.
+#[derive(Default)]
+struct Counted(std::sync::Mutex<(u64, u64, usize)>);
+
+impl nlg_judge::progress::ProgressSink for Counted {
+    fn begin(&self, total: u64, _unit: &str) {
+        self.0.lock().unwrap().0 += total;
+    }
+    fn advance(&self, steps: u64) {
+        self.0.lock().unwrap().1 += steps;
+    }
+    fn end(&self) {
+        self.0.lock().unwrap().2 += 1;
+    }
+    fn note(&self, _message: &str) {}
+}
+
+#[test]
+fn progress_is_reported_through_the_callers_sink() {
+    let counted = std::sync::Arc::new(Counted::default());
+    let mut opts = options();
+    opts.progress = nlg_judge::progress::Progress::to(counted.clone());
+    run_compare(&mut mock(0.0, None), &three_contexts(), &opts, None).unwrap();
+    // Three contexts of five candidates: 60 comparisons, all reported, one task ended.
+    assert_eq!(*counted.0.lock().unwrap(), (60, 60, 1));
+}

@@ -216,7 +216,14 @@ fn geval_steps_are_generated_once_and_reused_with_the_results() {
         panic!("G-Eval expected")
     };
     assert_eq!(steps.origin, StepsOrigin::Generated);
-    let run = run_scoring(&mut first, &contexts, &method, false, Some(&cache)).unwrap();
+    let run = run_scoring(
+        &mut first,
+        &contexts,
+        &method,
+        &Default::default(),
+        Some(&cache),
+    )
+    .unwrap();
     assert_eq!((calls.generations(), calls.labels()), (1, 3));
     assert_eq!((run.computed, run.cached), (3, 0));
 
@@ -229,7 +236,14 @@ fn geval_steps_are_generated_once_and_reused_with_the_results() {
     };
     assert_eq!(again.origin, StepsOrigin::Cached);
     assert_eq!(again.text, steps.text);
-    let rerun = run_scoring(&mut second, &contexts, &method, false, Some(&cache)).unwrap();
+    let rerun = run_scoring(
+        &mut second,
+        &contexts,
+        &method,
+        &Default::default(),
+        Some(&cache),
+    )
+    .unwrap();
     assert_eq!((calls.generations(), calls.labels()), (0, 0));
     assert_eq!((rerun.computed, rerun.cached), (0, 3));
     assert_eq!(rerun.candidates, run.candidates);
@@ -324,7 +338,14 @@ fn a_killed_run_resumes_and_writes_the_same_output() {
     let mut resumed = geval_mock(Arc::default());
     let calls = resumed.calls();
     let method = resolve_method(&mut resumed, &options, Some(&cache)).unwrap();
-    let run = run_scoring(&mut resumed, &contexts, &method, false, Some(&cache)).unwrap();
+    let run = run_scoring(
+        &mut resumed,
+        &contexts,
+        &method,
+        &Default::default(),
+        Some(&cache),
+    )
+    .unwrap();
     assert_eq!((run.computed, run.cached), (1, 2));
     assert_eq!((calls.generations(), calls.labels()), (0, 1));
     let (mut a, mut b) = (Vec::new(), Vec::new());

@@ -194,7 +194,14 @@ fn geval_scores_summeval_summaries_and_reuses_its_steps() {
     assert!(steps.text.starts_with("1."), "{}", steps.text);
     assert_eq!(first.generations.load(Ordering::SeqCst), 1);
     let started = Instant::now();
-    let run = run_scoring(&mut first, &contexts, &method, false, Some(&cache)).unwrap();
+    let run = run_scoring(
+        &mut first,
+        &contexts,
+        &method,
+        &Default::default(),
+        Some(&cache),
+    )
+    .unwrap();
     let scoring_time = started.elapsed();
     eprintln!(
         "steps ({} chars) generated in {steps_time:.2?}; 3 summaries scored in {scoring_time:.2?}\n{}",
@@ -227,7 +234,14 @@ fn geval_scores_summeval_summaries_and_reuses_its_steps() {
     };
     assert_eq!(again.origin, StepsOrigin::Cached);
     assert_eq!(again.text, steps.text);
-    let rerun = run_scoring(&mut second, &contexts, &method, false, Some(&cache)).unwrap();
+    let rerun = run_scoring(
+        &mut second,
+        &contexts,
+        &method,
+        &Default::default(),
+        Some(&cache),
+    )
+    .unwrap();
     assert_eq!(second.generations.load(Ordering::SeqCst), 0);
     assert_eq!(second.label_requests.load(Ordering::SeqCst), 0);
     assert_eq!(rerun.candidates, run.candidates);

@@ -15,7 +15,6 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use anyhow::{bail, Context as _, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -26,6 +25,7 @@ use crate::data::{find_human_key, human_keys, Context};
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
 use crate::engine::{Label, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Nouns, Task};
+use crate::progress::Progress;
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
     ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
@@ -61,8 +61,8 @@ pub struct CompareOptions {
     /// Human score field for pairwise accuracy. `None`: the attribute's name, used where
     /// every candidate of a context has it; given: required in every context.
     pub score_field: Option<String>,
-    /// Draw a progress bar on stderr.
-    pub progress: bool,
+    /// Where to report progress (comparisons done).
+    pub progress: Progress,
 }
 
 impl CompareOptions {
@@ -80,7 +80,7 @@ impl CompareOptions {
             rank: RankMethod::WinRatio,
             debias: Debias::None,
             score_field: None,
-            progress: false,
+            progress: Progress::none(),
         }
     }
 }
@@ -202,19 +202,6 @@ pub fn plan_pairs(
     Ok(plan)
 }
 
-fn progress_bar(total: usize, visible: bool) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} [{wide_bar}] {pos}/{len} comparisons, {per_sec}, ETA {eta}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
 /// The token ids of the scorer's two pairwise label words (first, second position).
 pub fn pairwise_labels(scorer: &dyn Scorer) -> Result<Vec<Vec<u32>>> {
     let conventions = &scorer.info().conventions;
@@ -239,7 +226,7 @@ pub fn prefetch_comparisons(
     contexts: &[Context],
     option_sets: &[CompareOptions],
     cache: &ResultCache,
-    progress: bool,
+    progress: &Progress,
 ) -> Result<(usize, usize)> {
     let labels = pairwise_labels(scorer)?;
     let mut per_context = Vec::with_capacity(contexts.len());
@@ -263,13 +250,13 @@ pub fn prefetch_comparisons(
         cached += distinct.lookup(Some(cache))?;
         per_context.push(distinct);
     }
-    let bar = progress_bar(total, progress);
-    bar.inc(cached as u64);
+    let bar = progress.task(total as u64, "comparisons");
+    bar.advance(cached as u64);
     for (context, plan) in contexts.iter().zip(&mut per_context) {
-        plan.fill(scorer, Some(cache), &mut |_| bar.inc(1))
+        plan.fill(scorer, Some(cache), &mut |_| bar.advance(1))
             .with_context(|| format!("context `{}`", context.id))?;
     }
-    bar.finish_and_clear();
+    drop(bar);
     Ok((total - cached, cached))
 }
 
@@ -295,17 +282,17 @@ pub fn run_compare(
         plans.push(plan);
     }
     let total: usize = plans.iter().map(|p| p.pairs.len()).sum();
-    let bar = progress_bar(total, options.progress);
-    bar.inc(cached as u64);
+    let bar = options.progress.task(total as u64, "comparisons");
+    bar.advance(cached as u64);
     let mut computed = 0;
     for (context, plan) in contexts.iter().zip(&mut plans) {
         let missing = plan.labels.missing();
         computed += plan
             .labels
-            .fill(scorer, cache, &mut |_| bar.inc(1))
+            .fill(scorer, cache, &mut |_| bar.advance(1))
             .with_context(|| format!("context `{}`: scoring {missing} comparisons", context.id))?;
     }
-    bar.finish_and_clear();
+    drop(bar);
 
     let mut all_comparisons = Vec::with_capacity(contexts.len());
     for (context, plan) in contexts.iter().zip(plans) {
@@ -369,7 +356,9 @@ fn run_adaptive(
             options.comparisons.unwrap_or(n * n.saturating_sub(1))
         })
         .sum();
-    let bar = progress_bar(budget, options.progress);
+    let bar = options
+        .progress
+        .task(budget as u64, "comparisons (at most)");
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); contexts.len()];
     let mut comparisons: Vec<Vec<Comparison>> = vec![Vec::new(); contexts.len()];
     let (mut computed, mut cached) = (0, 0);
@@ -398,10 +387,10 @@ fn run_adaptive(
         }
         let found = plan.lookup(cache)?;
         cached += found;
-        bar.inc(found as u64);
+        bar.advance(found as u64);
         let asked = plan.len();
         computed += plan
-            .fill(scorer, cache, &mut |_| bar.inc(1))
+            .fill(scorer, cache, &mut |_| bar.advance(1))
             .with_context(|| format!("scoring a round of {asked} comparisons"))?;
         let mut results = plan.into_partial_results().into_iter();
         for (k, pairs) in round {
@@ -429,7 +418,7 @@ fn run_adaptive(
             }
         }
     }
-    bar.finish_and_clear();
+    drop(bar);
     for list in &mut comparisons {
         list.sort_by_key(|c| (c.first, c.second));
     }

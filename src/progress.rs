@@ -1,0 +1,131 @@
+//! Progress of long library work, told to whoever shows it. The library never draws:
+//! the command line gives a [`Progress`] that draws bars and prints notes on stderr
+//! (`cli/progress.rs`); library callers and tests give [`Progress::none`] (the default).
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What receives progress: one task at a time (begin, advances, end), and notes.
+pub trait ProgressSink: Send + Sync {
+    /// A task of `total` steps counted in `unit` ("comparisons") begins.
+    fn begin(&self, total: u64, unit: &str);
+    /// `steps` more steps of the current task are done.
+    fn advance(&self, steps: u64);
+    /// The current task is over (finished or abandoned).
+    fn end(&self);
+    /// A line for the person watching ("computing the comparisons of ...").
+    fn note(&self, message: &str);
+}
+
+/// Where progress goes: nowhere, or a [`ProgressSink`]. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<dyn ProgressSink>>);
+
+impl Progress {
+    /// Progress nobody sees.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Progress told to `sink`.
+    pub fn to(sink: Arc<dyn ProgressSink>) -> Self {
+        Self(Some(sink))
+    }
+
+    /// Whether anybody is told.
+    pub fn is_shown(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Begin a task; the returned guard advances it and ends it when dropped, so a task
+    /// left by an error ends too.
+    pub fn task(&self, total: u64, unit: &str) -> ProgressTask {
+        if let Some(sink) = &self.0 {
+            sink.begin(total, unit);
+        }
+        ProgressTask(self.0.clone())
+    }
+
+    /// Tell the watcher something.
+    pub fn note(&self, message: &str) {
+        if let Some(sink) = &self.0 {
+            sink.note(message);
+        }
+    }
+}
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_shown() {
+            "Progress(shown)"
+        } else {
+            "Progress(none)"
+        })
+    }
+}
+
+/// One task under way (see [`Progress::task`]).
+pub struct ProgressTask(Option<Arc<dyn ProgressSink>>);
+
+impl ProgressTask {
+    pub fn advance(&self, steps: u64) {
+        if let Some(sink) = &self.0 {
+            sink.advance(steps);
+        }
+    }
+}
+
+impl Drop for ProgressTask {
+    fn drop(&mut self) {
+        if let Some(sink) = &self.0 {
+            sink.end();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Log(Mutex<Vec<String>>);
+
+    impl ProgressSink for Log {
+        fn begin(&self, total: u64, unit: &str) {
+            self.0.lock().unwrap().push(format!("begin {total} {unit}"));
+        }
+        fn advance(&self, steps: u64) {
+            self.0.lock().unwrap().push(format!("+{steps}"));
+        }
+        fn end(&self) {
+            self.0.lock().unwrap().push("end".into());
+        }
+        fn note(&self, message: &str) {
+            self.0.lock().unwrap().push(message.into());
+        }
+    }
+
+    #[test]
+    fn a_task_ends_when_its_guard_drops_even_on_an_early_return() {
+        let log = Arc::new(Log::default());
+        let progress = Progress::to(log.clone());
+        let work = || -> Result<(), ()> {
+            let task = progress.task(3, "steps");
+            task.advance(1);
+            Err(())?;
+            task.advance(2);
+            Ok(())
+        };
+        assert!(work().is_err());
+        progress.note("done");
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            ["begin 3 steps", "+1", "end", "done"]
+        );
+        // Nobody told: nothing happens, nothing fails.
+        let silent = Progress::none();
+        silent.task(5, "x").advance(5);
+        assert!(!silent.is_shown());
+    }
+}
