@@ -1,4 +1,5 @@
-//! The `nlg-judge` command: parse arguments, run, print the error chain, exit.
+//! The `nlg-judge` command: parse arguments, run, print the error chain, exit (2 for
+//! usage and input errors, 1 for failures).
 
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ fn main() -> ExitCode {
             for cause in error.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
-            ExitCode::FAILURE
+            ExitCode::from(nlg_judge::cli::exit_code(&error))
         }
     }
 }

@@ -221,41 +221,47 @@ fn fingerprint(
 }
 
 pub fn run(args: CompareArgs) -> Result<()> {
-    let attribute = Attribute::resolve(
-        &args.attribute,
-        args.adjective.as_deref(),
-        args.question.as_deref(),
-    )?;
-    let nouns = Nouns::resolve(
-        args.task,
-        args.item.as_deref(),
-        args.context_label.as_deref(),
-    )?;
-    let template = PairwiseTemplate::resolve(&args.template, args.task)?;
-    args.design.check_request(args.comparisons)?;
-    let adaptive = AdaptiveSettings {
-        rounds: args.rounds,
-        round_size: args.round_size,
-        stop: args.stop_when,
-    };
-    if args.design == Design::Adaptive {
-        adaptive.check(args.comparisons)?;
-    } else if adaptive != AdaptiveSettings::default() {
-        bail!("--rounds, --round-size and --stop-when apply to --design adaptive only");
-    }
-    let rank = args.rank.unwrap_or(match args.design {
-        Design::Adaptive => RankMethod::Poe,
-        _ => RankMethod::WinRatio,
-    });
-    let shard = args.shard.resolve()?;
-    check_output(shard, args.output.as_deref())?;
-    if shard.is_some() && args.debias == Debias::Threshold {
-        bail!(
-            "--debias threshold sets one threshold from all of a run's comparisons, so a shard \
-             alone would decide differently from a single run: run it unsharded"
-        );
-    }
-    let contexts = take_shard(read_contexts(&args.input)?, shard);
+    // Everything decided from the options and the input file, before any model is
+    // loaded: a failure here is the user's to fix (exit code 2).
+    let (attribute, nouns, template, adaptive, rank, shard, contexts) = (|| -> Result<_> {
+        let attribute = Attribute::resolve(
+            &args.attribute,
+            args.adjective.as_deref(),
+            args.question.as_deref(),
+        )?;
+        let nouns = Nouns::resolve(
+            args.task,
+            args.item.as_deref(),
+            args.context_label.as_deref(),
+        )?;
+        let template = PairwiseTemplate::resolve(&args.template, args.task)?;
+        args.design.check_request(args.comparisons)?;
+        let adaptive = AdaptiveSettings {
+            rounds: args.rounds,
+            round_size: args.round_size,
+            stop: args.stop_when,
+        };
+        if args.design == Design::Adaptive {
+            adaptive.check(args.comparisons)?;
+        } else if adaptive != AdaptiveSettings::default() {
+            bail!("--rounds, --round-size and --stop-when apply to --design adaptive only");
+        }
+        let rank = args.rank.unwrap_or(match args.design {
+            Design::Adaptive => RankMethod::Poe,
+            _ => RankMethod::WinRatio,
+        });
+        let shard = args.shard.resolve()?;
+        check_output(shard, args.output.as_deref())?;
+        if shard.is_some() && args.debias == Debias::Threshold {
+            bail!(
+                "--debias threshold sets one threshold from all of a run's comparisons, so a shard \
+                 alone would decide differently from a single run: run it unsharded"
+            );
+        }
+        let contexts = take_shard(read_contexts(&args.input)?, shard);
+        Ok((attribute, nouns, template, adaptive, rank, shard, contexts))
+    })()
+    .map_err(super::input_error)?;
     let options = CompareOptions {
         task: args.task,
         nouns,

@@ -131,11 +131,11 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
     };
     let (items, source) = match (&args.input, &args.pred_file, &args.human_file) {
         (Some(input), _, _) => (
-            read_predictions(input, &fields)?,
+            read_predictions(input, &fields).map_err(super::input_error)?,
             input.display().to_string(),
         ),
         (None, Some(pred), Some(human)) => (
-            read_joined(pred, human, &fields)?,
+            read_joined(pred, human, &fields).map_err(super::input_error)?,
             format!("{} joined with {}", pred.display(), human.display()),
         ),
         _ => bail!("give --input, or --pred-file with --human-file"),

@@ -92,6 +92,30 @@ pub fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// An error in what the user gave (options, input files): the command exits with 2, as
+/// for a command-line usage error, instead of 1. Transparent: it prints as the error it
+/// wraps.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct InputError(#[from] anyhow::Error);
+
+/// Mark `error` as the user's input's fault.
+pub fn input_error(error: anyhow::Error) -> anyhow::Error {
+    InputError(error).into()
+}
+
+/// The exit code for `error`: 2 for input and usage errors (including a request the
+/// model cannot take), 1 for failures.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    let input = error.chain().any(|cause| cause.is::<InputError>())
+        || crate::engine::error_kind(error) == crate::engine::ErrorKind::BadRequest;
+    if input {
+        2
+    } else {
+        1
+    }
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Models(args) => models::run(args),

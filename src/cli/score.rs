@@ -233,10 +233,16 @@ fn summary(run: &ScoreRun) -> String {
 }
 
 pub fn run(args: ScoreArgs) -> Result<()> {
-    let options = options(&args)?;
-    let shard = args.shard.resolve()?;
-    check_output(shard, args.output.as_deref())?;
-    let contexts = take_shard(read_single_contexts(&args.input)?, shard);
+    // Decided from the options and the input before any model is loaded: a failure
+    // here is the user's to fix (exit code 2).
+    let (options, shard, contexts) = (|| -> Result<_> {
+        let options = options(&args)?;
+        let shard = args.shard.resolve()?;
+        check_output(shard, args.output.as_deref())?;
+        let contexts = take_shard(read_single_contexts(&args.input)?, shard);
+        Ok((options, shard, contexts))
+    })()
+    .map_err(super::input_error)?;
     let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;
     let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;

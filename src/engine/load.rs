@@ -9,6 +9,7 @@ use super::scorer::{ModelInfo, Scorer};
 use super::t5_scorer::T5Scorer;
 use crate::arch::t5::{T5Config, T5Model, WeightFiles};
 use crate::arch::{llama, Precision, WeightPolicy};
+use crate::engine::EngineError;
 use crate::runtime::{
     load_tokenizer, resolve_model, select_device, Architecture, ResolveOptions, ResolvedModel,
     WeightFormat,
@@ -61,7 +62,9 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
 /// Load an encoder-decoder T5 checkpoint as a [`T5Scorer`].
 pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scorer> {
     if resolved.format != WeightFormat::Safetensors {
-        bail!("T5 models load from safetensors checkpoints only");
+        return Err(
+            EngineError::Files("T5 models load from safetensors checkpoints only".into()).into(),
+        );
     }
     if options.precision != Precision::F32 {
         bail!(
@@ -107,7 +110,11 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
                 .context("a safetensors checkpoint needs its config.json")?;
             llama::from_safetensors(config, &resolved.weights, &device)?
         }
-        WeightFormat::TokenizerOnly => bail!("'{}' holds a tokenizer only", resolved.name),
+        WeightFormat::TokenizerOnly => {
+            return Err(
+                EngineError::Files(format!("'{}' holds a tokenizer only", resolved.name)).into(),
+            )
+        }
     };
     let model = model.with_precision(options.precision)?;
     let tokenizer = load_tokenizer(resolved)?;

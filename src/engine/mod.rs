@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod decoder;
+pub mod error;
 pub mod load;
 pub mod mock;
 pub mod request;
@@ -16,6 +17,7 @@ pub mod t5_scorer;
 pub use cache::{CacheKey, ResultCache};
 pub use decoder::tree_eval::{BatchBudget, EvalStats};
 pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
+pub use error::{error_kind, EngineError, ErrorKind};
 pub use load::{load_decoder, load_resolved, load_scorer, load_t5, model_info, LoadOptions};
 pub use mock::MockScorer;
 pub use request::*;

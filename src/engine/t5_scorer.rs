@@ -14,7 +14,7 @@ mod continuation;
 mod generation;
 mod labels;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 
 use super::request::{
     ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
@@ -121,7 +121,9 @@ impl T5Scorer {
     fn check_ids(&self, ids: &[u32], what: &str) -> Result<()> {
         let vocab = self.model.config().vocab_size;
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-            bail!("{what}: token id {bad} is outside the model's vocabulary ({vocab} rows)");
+            crate::bad_request!(
+                "{what}: token id {bad} is outside the model's vocabulary ({vocab} rows)"
+            );
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ use super::api::{
 };
 use super::auth::BearerToken;
 use super::worker::{Job, LabelTask, Reply, WorkerStats};
+use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
 use crate::judge::geval::Criteria;
 
@@ -168,10 +169,16 @@ async fn submit<T>(state: &AppState, job: impl FnOnce(Reply<T>) -> Job) -> Resul
     }
     match answer.await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(message)) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("cannot score this request: {message}"),
-        )),
+        Ok(Err(failure)) => Err(match failure.kind {
+            ErrorKind::BadRequest => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("cannot score this request: {}", failure.message),
+            ),
+            ErrorKind::Model | ErrorKind::Files => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the model failed: {}", failure.message),
+            ),
+        }),
         Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the model worker stopped before answering",

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::data::Context;
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
+use crate::engine::{error_kind, ErrorKind};
 use crate::engine::{ResultCache, Scorer};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
 use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
@@ -53,7 +54,23 @@ pub struct LabelAnswer {
 }
 
 /// Replies carry the error chain as text.
-pub type Reply<T> = oneshot::Sender<std::result::Result<T, String>>;
+pub type Reply<T> = oneshot::Sender<std::result::Result<T, JobFailure>>;
+
+/// Why a job failed: whether the request or the model was at fault, and the message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFailure {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl JobFailure {
+    fn of(error: &anyhow::Error) -> Self {
+        Self {
+            kind: error_kind(error),
+            message: chain(error),
+        }
+    }
+}
 
 /// Work for the model thread.
 pub enum Job {
@@ -187,7 +204,7 @@ impl Worker {
                             reply,
                         }),
                         Err(error) => {
-                            let _ = reply.send(Err(chain(&error)));
+                            let _ = reply.send(Err(JobFailure::of(&error)));
                         }
                     }
                 }
@@ -205,7 +222,7 @@ impl Worker {
                         &options,
                         Some(&self.cache),
                     );
-                    let _ = reply.send(result.map_err(|e| chain(&e)));
+                    let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
                 }
             }
         }
@@ -293,7 +310,7 @@ impl Worker {
                 return;
             }
             for job in planned {
-                let _ = job.reply.send(Err(chain(&error)));
+                let _ = job.reply.send(Err(JobFailure::of(&error)));
             }
             return;
         }
@@ -305,7 +322,7 @@ impl Worker {
                     distribution,
                     steps: job.steps,
                 })
-                .map_err(|e| chain(&e));
+                .map_err(|e| JobFailure::of(&e));
             let _ = job.reply.send(answer);
         }
     }

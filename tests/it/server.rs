@@ -580,3 +580,35 @@ async fn geval_with_free_text_criteria_like_the_service_example() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_model_cannot_take_is_422_and_a_model_failure_500() {
+    let scorer = MockScorer::new().with_labels(|prompt, _labels| {
+        if prompt.contains("TOO LONG") {
+            Err(nlg_judge::engine::EngineError::BadRequest(
+                "prompt and label need 9000 tokens, more than the model's context window".into(),
+            )
+            .into())
+        } else {
+            Err(anyhow::anyhow!("the device was lost"))
+        }
+    });
+    let server = Running::start(scorer, ServerConfig::default()).await;
+    let (status, body) = post(
+        server.addr,
+        "/v1/score",
+        &json!({"output": "TOO LONG", "context": "A: hello", "attribute": "engagingness", "task": "dialogue"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(error_of(&body).contains("context window"), "{body}");
+    let (status, body) = post(
+        server.addr,
+        "/v1/score",
+        &json!({"output": "fine", "context": "A: hello", "attribute": "engagingness", "task": "dialogue"}),
+    )
+    .await;
+    assert_eq!(status, 500, "{body}");
+    assert!(error_of(&body).contains("the device was lost"), "{body}");
+    server.shutdown().await;
+}

@@ -129,7 +129,7 @@ impl DecoderScorer {
             }
             Prompt::Text { text, chat: true } => {
                 if !self.chat.is_chat() {
-                    bail!(
+                    crate::bad_request!(
                         "model '{}' has no chat template; use a plain prompt",
                         self.info.name
                     );
@@ -145,7 +145,7 @@ impl DecoderScorer {
     fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
         let tokens = self.encode_prompt(prompt)?;
         if tokens.input.is_empty() {
-            bail!("empty prompt");
+            crate::bad_request!("empty prompt");
         }
         Ok(tokens.input)
     }
@@ -153,7 +153,7 @@ impl DecoderScorer {
     fn check_length(&self, index: usize, length: usize) -> Result<()> {
         let window = self.model.config().context_length;
         if length > window {
-            bail!(
+            crate::bad_request!(
                 "request {index}: prompt and label need {length} tokens, more than the model's context window of {window}"
             );
         }
@@ -325,7 +325,7 @@ impl Scorer for DecoderScorer {
             }
         };
         if ids.is_empty() {
-            bail!("empty label: a label needs at least one token");
+            crate::bad_request!("empty label: a label needs at least one token");
         }
         Ok(ids)
     }
@@ -352,7 +352,7 @@ impl Scorer for DecoderScorer {
             .enumerate()
             .map(|(index, request)| {
                 if request.labels.is_empty() {
-                    bail!("request {index} has no labels");
+                    crate::bad_request!("request {index} has no labels");
                 }
                 let prompt = self
                     .prompt_ids(&request.prompt)
@@ -397,7 +397,7 @@ impl Scorer for DecoderScorer {
                     .with_context(|| format!("request {index}"))?;
                 let continuation = self.tokenizer.encode(&request.continuation)?;
                 if continuation.is_empty() {
-                    bail!("request {index}: empty continuation");
+                    crate::bad_request!("request {index}: empty continuation");
                 }
                 Ok((prompt, vec![continuation]))
             })
