@@ -151,8 +151,8 @@ pub fn subset_figure(
         title: title.to_string(),
         x_label: "R (comparisons per context)".to_string(),
         y_label: match value {
-            CurveValue::Human => "Spearman x100 with humans",
-            CurveValue::FullDesign => "Spearman x100 with the full design",
+            CurveValue::Human => "Spearman x100",
+            CurveValue::FullDesign => "x100 vs full design",
         }
         .to_string(),
         panels,

@@ -397,8 +397,9 @@ pub fn markdown(report: &Reproduction) -> String {
              over the subset's own comparisons. R grid: {}.\n\n\
              ![subset curves]({SUBSET_PNG})\n\n\
              [SVG]({SUBSET_SVG}) · [CSV]({SUBSET_CSV})\n\n\
-             The same subsets' agreement with the full-design ranking (Spearman x100 per \
-             context with the win ratio over all comparisons, averaged over contexts):\n\n\
+             The same subsets' agreement with the full-design ranking of the same method \
+             (win ratio, or PoE for adaptive; Spearman x100 per context, a constant ranking \
+             counting 0, averaged over contexts):\n\n\
              ![agreement with the full design]({SUBSET_FULL_PNG})\n\n\
              [SVG]({SUBSET_FULL_SVG})\n",
             report.curve_seeds,
@@ -561,11 +562,12 @@ fn budget_table(report: &Reproduction) -> String {
     };
     let mut text = format!(
         "\n## A quarter of the comparisons (R = {} per context)\n\n\
-         Spearman x100 of each design's ranking with the full-design ranking (win ratio over \
-         all N(N-1) comparisons) and with the human scores, per context averaged over prompts \
-         and seeds, then over contexts, with 95% bootstrap intervals over contexts (1000 \
-         resamples). No debiasing. Adaptive: `compare --design adaptive` replayed on the full \
-         matrices.\n\n\
+         Spearman x100 of each design's ranking with the full-design ranking of the same \
+         method (over all N(N-1) comparisons) and with the human scores, per context averaged \
+         over prompts and seeds, then over contexts (a constant ranking counts 0), with 95% \
+         bootstrap intervals over contexts (1000 resamples). Debiased: each subset's \
+         threshold balanced over its own comparisons, the full design's over all of them. \
+         Adaptive: `compare --design adaptive` replayed on the full matrices.\n\n\
          | attribute | design | ranking | with full design | with humans |\n\
          |---|---|---|---:|---:|\n",
         first.r
@@ -619,7 +621,7 @@ pub fn write_outputs(report: &Reproduction, dir: &Path) -> Result<Vec<PathBuf>> 
         written.push(path);
         let figure = subset_figure(
             &format!(
-                "{}: agreement with the full design vs R ({}, mean of prompts, {} seeds)",
+                "{}: Spearman with the full design ({}, {} seeds)",
                 report.experiment.title(),
                 report.model_name,
                 report.curve_seeds

@@ -34,7 +34,7 @@ use crate::judge::pairwise::adaptive::select_adaptively;
 use crate::judge::pairwise::design::context_rng;
 use crate::judge::pairwise::{AdaptiveSelector, AdaptiveSettings, Design};
 use crate::progress::Progress;
-use crate::rank::{balanced_threshold, score_at_threshold, win_ratio, Outcome, RankMethod};
+use crate::rank::{balanced_threshold, score_at_threshold, Outcome, RankMethod};
 use crate::stats::input::is_constant;
 use crate::stats::spearman;
 
@@ -137,15 +137,41 @@ fn authors_spearman(preds: &[Vec<f64>], human: &[Vec<f64>], skip: &[bool]) -> Re
     Ok((kept > 0).then(|| sum / kept as f64))
 }
 
-/// The full-design rankings a subset is compared with: per context, the win ratio over
-/// every comparison at 0.5 and at the full run's balanced threshold.
-fn full_rankings(run: &super::comparative::PromptRun) -> [Vec<Vec<f64>>; 2] {
-    [0.5, run.tau].map(|tau| {
+/// Per context, a ranking method's scores over all comparisons.
+type Rankings = Vec<Vec<f64>>;
+
+/// The full-design rankings a subset is compared with: the same ranking method over
+/// every comparison, at 0.5 and at the full run's balanced threshold; one pair for the
+/// win ratio, one for PoE (indexed by [`method_index`]). Each subset is compared with
+/// its own method's full ranking, so that the figure measures what choosing fewer
+/// comparisons costs, not the difference between two ranking methods.
+fn full_rankings(run: &super::comparative::PromptRun) -> Result<[[Rankings; 2]; 2]> {
+    let rank = |method: RankMethod, tau: f64| -> Result<Rankings> {
         run.matrices
             .iter()
-            .map(|m| win_ratio(m.len(), &m.all_outcomes(), tau))
+            .map(|m| score_at_threshold(method, m.len(), &m.all_outcomes(), tau))
             .collect()
-    })
+    };
+    Ok([
+        [
+            rank(RankMethod::WinRatio, 0.5)?,
+            rank(RankMethod::WinRatio, run.tau)?,
+        ],
+        [rank(RankMethod::Poe, 0.5)?, rank(RankMethod::Poe, run.tau)?],
+    ])
+}
+
+/// Where a ranking method's full rankings are in [`full_rankings`].
+fn method_index(method: RankMethod) -> usize {
+    usize::from(method == RankMethod::Poe)
+}
+
+/// The ranking method a design's curve uses (see [`subset_scores`]).
+fn design_method(design: Design) -> RankMethod {
+    match design {
+        Design::Adaptive => RankMethod::Poe,
+        _ => RankMethod::WinRatio,
+    }
 }
 
 /// One context's outcomes under `design` with `r` comparisons and `seed`.
@@ -179,11 +205,7 @@ pub fn subset_outcomes(
 /// ratio at `tau` (the paper), or PoE on the probabilities reweighted to `tau`
 /// (adaptive).
 fn subset_scores(design: Design, n: usize, outcomes: &[Outcome], tau: f64) -> Result<Vec<f64>> {
-    let method = match design {
-        Design::Adaptive => RankMethod::Poe,
-        _ => RankMethod::WinRatio,
-    };
-    score_at_threshold(method, n, outcomes, tau)
+    score_at_threshold(design_method(design), n, outcomes, tau)
 }
 
 /// Mean Spearman over all contexts of `preds` with `reference` (an undefined
@@ -207,7 +229,7 @@ type Draw = (Option<f64>, Option<f64>);
 #[allow(clippy::too_many_arguments)]
 fn draw_point(
     run: &super::comparative::PromptRun,
-    full: &[Vec<Vec<f64>>; 2],
+    full: &[[Rankings; 2]; 2],
     contexts: &[Context],
     human: &[Vec<f64>],
     skip: &[bool],
@@ -224,7 +246,7 @@ fn draw_point(
     for ((slot, tau), full) in values
         .iter_mut()
         .zip([0.5, balanced_threshold(&all_p)])
-        .zip(full)
+        .zip(&full[method_index(design_method(design))])
     {
         let preds: Vec<Vec<f64>> = outcomes
             .iter()
@@ -268,10 +290,10 @@ pub fn subset_curves(
     check_grid(&options.grid, max_candidates)?;
     // One task per (attribute, design, R): all prompts and seeds.
     let mut tasks = Vec::new();
-    let fulls: Vec<Vec<[Vec<Vec<f64>>; 2]>> = runs
+    let fulls: Vec<Vec<[[Rankings; 2]; 2]>> = runs
         .iter()
         .map(|runs| runs.prompts.iter().map(full_rankings).collect())
-        .collect();
+        .collect::<Result<_>>()?;
     for a in 0..runs.len() {
         for design in DESIGNS {
             for &r in &options.grid {
@@ -414,8 +436,9 @@ fn bootstrap_mean(values: &[f64], resamples: usize) -> Option<(f64, f64, f64)> {
     Some((centre, at(0.025), at(0.975)))
 }
 
-/// The budget table at `fraction` of the comparisons (plain, no debiasing: the adaptive
-/// design asks both orders, so a constant bias cancels in its PoE fit).
+/// The budget table at `fraction` of the comparisons, debiased as `--debias threshold`
+/// does (threshold balanced over the subset's own comparisons, pooled over contexts),
+/// each ranking compared with the same method's debiased full-design ranking.
 pub fn budget_table(
     runs: &[AttributeRuns],
     contexts: &[Context],
@@ -436,7 +459,11 @@ pub fn budget_table(
     let mut rows = Vec::new();
     for runs in runs {
         let human = human_scores(contexts, &runs.column)?;
-        let fulls: Vec<[Vec<Vec<f64>>; 2]> = runs.prompts.iter().map(full_rankings).collect();
+        let fulls: Vec<[[Rankings; 2]; 2]> = runs
+            .prompts
+            .iter()
+            .map(full_rankings)
+            .collect::<Result<_>>()?;
         let per_method = BUDGET_METHODS
             .par_iter()
             .map(|&(design, method)| -> Result<BudgetRow> {
@@ -445,12 +472,23 @@ pub fn budget_table(
                 let mut human_sum = vec![0.0; contexts.len()];
                 let draws = (runs.prompts.len() as u64 * seeds) as f64;
                 for (run, full) in runs.prompts.iter().zip(&fulls) {
+                    let reference = &full[method_index(method)][1];
                     for seed in 0..seeds {
-                        for (k, (matrix, context)) in run.matrices.iter().zip(contexts).enumerate()
+                        let outcomes = run
+                            .matrices
+                            .iter()
+                            .zip(contexts)
+                            .map(|(matrix, context)| {
+                                subset_outcomes(matrix, context, design, r, seed)
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        let all_p: Vec<f64> = outcomes.iter().flatten().map(|o| o.p).collect();
+                        let tau = balanced_threshold(&all_p);
+                        for (k, (matrix, outcomes)) in
+                            run.matrices.iter().zip(&outcomes).enumerate()
                         {
-                            let outcomes = subset_outcomes(matrix, context, design, r, seed)?;
-                            let scores = crate::rank::score(method, matrix.len(), &outcomes, 0.5)?;
-                            full_sum[k] += spearman(&scores, &full[0][k])?.unwrap_or(0.0);
+                            let scores = score_at_threshold(method, matrix.len(), outcomes, tau)?;
+                            full_sum[k] += spearman(&scores, &reference[k])?.unwrap_or(0.0);
                             human_sum[k] += spearman(&scores, &human[k])?.unwrap_or(0.0);
                         }
                     }
@@ -594,7 +632,7 @@ mod tests {
             // Noise-free, biased judge: PoE on the subset orders the candidates as the
             // full design does.
             let scores = subset_scores(Design::Adaptive, 16, &outcomes, 0.5).unwrap();
-            let full = win_ratio(16, &matrix.all_outcomes(), 0.5);
+            let full = crate::rank::win_ratio(16, &matrix.all_outcomes(), 0.5);
             let rho = spearman(&scores, &full).unwrap().unwrap();
             assert!(rho > 0.99, "R = {r}: {rho}");
         }
