@@ -88,6 +88,13 @@ impl LabelPlan {
         self.requests.len() - 1
     }
 
+    /// Move every request of `other` (with its key and result so far) to the end.
+    pub fn append(&mut self, other: LabelPlan) {
+        self.requests.extend(other.requests);
+        self.keys.extend(other.keys);
+        self.results.extend(other.results);
+    }
+
     pub fn len(&self) -> usize {
         self.requests.len()
     }

@@ -200,10 +200,9 @@ impl Scorer for T5Scorer {
                 })
             }
             Prompt::Tokens(tokens) => {
-                ensure!(
-                    !tokens.input.is_empty(),
-                    "token prompt has no encoder input"
-                );
+                if tokens.input.is_empty() {
+                    crate::bad_request!("token prompt has no encoder input");
+                }
                 self.check_ids(&tokens.input, "encoder input")?;
                 self.check_ids(&tokens.decoder_prefix, "decoder prefix")?;
                 Ok(tokens.clone())
@@ -215,11 +214,15 @@ impl Scorer for T5Scorer {
         let tokens = match label {
             Label::Text(text) => {
                 let tokens = self.tokenizer.encode(text)?;
-                ensure!(!tokens.is_empty(), "label {text:?} has no tokens");
+                if tokens.is_empty() {
+                    crate::bad_request!("label {text:?} has no tokens");
+                }
                 tokens
             }
             Label::Tokens(tokens) => {
-                ensure!(!tokens.is_empty(), "label has no tokens");
+                if tokens.is_empty() {
+                    crate::bad_request!("label has no tokens");
+                }
                 tokens.clone()
             }
         };

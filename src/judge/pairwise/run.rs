@@ -372,14 +372,10 @@ fn run_adaptive(
             if pairs.is_empty() {
                 continue;
             }
-            let planned = plan_pairs(scorer, context, options, labels, &pairs)
-                .with_context(|| format!("context `{}`", context.id))?;
-            for (request, key) in planned.requests().iter().zip(planned.keys()) {
-                plan.push(PlannedLabel {
-                    request: request.clone(),
-                    key: key.clone(),
-                });
-            }
+            plan.append(
+                plan_pairs(scorer, context, options, labels, &pairs)
+                    .with_context(|| format!("context `{}`", context.id))?,
+            );
             round.push((k, pairs));
         }
         if round.is_empty() {
