@@ -11,6 +11,12 @@
 //! - the softmax is online (running max and sum per query, one pass over the keys, no
 //!   score tensor), with the causal mask on each row's own keys; padding positions are
 //!   never queried and never attended to;
+//! - keys are transposed once per call (prefix segments and each row's own keys), into
+//!   buffers the calling thread keeps from call to call;
+//! - the softmax's exponential, maximum and sums are written so that they compile to
+//!   vector instructions (see `exp.rs` and `ChunkState::softmax_update`): written the
+//!   obvious way (`f32::max`, `as i32`), they compiled to scalar code and cost more than
+//!   the products;
 //! - accumulation is f32; every output's arithmetic follows one fixed order of key tiles
 //!   that depends only on the shapes, so the result is bitwise the same for any number
 //!   of threads (work items are fixed chunks, distributed by rayon).
@@ -154,15 +160,67 @@ pub fn segment_attention_on(
         )));
     }
     validate(dims, groups, queries, out)?;
-    let (transposed, offsets) = transpose_prefixes(dims, groups);
+    // The transposed keys live in buffers kept by the calling thread from call to call
+    // (each layer of each pass needs them): fresh ones every call cost the kernel's
+    // zeroing of new pages. A nested call (none exists) would get fresh buffers.
+    WORKSPACE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffers) => {
+            let (prefix_buffer, own_buffer) = &mut *buffers;
+            run_job(
+                path,
+                dims,
+                scale,
+                groups,
+                queries,
+                out,
+                prefix_buffer,
+                own_buffer,
+            );
+        }
+        Err(_) => run_job(
+            path,
+            dims,
+            scale,
+            groups,
+            queries,
+            out,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        ),
+    });
+    Ok(())
+}
+
+thread_local! {
+    /// Transposed prefix keys and own keys, reused across calls on this thread.
+    static WORKSPACE: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_job(
+    path: SimdPath,
+    dims: AttentionDims,
+    scale: f32,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+    prefix_buffer: &mut Vec<f32>,
+    own_buffer: &mut Vec<f32>,
+) {
+    let offsets = transpose_prefixes(dims, groups, prefix_buffer);
+    let own_offsets = transpose_own_keys(dims, groups, own_buffer);
+    let (transposed, own_transposed) = (&prefix_buffer[..], &own_buffer[..]);
     let job = Job {
         dims,
         scale: scale * std::f32::consts::LOG2_E,
         groups,
         queries,
         out: OutPtr(out.as_mut_ptr()),
-        transposed: &transposed,
+        transposed,
         offsets: &offsets,
+        own_transposed,
+        own_offsets: &own_offsets,
     };
     macro_rules! run {
         ($($nv:literal => $pv:literal),*) => {
@@ -174,7 +232,15 @@ pub fn segment_attention_on(
     }
     run!(1 => 8, 2 => 8, 3 => 4, 4 => 4, 5 => 2, 6 => 2, 7 => 2, 8 => 2,
          9 => 1, 10 => 1, 11 => 1, 12 => 1, 13 => 1, 14 => 1, 15 => 1, 16 => 1);
-    Ok(())
+}
+
+/// `buffer` grown to at least `len` floats; what it held is left (every part the kernel
+/// reads is written first).
+fn at_least(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
+    }
+    &mut buffer[..len]
 }
 
 fn validate(
@@ -245,7 +311,8 @@ fn validate(
 fn transpose_prefixes(
     dims: AttentionDims,
     groups: &[RowGroup],
-) -> (Vec<f32>, HashMap<(usize, usize), usize>) {
+    buffer: &mut Vec<f32>,
+) -> HashMap<(usize, usize), usize> {
     let hd = dims.head_dim;
     let mut offsets = HashMap::new();
     let mut total = 0;
@@ -260,8 +327,7 @@ fn transpose_prefixes(
             }
         }
     }
-    let mut transposed = vec![0f32; total];
-    let mut rest: &mut [f32] = &mut transposed;
+    let mut rest: &mut [f32] = at_least(buffer, total);
     let mut pieces = Vec::with_capacity(distinct.len());
     for (segment, _) in &distinct {
         let size = dims.kv_heads * segment.len.div_ceil(KEY_TILE) * hd * KEY_TILE;
@@ -282,7 +348,68 @@ fn transpose_prefixes(
             }
         }
     });
-    (transposed, offsets)
+    offsets
+}
+
+/// Every group's own keys transposed once, tile by tile (`(rows, kv_heads, tiles,
+/// head_dim, KEY_TILE)` per group, [`own_tiles`] tiles per row, only its real positions
+/// filled), so that the chunks of a row read them instead of transposing
+/// them again; and where each group's part starts.
+fn transpose_own_keys(
+    dims: AttentionDims,
+    groups: &[RowGroup],
+    buffer: &mut Vec<f32>,
+) -> Vec<usize> {
+    let hd = dims.head_dim;
+    let tile = hd * KEY_TILE;
+    let sizes: Vec<usize> = groups
+        .iter()
+        .map(|g| g.lengths.len() * dims.kv_heads * own_tiles(g) * tile)
+        .collect();
+    let mut offsets = Vec::with_capacity(groups.len());
+    let mut total = 0;
+    for size in &sizes {
+        offsets.push(total);
+        total += size;
+    }
+    let mut rest: &mut [f32] = at_least(buffer, total);
+    let mut pieces = Vec::with_capacity(groups.len());
+    for (group, &size) in groups.iter().zip(&sizes) {
+        let (piece, tail) = rest.split_at_mut(size);
+        pieces.push((group, piece));
+        rest = tail;
+    }
+    pieces.into_par_iter().for_each(|(group, piece)| {
+        let tiles = own_tiles(group);
+        for (row, &length) in group.lengths.iter().enumerate() {
+            for kv_head in 0..dims.kv_heads {
+                let base = (row * dims.kv_heads + kv_head) * group.stride * hd;
+                let base_t = (row * dims.kv_heads + kv_head) * tiles * tile;
+                for t in 0..length.div_ceil(KEY_TILE) {
+                    let start = t * KEY_TILE;
+                    let len = KEY_TILE.min(length - start);
+                    let at = base + start * hd;
+                    transpose_tile(
+                        &group.keys[at..at + len * hd],
+                        hd,
+                        len,
+                        &mut piece[base_t + t * tile..],
+                    );
+                }
+            }
+        }
+    });
+    offsets
+}
+
+/// Key tiles per row of a group's own keys: enough for its longest row (the stride may
+/// be far longer: the capacity of a cache).
+fn own_tiles(group: &RowGroup) -> usize {
+    group
+        .lengths
+        .iter()
+        .max()
+        .map_or(0, |&l| l.div_ceil(KEY_TILE))
 }
 
 /// The output pointer, shared by work items that write disjoint tokens/heads.
@@ -302,6 +429,10 @@ struct Job<'a> {
     /// The prefix segments' keys, transposed ([`transpose_prefixes`]).
     transposed: &'a [f32],
     offsets: &'a HashMap<(usize, usize), usize>,
+    /// Each group's own keys, transposed ([`transpose_own_keys`]), and where each
+    /// group's part starts.
+    own_transposed: &'a [f32],
+    own_offsets: &'a [usize],
 }
 
 impl Job<'_> {
@@ -359,13 +490,15 @@ impl Job<'_> {
         let group = &self.groups[group_index];
         let chunks = self.chunks(group);
         let (kv_head, chunk) = (item / chunks, item % chunks);
-        self.chunk::<M, NV, PV>(group, kv_head, chunk);
+        let own_keys_t = &self.own_transposed[self.own_offsets[group_index]..];
+        self.chunk::<M, NV, PV>(group, own_keys_t, kv_head, chunk);
     }
 
     #[inline(always)]
     fn chunk<M: MulAdd, const NV: usize, const PV: usize>(
         &self,
         group: &RowGroup,
+        own_keys_t: &[f32],
         kv_head: usize,
         chunk: usize,
     ) {
@@ -421,7 +554,7 @@ impl Job<'_> {
                 let len = KEY_TILE.min(segment.len - start);
                 st.visible[..n].fill(len);
                 let at = base + start * hd;
-                st.tile_pretransposed::<M, PV>(
+                st.tile::<M, PV>(
                     0,
                     n,
                     &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
@@ -440,6 +573,7 @@ impl Job<'_> {
                 end += 1;
             }
             let base = (row * dims.kv_heads + kv_head) * group.stride * hd;
+            let base_t = (row * dims.kv_heads + kv_head) * own_tiles(group) * hd * KEY_TILE;
             let last_position = positions[end - 1];
             let mut start = 0;
             let mut from = first;
@@ -454,10 +588,11 @@ impl Job<'_> {
                     *visible = (position + 1 - start).min(len);
                 }
                 let at = base + start * hd;
+                let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;
                 st.tile::<M, PV>(
                     from,
                     end,
-                    &group.keys[at..at + len * hd],
+                    &own_keys_t[at_t..at_t + hd * KEY_TILE],
                     &group.values[at..at + len * hd],
                     len,
                 );
@@ -467,7 +602,7 @@ impl Job<'_> {
         }
 
         for (i, &slot) in slots.iter().enumerate().take(n) {
-            let inverse = 1.0 / st.sum[i];
+            let inverse = 1.0 / st.total(i);
             // SAFETY: `slot` is this work item's own (token, head), inside `out`
             // (checked by `validate`); no other item writes it.
             let dst = unsafe { std::slice::from_raw_parts_mut(self.out.0.add(slot), hd) };

@@ -10,46 +10,23 @@
 
 use super::exp::exp2_non_positive;
 
+pub(crate) use super::exp::{Fused, MulAdd, Separate};
+
 /// Floats per lane array (one AVX-512 register).
 pub(crate) const LANES: usize = 16;
 /// Keys per tile.
 pub(crate) const KEY_TILE: usize = 32;
 /// Query vectors per chunk (one work item).
 pub(crate) const QUERY_CHUNK: usize = 32;
-/// Queries per score block (4 x 32 scores in registers).
+/// Queries per score block (4 x 32 scores in registers; 8 spills registers and made
+/// the whole kernel five times slower on AVX-512).
 const SCORE_BLOCK: usize = 4;
 
 pub(crate) type Lane = [f32; LANES];
 
-/// `a * b + c`, fused or not: fused only where the CPU has FMA (otherwise it would be a
-/// slow library call).
-pub(crate) trait MulAdd {
-    fn mul_add(a: f32, b: f32, c: f32) -> f32;
-}
-
-/// One rounding: the FMA instruction.
-pub(crate) struct Fused;
-
-impl MulAdd for Fused {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a.mul_add(b, c)
-    }
-}
-
-/// Two roundings: multiply, then add.
-pub(crate) struct Separate;
-
-impl MulAdd for Separate {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a * b + c
-    }
-}
-
 /// Transpose up to [`KEY_TILE`] keys of width `dim` (`len` rows) into `out`
 /// (`dim * KEY_TILE` floats, dimension-major, zero past `len`), the layout
-/// [`ChunkState::tile_pretransposed`] reads.
+/// [`ChunkState::tile`] reads.
 pub(crate) fn transpose_tile(keys: &[f32], dim: usize, len: usize, out: &mut [f32]) {
     out[..dim * KEY_TILE].fill(0.0);
     for (j, key) in keys.chunks_exact(dim).take(len).enumerate() {
@@ -65,13 +42,15 @@ pub(crate) struct ChunkState<const NV: usize> {
     pub q: [[Lane; NV]; QUERY_CHUNK],
     /// Unnormalised outputs.
     pub acc: [[Lane; NV]; QUERY_CHUNK],
-    /// Running maximum score and running sum of `2^(score - max)`.
+    /// Running maximum score, and running sum of `2^(score - max)` kept per lane (see
+    /// [`Self::total`]).
     pub max: [f32; QUERY_CHUNK],
-    pub sum: [f32; QUERY_CHUNK],
+    sum: [Lane; QUERY_CHUNK],
     /// How many keys of the current tile each query sees (from its start).
     pub visible: [usize; QUERY_CHUNK],
     /// The current key tile, transposed: `keys_t[v][lane][j]` is dimension
-    /// `v * 16 + lane` of key `j`.
+    /// `v * 16 + lane` of key `j` (a copy in the chunk's own memory, at fixed offsets:
+    /// read from the shared buffer directly, the score loop does not vectorise).
     keys_t: [[[f32; KEY_TILE]; LANES]; NV],
     /// Scores, then probabilities, of the current tile.
     scores: [[f32; KEY_TILE]; QUERY_CHUNK],
@@ -85,36 +64,19 @@ impl<const NV: usize> ChunkState<NV> {
             q: [[[0.0; LANES]; NV]; QUERY_CHUNK],
             acc: [[[0.0; LANES]; NV]; QUERY_CHUNK],
             max: [f32::NEG_INFINITY; QUERY_CHUNK],
-            sum: [0.0; QUERY_CHUNK],
+            sum: [[0.0; LANES]; QUERY_CHUNK],
             visible: [0; QUERY_CHUNK],
             keys_t: [[[0.0; KEY_TILE]; LANES]; NV],
             scores: [[0.0; KEY_TILE]; QUERY_CHUNK],
         }
     }
 
-    /// Queries `first..end` of the chunk attend to `len <= KEY_TILE` keys and values
-    /// (`len` rows of `HEAD_DIM` floats each); query `i` sees the first `visible[i]` of them.
+    /// Queries `first..end` of the chunk attend to `len <= KEY_TILE` keys, transposed by
+    /// [`transpose_tile`] (`keys_t`: `HEAD_DIM * KEY_TILE` floats), and their values
+    /// (`len` rows of `HEAD_DIM` floats); query `i` sees the first `visible[i]` of them.
     /// `PV_BLOCK` queries share each load of a value row.
     #[inline(always)]
     pub fn tile<M: MulAdd, const PV_BLOCK: usize>(
-        &mut self,
-        first: usize,
-        end: usize,
-        keys: &[f32],
-        values: &[f32],
-        len: usize,
-    ) {
-        let dim = Self::HEAD_DIM;
-        assert!(len <= KEY_TILE && keys.len() >= len * dim && values.len() >= len * dim);
-        self.transpose_keys(keys, len);
-        self.tile_transposed::<M, PV_BLOCK>(first, end, values, len);
-    }
-
-    /// [`Self::tile`] with the keys already transposed by [`transpose_tile`] into
-    /// `keys_t` (`HEAD_DIM * KEY_TILE` floats): a copy instead of a transposition, for
-    /// prefix tiles that many chunks read.
-    #[inline(always)]
-    pub fn tile_pretransposed<M: MulAdd, const PV_BLOCK: usize>(
         &mut self,
         first: usize,
         end: usize,
@@ -123,6 +85,7 @@ impl<const NV: usize> ChunkState<NV> {
         len: usize,
     ) {
         let dim = Self::HEAD_DIM;
+        assert!(end <= QUERY_CHUNK && first <= end);
         assert!(len <= KEY_TILE && keys_t.len() >= dim * KEY_TILE && values.len() >= len * dim);
         for (v, block) in self.keys_t.iter_mut().enumerate() {
             for (lane, column) in block.iter_mut().enumerate() {
@@ -130,18 +93,6 @@ impl<const NV: usize> ChunkState<NV> {
                 column.copy_from_slice(&keys_t[at..at + KEY_TILE]);
             }
         }
-        self.tile_transposed::<M, PV_BLOCK>(first, end, values, len);
-    }
-
-    #[inline(always)]
-    fn tile_transposed<M: MulAdd, const PV_BLOCK: usize>(
-        &mut self,
-        first: usize,
-        end: usize,
-        values: &[f32],
-        len: usize,
-    ) {
-        assert!(end <= QUERY_CHUNK && first <= end);
         let mut i = first;
         while i + SCORE_BLOCK <= end {
             self.score_block::<M, SCORE_BLOCK>(i);
@@ -152,7 +103,7 @@ impl<const NV: usize> ChunkState<NV> {
             i += 1;
         }
         for i in first..end {
-            self.softmax_update(i);
+            self.softmax_update::<M>(i);
         }
         let mut i = first;
         while i + PV_BLOCK <= end {
@@ -162,23 +113,6 @@ impl<const NV: usize> ChunkState<NV> {
         while i < end {
             self.value_block::<M, 1>(i, values, len);
             i += 1;
-        }
-    }
-
-    #[inline(always)]
-    fn transpose_keys(&mut self, keys: &[f32], len: usize) {
-        let dim = Self::HEAD_DIM;
-        for block in self.keys_t.iter_mut() {
-            for column in block.iter_mut() {
-                column[len..].fill(0.0);
-            }
-        }
-        for (j, key) in keys.chunks_exact(dim).take(len).enumerate() {
-            for (v, block) in self.keys_t.iter_mut().enumerate() {
-                for (lane, column) in block.iter_mut().enumerate() {
-                    column[j] = key[v * LANES + lane];
-                }
-            }
         }
     }
 
@@ -207,8 +141,12 @@ impl<const NV: usize> ChunkState<NV> {
 
     /// Fold query `i`'s tile scores into its running max and sum; leaves the tile's
     /// probabilities (relative to the new max) in `scores[i]`.
+    ///
+    /// Written for the vector units: the mask is a select, the maximum a tree of
+    /// comparisons (not `f32::max`, whose NaN rules keep it scalar), and the sum stays a
+    /// lane array across tiles, reduced once at the end ([`Self::total`]).
     #[inline(always)]
-    fn softmax_update(&mut self, i: usize) {
+    fn softmax_update<M: MulAdd>(&mut self, i: usize) {
         let visible = self.visible[i];
         let row = &mut self.scores[i];
         if visible == 0 {
@@ -217,38 +155,52 @@ impl<const NV: usize> ChunkState<NV> {
             return;
         }
         for (j, s) in row.iter_mut().enumerate() {
-            if j >= visible {
-                *s = f32::NEG_INFINITY;
-            }
+            *s = if j < visible { *s } else { f32::NEG_INFINITY };
         }
         let mut lane_max = [f32::NEG_INFINITY; LANES];
         for half in row.chunks_exact(LANES) {
             for lane in 0..LANES {
-                lane_max[lane] = lane_max[lane].max(half[lane]);
+                lane_max[lane] = larger(lane_max[lane], half[lane]);
             }
         }
-        let tile_max = lane_max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let tile_max = tree_max(lane_max);
         let old_max = self.max[i];
-        let new_max = old_max.max(tile_max);
-        let mut lane_sum = [0f32; LANES];
-        for half in row.chunks_exact_mut(LANES) {
-            for lane in 0..LANES {
-                let p = exp2_non_positive(half[lane] - new_max);
-                half[lane] = p;
-                lane_sum[lane] += p;
-            }
-        }
-        let tile_sum: f32 = lane_sum.iter().sum();
-        let alpha = exp2_non_positive(old_max - new_max);
-        self.sum[i] = self.sum[i] * alpha + tile_sum;
-        self.max[i] = new_max;
+        let new_max = larger(old_max, tile_max);
+        let alpha = exp2_non_positive::<M>(old_max - new_max);
+        let mut lane_sum = self.sum[i];
         if alpha != 1.0 {
+            for s in lane_sum.iter_mut() {
+                *s *= alpha;
+            }
             for lanes in self.acc[i].iter_mut() {
                 for x in lanes.iter_mut() {
                     *x *= alpha;
                 }
             }
         }
+        for half in row.chunks_exact_mut(LANES) {
+            for lane in 0..LANES {
+                let p = exp2_non_positive::<M>(half[lane] - new_max);
+                half[lane] = p;
+                lane_sum[lane] += p;
+            }
+        }
+        self.sum[i] = lane_sum;
+        self.max[i] = new_max;
+    }
+
+    /// Query `i`'s softmax denominator: its lane sums added in a fixed tree order.
+    #[inline(always)]
+    pub fn total(&self, i: usize) -> f32 {
+        let mut s = self.sum[i];
+        let mut width = LANES / 2;
+        while width > 0 {
+            for lane in 0..width {
+                s[lane] += s[lane + width];
+            }
+            width /= 2;
+        }
+        s[0]
     }
 
     /// `acc += p V` for `N` queries from `first`.
@@ -280,4 +232,27 @@ impl<const NV: usize> ChunkState<NV> {
             self.acc[first + qi] = *a;
         }
     }
+}
+
+/// The larger of two scores; scores are never NaN (a NaN query makes NaN outputs either way).
+#[inline(always)]
+fn larger(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// The largest of 16 lanes, halving the width each step (vector shuffles, not a chain).
+#[inline(always)]
+fn tree_max(mut lanes: Lane) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for lane in 0..width {
+            lanes[lane] = larger(lanes[lane], lanes[lane + width]);
+        }
+        width /= 2;
+    }
+    lanes[0]
 }
