@@ -3,7 +3,9 @@
 # strongest peer (transformers + hand-built prefix cache, `hf_prefix` of the shared peers
 # harness) on the same documents, back to back, REPEATS times; prints every result line.
 # Usage: benches/peers/back_to_back.sh BINARY [BINARY...]   (e.g. builds before and after)
-# Env: PEERS (the harness directory), NLG_JUDGE_DATA, REPEATS (default 1), DOCS (2).
+# Env: PEERS (the harness directory), NLG_JUDGE_DATA (both sides read its
+# summeval/summeval.jsonl: SummEval, or a workload in its shape such as the one
+# long_candidates.py writes), REPEATS (default 1), DOCS (2).
 # The peers' venv must exist (run the harness's run_peers.sh once, or see its README).
 set -u
 PEERS="${PEERS:-/work/shared/bench/peers}"
@@ -14,6 +16,8 @@ REPEATS="${REPEATS:-1}"
 DOCS="${DOCS:-2}"
 peer_docs=$(seq -s ' ' 0 $((DOCS - 1)))
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%FT%TZ)"
+export PEERS_DATA="$(realpath "${NLG_JUDGE_DATA:-../shared/data}")/summeval/summeval.jsonl"
+echo "== data: $PEERS_DATA"
 (cd "$PEERS_STATE" && PEERS_DOCS="$peer_docs" venv-hf/bin/python "$PEERS/prep.py" >/dev/null 2>&1) \
   || { echo "peers prep failed"; exit 1; }
 for r in $(seq 1 "$REPEATS"); do
