@@ -17,7 +17,9 @@ use crate::dhp::items::{load_items, ItemSource};
 use crate::dhp::llm::LlmEditor;
 use crate::dhp::perturb::{read_existing, run_perturb, Editor, PerturbPlan, Status};
 use crate::dhp::report::{self, ReportRun};
-use crate::dhp::score::{score_perturbations, write_score_rows, DhpMethod, DhpScoreOptions};
+use crate::dhp::score::{
+    score_perturbations, write_score_rows, DhpMethod, DhpScoreOptions, ScoreEvent,
+};
 use crate::dhp::{analyze, parse_score_rows, Analysis, DhpTask, Method, Weights};
 use crate::judge::geval::StepsSource;
 
@@ -290,7 +292,18 @@ fn score(args: ScoreArgs) -> Result<()> {
         &rows,
         &options,
         cache.as_ref(),
-        &mut |metric| eprintln!("{} / {metric}", args.method.name()),
+        &mut |event| match event {
+            ScoreEvent::MetricStarted(metric) => {
+                eprintln!("{} / {metric}", args.method.name());
+                Ok(())
+            }
+            // Each finished metric is saved at once: a run stopped later keeps it (and a
+            // rerun takes everything scored from the cache).
+            ScoreEvent::MetricDone { metric, rows } => {
+                write_file(&args.output, |out| write_score_rows(rows, out))
+                    .with_context(|| format!("saving the rows of `{metric}`"))
+            }
+        },
     )?;
     write_file(&args.output, |out| write_score_rows(&scores, out))?;
     println!(

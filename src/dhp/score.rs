@@ -204,13 +204,27 @@ pub struct DhpScoreOptions {
     pub progress: Progress,
 }
 
-/// Score all usable rows; `on_metric(metric)` is told when a metric starts.
+/// What [`score_perturbations`] tells its caller as it goes.
+#[derive(Debug, Clone, Copy)]
+pub enum ScoreEvent<'a> {
+    /// A metric is about to be scored.
+    MetricStarted(&'a str),
+    /// A metric is done; every row scored so far (all finished metrics), so that a
+    /// caller can save them before the next metric starts.
+    MetricDone {
+        metric: &'a str,
+        rows: &'a [ScoreRow],
+    },
+}
+
+/// Score all usable rows, one metric after another; `on_event` hears each metric start
+/// and finish (an error it returns stops the run).
 pub fn score_perturbations(
     scorer: &mut dyn Scorer,
     rows: &[PerturbRow],
     options: &DhpScoreOptions,
     cache: Option<&ResultCache>,
-    on_metric: &mut dyn FnMut(&str),
+    on_event: &mut dyn FnMut(ScoreEvent<'_>) -> Result<()>,
 ) -> Result<Vec<ScoreRow>> {
     let groups = group_rows(rows, options.task)?;
     let mut contexts = contexts(&groups);
@@ -233,7 +247,7 @@ pub fn score_perturbations(
                 known.join(", ")
             );
         }
-        on_metric(metric);
+        on_event(ScoreEvent::MetricStarted(metric))?;
         match options.method {
             DhpMethod::Pairwise => out.extend(pairwise(
                 scorer,
@@ -281,6 +295,7 @@ pub fn score_perturbations(
                 }
             }
         }
+        on_event(ScoreEvent::MetricDone { metric, rows: &out })?;
     }
     Ok(out)
 }

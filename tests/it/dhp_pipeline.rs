@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use nlg_judge::dhp::items::DhpItem;
 use nlg_judge::dhp::llm::LlmEditor;
 use nlg_judge::dhp::perturb::{read_existing, run_perturb, Editor, PerturbPlan, Status};
-use nlg_judge::dhp::score::{score_perturbations, DhpMethod, DhpScoreOptions};
+use nlg_judge::dhp::score::{score_perturbations, DhpMethod, DhpScoreOptions, ScoreEvent};
 use nlg_judge::dhp::{analyze, DhpTask, Weights};
 use nlg_judge::engine::{MockScorer, ResultCache};
 use nlg_judge::judge::geval::StepsSource;
@@ -149,10 +149,29 @@ fn a_judge_that_prefers_originals_is_discerning_on_every_perturbation() {
         progress: nlg_judge::progress::Progress::none(),
     };
     let mut model = judge(originals.clone());
-    let scores =
-        score_perturbations(&mut model, &rows, &options, Some(&cache), &mut |_| {}).unwrap();
+    // Each finished metric is handed over with every row so far (the CLI saves them).
+    let mut events = Vec::new();
+    let scores = score_perturbations(&mut model, &rows, &options, Some(&cache), &mut |event| {
+        events.push(match event {
+            ScoreEvent::MetricStarted(metric) => format!("start {metric}"),
+            ScoreEvent::MetricDone { metric, rows } => format!("done {metric} {}", rows.len()),
+        });
+        Ok(())
+    })
+    .unwrap();
     // 12 items x (original + 6 perturbed) x 3 metrics
     assert_eq!(scores.len(), 12 * 7 * 3);
+    assert_eq!(
+        events,
+        [
+            "start coherence",
+            "done coherence 84",
+            "start consistency",
+            "done consistency 168",
+            "start fluency",
+            "done fluency 252"
+        ]
+    );
     let weights = Weights::default_for(DhpTask::StoryCompletion).unwrap();
     let analysis = analyze(&scores, Some(&weights)).unwrap();
     let names: BTreeSet<&str> = analysis
@@ -170,9 +189,30 @@ fn a_judge_that_prefers_originals_is_discerning_on_every_perturbation() {
 
     // Rerun: everything comes from the cache (the model would now answer otherwise).
     let mut forgetful = judge(Vec::new());
-    let again =
-        score_perturbations(&mut forgetful, &rows, &options, Some(&cache), &mut |_| {}).unwrap();
+    let again = score_perturbations(&mut forgetful, &rows, &options, Some(&cache), &mut |_| {
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(again, scores);
+
+    // A caller that cannot save stops the run after the first metric.
+    let mut started = 0;
+    let error = score_perturbations(
+        &mut forgetful,
+        &rows,
+        &options,
+        Some(&cache),
+        &mut |event| {
+            match event {
+                ScoreEvent::MetricStarted(_) => started += 1,
+                ScoreEvent::MetricDone { .. } => anyhow::bail!("disk full"),
+            }
+            Ok(())
+        },
+    )
+    .unwrap_err();
+    assert_eq!(error.to_string(), "disk full");
+    assert_eq!(started, 1);
 
     // Pairwise: the original wins both orders.
     let options = DhpScoreOptions {
@@ -180,7 +220,7 @@ fn a_judge_that_prefers_originals_is_discerning_on_every_perturbation() {
         metrics: vec!["coherence".into()],
         ..options
     };
-    let scores = score_perturbations(&mut model, &rows, &options, None, &mut |_| {}).unwrap();
+    let scores = score_perturbations(&mut model, &rows, &options, None, &mut |_| Ok(())).unwrap();
     let perturbed: Vec<f64> = scores
         .iter()
         .filter(|r| r.perturbation != "original")
@@ -205,7 +245,7 @@ fn a_judge_blind_to_the_text_discerns_nothing() {
         steps: StepsSource::Given("1. Rate.".into()),
         progress: nlg_judge::progress::Progress::none(),
     };
-    let scores = score_perturbations(&mut blind, &rows, &options, None, &mut |_| {}).unwrap();
+    let scores = score_perturbations(&mut blind, &rows, &options, None, &mut |_| Ok(())).unwrap();
     let analysis = analyze(&scores, None).unwrap();
     for p in &analysis.perturbations {
         assert_eq!(p.p["fluency"], 1.0);
@@ -226,7 +266,8 @@ fn scoring_rejects_metrics_the_task_does_not_have() {
         steps: StepsSource::Given("1. Rate.".into()),
         progress: nlg_judge::progress::Progress::none(),
     };
-    let error = score_perturbations(&mut model, &rows, &options, None, &mut |_| {}).unwrap_err();
+    let error =
+        score_perturbations(&mut model, &rows, &options, None, &mut |_| Ok(())).unwrap_err();
     assert!(
         error.to_string().contains("has no metric `relevance`"),
         "{error}"
