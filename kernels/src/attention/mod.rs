@@ -163,30 +163,23 @@ pub fn segment_attention_on(
     // The transposed keys live in buffers kept by the calling thread from call to call
     // (each layer of each pass needs them): fresh ones every call cost the kernel's
     // zeroing of new pages. A nested call (none exists) would get fresh buffers.
-    WORKSPACE.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buffers) => {
-            let (prefix_buffer, own_buffer) = &mut *buffers;
-            run_job(
-                path,
-                dims,
-                scale,
-                groups,
-                queries,
-                out,
-                prefix_buffer,
-                own_buffer,
-            );
-        }
-        Err(_) => run_job(
+    WORKSPACE.with(|cell| {
+        let mut fresh = (Vec::new(), Vec::new());
+        let mut borrowed = cell.try_borrow_mut();
+        let (prefix_buffer, own_buffer) = match borrowed.as_deref_mut() {
+            Ok(buffers) => buffers,
+            Err(_) => &mut fresh,
+        };
+        run_job(
             path,
             dims,
             scale,
             groups,
             queries,
             out,
-            &mut Vec::new(),
-            &mut Vec::new(),
-        ),
+            prefix_buffer,
+            own_buffer,
+        );
     });
     Ok(())
 }
