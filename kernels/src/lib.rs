@@ -8,3 +8,4 @@
 pub mod attention;
 pub mod cpu;
 pub mod gemm;
+pub mod pointwise;

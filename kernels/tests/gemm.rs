@@ -268,3 +268,70 @@ fn zero_rows_and_zero_weights_give_zero() {
     bf16_matrix.matmul(&[], 0, &mut out);
     assert!(out.is_empty());
 }
+
+/// `matmul_add` adds exactly the product `matmul` writes to what the output held (a
+/// residual connection), for both kernels and on shapes with ragged tiles.
+#[test]
+fn adding_products_equals_product_plus_the_old_output() {
+    let mut random = Random(0x5eed_0add);
+    for &(m, n, k) in &[(9, 65, 130), (37, 960, 576)] {
+        let x = random.matrix(m * k);
+        let w = random.matrix(n * k);
+        let residual = random.matrix(m * n);
+        let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
+        let int8_matrix = Int8Matrix::from_f32(&w, n, k);
+        let products = [
+            run_bf16(&bf16_matrix, Bf16Matrix::best_isa(), &x, m),
+            run_int8(&int8_matrix, Int8Matrix::best_isa(), &x, m),
+        ];
+        let mut added = [residual.clone(), residual.clone()];
+        bf16_matrix.matmul_add(&x, m, &mut added[0]);
+        int8_matrix.matmul_add(&x, m, &mut added[1]);
+        for (product, added) in products.iter().zip(&added) {
+            for (i, ((p, a), r)) in product.iter().zip(added).zip(&residual).enumerate() {
+                assert_eq!(*a, r + p, "({m}, {n}, {k}) element {i}");
+            }
+        }
+    }
+}
+
+/// Split activations: the product is that of the bf16 weights with the activations to
+/// 16 bits of mantissa (error against the f64 product of rounded weights and original
+/// activations: f32 accumulation over 2k products, plus 2^-16 of each product for the
+/// second part's rounding), far closer than one bf16 part; every path gives the portable
+/// numbers bit for bit.
+#[test]
+fn split_activations_keep_sixteen_bits() {
+    let mut random = Random(0x5eed_1234_abcd_0005);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        let split = Bf16Matrix::from_f32(&w, n, k).split_activations(true);
+        assert!(split.splits_activations());
+        let portable = run_bf16(&split, Isa::Portable, &x, m);
+        if Bf16Matrix::supports(Isa::Avx512) {
+            assert_eq!(
+                run_bf16(&split, Isa::Avx512, &x, m),
+                portable,
+                "{m}x{n}x{k}: AVX-512 and portable split products differ"
+            );
+        }
+        let (exact, magnitude) = reference(&x, &rounded(&w), m, n, k);
+        let (_, original_magnitude) = reference(&x, &w, m, n, k);
+        let single = run_bf16(&Bf16Matrix::from_f32(&w, n, k), Isa::Portable, &x, m);
+        let (mut split_error, mut single_error) = (0f64, 0f64);
+        for i in 0..m * n {
+            let bound =
+                (2 * k + 1) as f64 * U * magnitude[i] + 2f64.powi(-16) * original_magnitude[i];
+            let error = (portable[i] as f64 - exact[i]).abs();
+            assert!(error <= bound, "{m}x{n}x{k} [{i}]: {error} > {bound}");
+            split_error += error;
+            single_error += (single[i] as f64 - exact[i]).abs();
+        }
+        if k >= 64 {
+            assert!(
+                split_error * 50.0 < single_error,
+                "{m}x{n}x{k}: split error {split_error} vs one part {single_error}"
+            );
+        }
+    }
+}

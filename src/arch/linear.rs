@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Storage, Tensor};
-use nlg_judge_kernels::gemm::{Bf16Matrix, Int8Matrix};
+use nlg_judge_kernels::gemm::{Bf16Matrix, Int8Matrix, Store};
 
 /// What to do with quantized GGUF weights at load time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -257,6 +257,59 @@ impl Linear {
 }
 
 impl Linear {
+    /// Whether [`Self::forward_into`] can run this layer: an f32 dense or bf16/int8 packed
+    /// weight on the CPU (candle's quantized blocks run through tensors only).
+    pub fn runs_on_slices(&self) -> bool {
+        self.device.is_cpu()
+            && match &self.weight {
+                LinearWeight::Dense(w) => w.dtype() == DType::F32,
+                LinearWeight::Bf16(_) | LinearWeight::Int8(_) => true,
+                LinearWeight::Quantized(_) => false,
+            }
+    }
+
+    /// `out = x W^T + b` (with [`Store::Add`]: `out += x W^T + b`, a residual connection
+    /// folded into the product) for `rows` rows of `x`, row-major slices `(rows, in)` and
+    /// `(rows, out)`, without allocating: the forward pass's buffers are the caller's.
+    pub fn forward_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        store: Store,
+    ) -> Result<()> {
+        let (k, n) = (self.in_features, self.out_features);
+        if x.len() != rows * k || out.len() != rows * n {
+            bail!(
+                "linear layer {k} -> {n} got {} inputs and {} outputs for {rows} rows",
+                x.len(),
+                out.len()
+            );
+        }
+        match &self.weight {
+            LinearWeight::Dense(w) => with_cpu_values(w, "a linear weight", |w| {
+                dense_product(x, w, rows, n, k, &mut *out, store)
+            })?,
+            LinearWeight::Bf16(m) => match store {
+                Store::Overwrite => m.matmul(x, rows, out),
+                Store::Add => m.matmul_add(x, rows, out),
+            },
+            LinearWeight::Int8(m) => match store {
+                Store::Overwrite => m.matmul(x, rows, out),
+                Store::Add => m.matmul_add(x, rows, out),
+            },
+            LinearWeight::Quantized(_) => {
+                bail!("a quantized linear layer runs through tensors (Linear::forward) only")
+            }
+        }
+        if let Some(bias) = &self.bias {
+            with_cpu_values(bias, "a linear bias", |bias| {
+                nlg_judge_kernels::pointwise::add_bias(out, bias)
+            })?;
+        }
+        Ok(())
+    }
+
     /// `(rows, in)` f32 on the CPU through one of our kernels, `product(x, out)`.
     fn packed_product(
         &self,
@@ -281,6 +334,72 @@ impl Linear {
             (rows, self.out_features),
             &self.device,
         )?)
+    }
+}
+
+/// Hand the f32 values of a contiguous CPU tensor (`what`, for errors) to `body`.
+pub(crate) fn with_cpu_values<T>(
+    tensor: &Tensor,
+    what: &str,
+    body: impl FnOnce(&[f32]) -> T,
+) -> Result<T> {
+    let (guard, layout) = tensor.storage_and_layout();
+    let Storage::Cpu(cpu) = &*guard else {
+        bail!("{what} is not on the CPU");
+    };
+    let (start, end) = layout
+        .contiguous_offsets()
+        .with_context(|| format!("{what} is not contiguous"))?;
+    Ok(body(&cpu.as_slice::<f32>()?[start..end]))
+}
+
+/// `out (=|+=) x w^T` for `x` `(m, k)` and `w` `(n, k)`, row-major, with the same matrix
+/// product candle's CPU backend runs (the `gemm` crate, on rayon's pool when it has more
+/// than one thread) but writing into the caller's buffer.
+fn dense_product(
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    store: Store,
+) {
+    debug_assert!(x.len() == m * k && w.len() == n * k && out.len() == m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let add = store == Store::Add;
+    // SAFETY: the slices hold exactly (m, k), (n, k) and (m, n) values, and the strides
+    // below address them as row-major x, w^T (column j of w^T is row j of w) and out.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            add,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            if add { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
     }
 }
 

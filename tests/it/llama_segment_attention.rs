@@ -1,9 +1,11 @@
-//! The CPU segment-attention kernel inside the real model against candle's formulation
-//! of the same attention (prefix broadcast to every row, explicit score matrix), which
-//! was the f32 path before the kernel. Same weights, same inputs: only the order of
-//! floating-point accumulation inside attention differs (online softmax, polynomial
-//! exponential). Label logits are of magnitude 10-30, where one f32 ulp is 1.9e-6 to
-//! 3.8e-6, and the reordered sums pass through 30 layers: measured 2.5e-5 on an AMD EPYC
+//! The CPU buffer path (our segment-attention kernel, per-token kernels and products
+//! writing into reused buffers) inside the real model against candle's formulation of
+//! the same layers (prefix broadcast to every row, explicit score matrix, one tensor per
+//! operation), which was the f32 path before the kernels. Same weights, same inputs: only
+//! the order of floating-point accumulation differs (online softmax, polynomial
+//! exponentials, lane sums in the normalisation, residual additions inside the
+//! products). Label logits are of magnitude 10-30, where one f32 ulp is 1.9e-6 to 3.8e-6,
+//! and the reordered sums pass through 30 layers: measured 2.5e-5 on an AMD EPYC
 //! (AVX-512). We allow 1e-4 (about 5e-6 relative): a wrong mask, segment or head mapping
 //! moves logits by 1e-2 or more.
 

@@ -25,7 +25,7 @@
 //! `(tokens, heads * head_dim)`; a group's own keys/values right-padded,
 //! `(rows, kv_heads, stride, head_dim)`, as they are kept for the next pass.
 
-mod exp;
+pub(crate) mod exp;
 mod rope;
 mod tile;
 

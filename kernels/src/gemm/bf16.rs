@@ -11,7 +11,7 @@
 //! Subnormal inputs are flushed to zero when rounding to bf16, so both paths give
 //! bit-identical results.
 
-use super::tiles::{for_each_tile, panel_count, MR, NR};
+use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
 
@@ -26,6 +26,8 @@ pub struct Bf16Matrix {
     /// `W[p*NR + c][2k]` in the low half, of `W[p*NR + c][2k + 1]` in the high half.
     /// Columns past `rows` and the odd tail of the inner dimension are zero.
     packed: Vec<u32>,
+    /// Whether activations are split into two bf16 parts (see [`Self::split_activations`]).
+    split: bool,
 }
 
 impl Bf16Matrix {
@@ -54,7 +56,21 @@ impl Bf16Matrix {
             cols,
             pairs,
             packed,
+            split: false,
         }
+    }
+
+    /// This matrix multiplying activations split into two bf16 parts, `x = hi + lo` with
+    /// `hi` = `x` rounded to bf16 and `lo` = the remainder rounded to bf16, both products
+    /// accumulated: the activations keep 16 bits of mantissa instead of 8, so the only
+    /// coarse rounding left is the weights'. Twice the products of the plain kernel.
+    pub fn split_activations(self, split: bool) -> Self {
+        Self { split, ..self }
+    }
+
+    /// Whether activations are split (see [`Self::split_activations`]).
+    pub fn splits_activations(&self) -> bool {
+        self.split
     }
 
     /// Output features (rows of `W`).
@@ -84,7 +100,12 @@ impl Bf16Matrix {
     /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
     /// instruction path this machine has.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_on(Self::best_isa(), x, m, out)
+        self.product(Self::best_isa(), x, m, out, Store::Overwrite)
+    }
+
+    /// `out += x W^T` (a residual connection added in place), on the best path.
+    pub fn matmul_add(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.product(Self::best_isa(), x, m, out, Store::Add)
     }
 
     /// The path [`Self::matmul`] takes on this machine.
@@ -111,6 +132,10 @@ impl Bf16Matrix {
     /// # Panics
     /// If the shapes disagree, or `isa` is not supported here (see [`Self::supports`]).
     pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
+        self.product(isa, x, m, out, Store::Overwrite)
+    }
+
+    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
         assert!(
             Self::supports(isa),
             "{isa:?} bf16 products are not available here"
@@ -122,19 +147,41 @@ impl Bf16Matrix {
             x.len(),
             self.cols
         );
-        let activations = activation_pairs(x, m, self.cols, self.pairs);
+        // The rounded activations live in a buffer the calling thread keeps from call to
+        // call (a fresh one per product cost page zeroing); a nested call, should one
+        // ever happen while the buffer is in use, gets a fresh one.
+        ACTIVATIONS.with(|cell| {
+            let mut fresh = Vec::new();
+            let mut borrowed = cell.try_borrow_mut();
+            let buffer = match borrowed.as_deref_mut() {
+                Ok(buffer) => buffer,
+                Err(_) => &mut fresh,
+            };
+            let len = m * self.pairs;
+            activation_pairs(x, m, self.cols, self.pairs, self.split, buffer);
+            let (hi, lo) = buffer.split_at(len);
+            let lo = if self.split { &lo[..len] } else { &lo[..0] };
+            self.tiles(isa, &hi[..len], lo, m, out, store);
+        });
+    }
+
+    /// The tiles of the product of `hi` (and `lo`, the activations' second parts, when
+    /// split; empty otherwise), each `(m, pairs)`.
+    fn tiles(&self, isa: Isa, hi: &[u32], lo: &[u32], m: usize, out: &mut [f32], store: Store) {
         let pairs = self.pairs;
         let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; MR] {
-            let a = &activations[row0 * pairs..(row0 + rows) * pairs];
+            let span = row0 * pairs..(row0 + rows) * pairs;
+            let a = &hi[span.clone()];
+            let a_lo = if lo.is_empty() { lo } else { &lo[span] };
             let w = &self.packed[panel * pairs * NR..(panel + 1) * pairs * NR];
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `supports` checked AVX-512F and AVX512-BF16 at run time.
-                Isa::Avx512 => unsafe { avx512::tile(a, rows, pairs, w) },
-                _ => portable_tile(a, rows, pairs, w),
+                Isa::Avx512 => unsafe { avx512::tile(a, a_lo, rows, pairs, w) },
+                _ => portable_tile(a, a_lo, rows, pairs, w),
             }
         };
-        for_each_tile(m, self.rows, out, tile);
+        for_each_tile(m, self.rows, out, store, tile);
     }
 }
 
@@ -161,20 +208,51 @@ fn pack_pair(even: f32, odd: f32) -> u32 {
     round_to_bf16(even) as u32 | ((round_to_bf16(odd) as u32) << 16)
 }
 
-/// `x` `(m, cols)` rounded to bf16 pairs, `(m, pairs)`, the odd tail padded with zero.
-fn activation_pairs(x: &[f32], m: usize, cols: usize, pairs: usize) -> Vec<u32> {
-    let mut packed = vec![0u32; m * pairs];
-    for (row, target) in packed.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
-        let source = &x[row * cols..(row + 1) * cols];
-        let mut chunks = source.chunks_exact(2);
-        for (slot, pair) in target.iter_mut().zip(&mut chunks) {
-            *slot = pack_pair(pair[0], pair[1]);
-        }
-        if let [last] = chunks.remainder() {
-            target[pairs - 1] = pack_pair(*last, 0.0);
+thread_local! {
+    /// Rounded activations of the products this thread runs, reused from call to call.
+    static ACTIVATIONS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What rounding `value` to bf16 leaves out (0 for infinities and NaN, whose rounding
+/// keeps them whole).
+fn remainder(value: f32) -> f32 {
+    if value.is_finite() {
+        value - widen(round_to_bf16(value))
+    } else {
+        0.0
+    }
+}
+
+/// `x` `(m, cols)` rounded to bf16 pairs into `packed[..m * pairs]`, the odd tail padded
+/// with zero (every value of that range is written); with `split`, the remainders of
+/// that rounding, rounded to bf16 in turn, into `packed[m * pairs..2 * m * pairs]`.
+fn activation_pairs(
+    x: &[f32],
+    m: usize,
+    cols: usize,
+    pairs: usize,
+    split: bool,
+    packed: &mut Vec<u32>,
+) {
+    let len = m * pairs;
+    let needed = if split { 2 * len } else { len };
+    if packed.len() < needed {
+        packed.resize(needed, 0);
+    }
+    let (hi, lo) = packed[..needed].split_at_mut(len);
+    let part = |value: f32, second: bool| if second { remainder(value) } else { value };
+    for (second, target) in [(false, hi), (true, lo)] {
+        for (row, target) in target.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
+            let source = &x[row * cols..(row + 1) * cols];
+            let mut chunks = source.chunks_exact(2);
+            for (slot, pair) in target.iter_mut().zip(&mut chunks) {
+                *slot = pack_pair(part(pair[0], second), part(pair[1], second));
+            }
+            if let [last] = chunks.remainder() {
+                target[pairs - 1] = pack_pair(part(*last, second), 0.0);
+            }
         }
     }
-    packed
 }
 
 /// One `vdpbf16ps` lane: `acc + odd products + even products`, as the instruction rounds.
@@ -193,14 +271,22 @@ fn flush(value: f32) -> f32 {
     }
 }
 
-fn portable_tile(a: &[u32], rows: usize, pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+/// An `MR x NR` tile; with second parts `lo` (non-empty), pair `k` of the second part is
+/// added right after pair `k` of the first, as the vector path does.
+fn portable_tile(a: &[u32], lo: &[u32], rows: usize, pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
     let mut out = [[0f32; NR]; MR];
     for (r, out_row) in out.iter_mut().enumerate().take(rows) {
-        let a_row = &a[r * pairs..(r + 1) * pairs];
-        for (k, &a_pair) in a_row.iter().enumerate() {
+        for k in 0..pairs {
             let w_pairs = &w[k * NR..(k + 1) * NR];
+            let a_pair = a[r * pairs + k];
             for (acc, &w_pair) in out_row.iter_mut().zip(w_pairs) {
                 *acc = dot_pair(*acc, a_pair, w_pair);
+            }
+            if !lo.is_empty() {
+                let lo_pair = lo[r * pairs + k];
+                for (acc, &w_pair) in out_row.iter_mut().zip(w_pairs) {
+                    *acc = dot_pair(*acc, lo_pair, w_pair);
+                }
             }
         }
     }
@@ -212,31 +298,56 @@ mod avx512 {
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
-    /// An `MR x NR` tile: `rows` rows of activation pairs `a` (`pairs` per row) against
-    /// one weight panel `w`.
+    /// An `MR x NR` tile: `rows` rows of activation pairs `a` (`pairs` per row), and of
+    /// their second parts `lo` when not empty, against one weight panel `w`.
     ///
     /// # Safety
-    /// The CPU must have AVX-512F and AVX512-BF16; `a` holds `rows * pairs` values and
-    /// `w` holds `pairs * NR`.
+    /// The CPU must have AVX-512F and AVX512-BF16; `a` (and a non-empty `lo`) hold
+    /// `rows * pairs` values and `w` holds `pairs * NR`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn tile(a: &[u32], rows: usize, pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+    pub unsafe fn tile(
+        a: &[u32],
+        lo: &[u32],
+        rows: usize,
+        pairs: usize,
+        w: &[u32],
+    ) -> [[f32; NR]; MR] {
         debug_assert!(a.len() >= rows * pairs && w.len() >= pairs * NR);
-        match rows {
-            8 => rows_tile::<8>(a, pairs, w),
-            7 => rows_tile::<7>(a, pairs, w),
-            6 => rows_tile::<6>(a, pairs, w),
-            5 => rows_tile::<5>(a, pairs, w),
-            4 => rows_tile::<4>(a, pairs, w),
-            3 => rows_tile::<3>(a, pairs, w),
-            2 => rows_tile::<2>(a, pairs, w),
-            _ => rows_tile::<1>(a, pairs, w),
+        debug_assert!(lo.is_empty() || lo.len() >= rows * pairs);
+        if lo.is_empty() {
+            match rows {
+                8 => rows_tile::<8, false>(a, a, pairs, w),
+                7 => rows_tile::<7, false>(a, a, pairs, w),
+                6 => rows_tile::<6, false>(a, a, pairs, w),
+                5 => rows_tile::<5, false>(a, a, pairs, w),
+                4 => rows_tile::<4, false>(a, a, pairs, w),
+                3 => rows_tile::<3, false>(a, a, pairs, w),
+                2 => rows_tile::<2, false>(a, a, pairs, w),
+                _ => rows_tile::<1, false>(a, a, pairs, w),
+            }
+        } else {
+            match rows {
+                8 => rows_tile::<8, true>(a, lo, pairs, w),
+                7 => rows_tile::<7, true>(a, lo, pairs, w),
+                6 => rows_tile::<6, true>(a, lo, pairs, w),
+                5 => rows_tile::<5, true>(a, lo, pairs, w),
+                4 => rows_tile::<4, true>(a, lo, pairs, w),
+                3 => rows_tile::<3, true>(a, lo, pairs, w),
+                2 => rows_tile::<2, true>(a, lo, pairs, w),
+                _ => rows_tile::<1, true>(a, lo, pairs, w),
+            }
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn rows_tile<const ROWS: usize>(a: &[u32], pairs: usize, w: &[u32]) -> [[f32; NR]; MR] {
+    unsafe fn rows_tile<const ROWS: usize, const SPLIT: bool>(
+        a: &[u32],
+        lo: &[u32],
+        pairs: usize,
+        w: &[u32],
+    ) -> [[f32; NR]; MR] {
         let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
-        let (a, w) = (a.as_ptr(), w.as_ptr());
+        let (a, lo, w) = (a.as_ptr(), lo.as_ptr(), w.as_ptr());
         for k in 0..pairs {
             // SAFETY: k < pairs, so both 16-lane halves of pair k lie inside the panel.
             let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(w.add(k * NR).cast()));
@@ -246,6 +357,12 @@ mod avx512 {
                 let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
                 acc_row[0] = _mm512_dpbf16_ps(acc_row[0], av, w0);
                 acc_row[1] = _mm512_dpbf16_ps(acc_row[1], av, w1);
+                if SPLIT {
+                    let pair = *lo.add(r * pairs + k) as i32;
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                    acc_row[0] = _mm512_dpbf16_ps(acc_row[0], av, w0);
+                    acc_row[1] = _mm512_dpbf16_ps(acc_row[1], av, w1);
+                }
             }
         }
         let mut out = [[0f32; NR]; MR];

@@ -14,7 +14,7 @@
 //! Integer sums are exact and the f32 steps are the same operations in the same order on
 //! every path, so AVX512-VNNI, AVX-VNNI and the portable path agree bit for bit.
 
-use super::tiles::{for_each_tile, panel_count, MR, NR};
+use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
 
@@ -111,7 +111,12 @@ impl Int8Matrix {
     /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
     /// instruction path this machine has.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_on(Self::best_isa(), x, m, out)
+        self.product(Self::best_isa(), x, m, out, Store::Overwrite)
+    }
+
+    /// `out += x W^T` (a residual connection added in place), on the best path.
+    pub fn matmul_add(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.product(Self::best_isa(), x, m, out, Store::Add)
     }
 
     /// The path [`Self::matmul`] takes on this machine.
@@ -141,6 +146,10 @@ impl Int8Matrix {
     /// # Panics
     /// If the shapes disagree, or `isa` is not supported here (see [`Self::supports`]).
     pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
+        self.product(isa, x, m, out, Store::Overwrite)
+    }
+
+    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
         assert!(
             Self::supports(isa),
             "{isa:?} int8 products are not available here"
@@ -174,7 +183,7 @@ impl Int8Matrix {
                 _ => portable_tile(&operands, rows),
             }
         };
-        for_each_tile(m, self.rows, out, tile);
+        for_each_tile(m, self.rows, out, store, tile);
     }
 }
 

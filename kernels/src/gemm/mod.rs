@@ -11,6 +11,7 @@ mod tiles;
 
 pub use bf16::Bf16Matrix;
 pub use int8::Int8Matrix;
+pub use tiles::Store;
 
 /// The instruction path a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,15 @@ const ROW_BLOCK: usize = 8 * MR;
 /// Weight panels one parallel task covers.
 const PANELS_PER_TASK: usize = 2;
 
+/// What a product does with the output it is handed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// `out = x W^T`.
+    Overwrite,
+    /// `out += x W^T` (a residual connection folded into the product).
+    Add,
+}
+
 /// Number of [`NR`]-wide panels that cover `n` output columns.
 pub fn panel_count(n: usize) -> usize {
     n.div_ceil(NR)
@@ -31,9 +40,9 @@ unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 /// Run `tile(row0, rows, panel)` for every `MR`-row by `NR`-column tile of the `(m, n)`
-/// output, in parallel, and copy the valid part of each tile it returns (the first `rows`
-/// rows, the columns below `n`) into `out` (row-major, `m x n`).
-pub fn for_each_tile<F>(m: usize, n: usize, out: &mut [f32], tile: F)
+/// output, in parallel, and copy (or add, per `store`) the valid part of each tile it
+/// returns (the first `rows` rows, the columns below `n`) into `out` (row-major, `m x n`).
+pub fn for_each_tile<F>(m: usize, n: usize, out: &mut [f32], store: Store, tile: F)
 where
     F: Fn(usize, usize, usize) -> [[f32; NR]; MR] + Sync,
 {
@@ -68,10 +77,17 @@ where
                     let start = (row0 + r) * n + col0;
                     debug_assert!(start + cols <= shared.len);
                     // SAFETY: in bounds (row0 + r < m, col0 + cols <= n), and this
-                    // task is the only writer of this tile.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(row.as_ptr(), shared.ptr.add(start), cols)
-                    };
+                    // task is the only reader and writer of this tile.
+                    let target =
+                        unsafe { std::slice::from_raw_parts_mut(shared.ptr.add(start), cols) };
+                    match store {
+                        Store::Overwrite => target.copy_from_slice(&row[..cols]),
+                        Store::Add => {
+                            for (t, v) in target.iter_mut().zip(row) {
+                                *t += v;
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -9,6 +9,7 @@
 
 mod config;
 pub mod fused;
+mod host;
 pub mod kv;
 mod load;
 mod segment;
@@ -423,26 +424,12 @@ impl LlamaModel {
                 lengths,
             });
         }
-        let tokens = ids.len();
-        let ids = Tensor::from_vec(ids, tokens, &self.device)?;
-        let mut x = self.embedding.index_select(&ids, 0)?;
         let mut new_kv: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::new(); groups.len()];
-        for (index, layer) in self.layers.iter().enumerate() {
-            let attended = self
-                .attention(
-                    layer,
-                    index,
-                    &x,
-                    groups,
-                    &plans,
-                    keep_kv.then_some(&mut new_kv),
-                )
-                .with_context(|| format!("attention of layer {index}"))?;
-            x = (x + attended)?;
-            x = (&x + self.feed_forward(layer, &x)?)?;
-        }
-        let hidden =
-            candle_nn::ops::rms_norm(&x, &self.final_norm, self.config.rms_norm_eps as f32)?;
+        let kept = keep_kv.then_some(&mut new_kv);
+        let hidden = match self.buffer_path() {
+            Some(dims) => host::forward_on_buffers(self, dims, &ids, groups, &plans, kept)?,
+            None => self.forward_on_tensors(ids, groups, &plans, kept)?,
+        };
         plans
             .into_iter()
             .zip(new_kv)
@@ -465,6 +452,33 @@ impl LlamaModel {
                 })
             })
             .collect()
+    }
+
+    /// The layers as candle tensor operations (other devices, quantized weights, and the
+    /// reference the buffer path is tested against): final-normalised hidden states of
+    /// the packed `ids`.
+    fn forward_on_tensors(
+        &self,
+        ids: Vec<u32>,
+        groups: &[RowGroup],
+        plans: &[GroupPlan],
+        mut new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    ) -> Result<Tensor> {
+        let tokens = ids.len();
+        let ids = Tensor::from_vec(ids, tokens, &self.device)?;
+        let mut x = self.embedding.index_select(&ids, 0)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            let attended = self
+                .attention(layer, index, &x, groups, plans, new_kv.as_deref_mut())
+                .with_context(|| format!("attention of layer {index}"))?;
+            x = (x + attended)?;
+            x = (&x + self.feed_forward(layer, &x)?)?;
+        }
+        Ok(candle_nn::ops::rms_norm(
+            &x,
+            &self.final_norm,
+            self.config.rms_norm_eps as f32,
+        )?)
     }
 
     /// Self-attention of the packed tokens `x` `(tokens, hidden)` of all groups:

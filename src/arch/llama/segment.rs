@@ -22,8 +22,6 @@ use super::{GroupPlan, LlamaConfig, RowGroup};
 struct Workspace {
     /// Rotated queries, `(tokens, heads * head_dim)`.
     queries: Vec<f32>,
-    /// Attention outputs, same layout.
-    out: Vec<f32>,
     /// Own keys/values of all groups when the caller keeps none.
     keys: Vec<f32>,
     values: Vec<f32>,
@@ -80,9 +78,51 @@ pub(super) fn attend(
     let projected = projected.to_dtype(DType::F32)?.contiguous()?;
     let tokens = projected.dim(0)?;
     let q_width = dims.heads * dims.head_dim;
+    let mut out = vec![0f32; tokens * q_width];
+    {
+        let (guard, layout) = projected.storage_and_layout();
+        let data = cpu_slice!(guard, layout, "the attention projection");
+        attend_into(
+            dims,
+            rope,
+            data,
+            groups,
+            plans,
+            layer_index,
+            new_kv,
+            &mut out,
+        )?;
+    }
+    Ok(Tensor::from_vec(out, (tokens, q_width), &Device::Cpu)?)
+}
+
+/// [`attend`] on plain slices: `data` is the packed projection `(tokens, q + 2 kv)` and
+/// `out` receives `(tokens, heads * head_dim)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_into(
+    dims: AttentionDims,
+    rope: RopeTables,
+    data: &[f32],
+    groups: &[RowGroup],
+    plans: &[GroupPlan],
+    layer_index: usize,
+    new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    out: &mut [f32],
+) -> Result<()> {
+    let q_width = dims.heads * dims.head_dim;
     let kv_row = dims.kv_heads * dims.head_dim;
     let in_width = q_width + 2 * kv_row;
+    let tokens: usize = plans.iter().map(|p| p.tokens).sum();
     let own_len = |plan: &GroupPlan| plan.lengths.len() * kv_row * plan.packing.max_len;
+    if data.len() != tokens * in_width || out.len() != tokens * q_width {
+        bail!(
+            "attention of {tokens} tokens got a projection of {} floats (expected {}) and an output of {} (expected {})",
+            data.len(),
+            tokens * in_width,
+            out.len(),
+            tokens * q_width
+        );
+    }
 
     // The prefix segments of this layer, contiguous, and read through storage guards.
     let mut prefix_tensors = Vec::new();
@@ -105,18 +145,16 @@ pub(super) fn attend(
         });
     }
 
-    let (guard, layout) = projected.storage_and_layout();
-    let data = cpu_slice!(guard, layout, "the attention projection");
-    if data.len() != tokens * in_width {
-        bail!(
-            "attention projection has {} floats, expected {tokens} x {in_width}",
-            data.len()
-        );
-    }
-
-    WORKSPACE.with_borrow_mut(|ws| -> Result<Tensor> {
+    // A nested call (none exists; rayon could in principle run one while this thread
+    // waits) gets fresh buffers instead of the thread's.
+    WORKSPACE.with(|cell| -> Result<()> {
+        let mut fresh = Workspace::default();
+        let mut borrowed = cell.try_borrow_mut();
+        let ws = match borrowed.as_deref_mut() {
+            Ok(ws) => ws,
+            Err(_) => &mut fresh,
+        };
         ensure(&mut ws.queries, tokens * q_width);
-        ensure(&mut ws.out, tokens * q_width);
         // Own keys/values: fresh vectors when they are kept (they become the cache),
         // the workspace otherwise.
         let mut kept: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
@@ -179,7 +217,7 @@ pub(super) fn attend(
             scale,
             &kernel_groups,
             &ws.queries[..tokens * q_width],
-            &mut ws.out[..tokens * q_width],
+            out,
         )?;
         drop(kernel_groups);
 
@@ -197,10 +235,6 @@ pub(super) fn attend(
                 ));
             }
         }
-        Ok(Tensor::from_slice(
-            &ws.out[..tokens * q_width],
-            (tokens, q_width),
-            &Device::Cpu,
-        )?)
+        Ok(())
     })
 }

@@ -1,0 +1,190 @@
+//! The CPU forward pass on plain buffers: every layer's normalisation, products,
+//! attention, gating and residual additions write into buffers the calling thread keeps
+//! from pass to pass, so a pass allocates only what it returns (the final hidden states
+//! and, when asked, the new keys/values).
+//!
+//! Built from tensor operations, each layer allocated a dozen outputs whose fresh pages
+//! the kernel zeroed, ran SiLU through the library exponential per element, and added the
+//! residual stream in separate passes: about a third of a reduced-precision pass on long
+//! candidates. Here the residual additions are folded into the output and down products
+//! (`Store::Add`), and normalisation and gating are our `pointwise` kernels. The
+//! arithmetic is otherwise the tensor path's (same products, same attention kernel), so
+//! results agree with it to rounding; it is taken for CPU models whose projections all
+//! run on slices (f32 dense, bf16, int8), and the tensor path stays for the rest and for
+//! other devices.
+
+use std::cell::RefCell;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use nlg_judge_kernels::attention::{AttentionDims, RopeTables};
+use nlg_judge_kernels::gemm::Store;
+use nlg_judge_kernels::pointwise::{rms_norm, silu_gate};
+
+use super::super::linear::with_cpu_values;
+use super::{segment, GateUpProjection, GroupPlan, LlamaModel, QkvProjection, RowGroup};
+
+/// Per-token activations of one pass, grown to the largest pass seen and then reused.
+#[derive(Default)]
+struct Buffers {
+    /// The residual stream, `(tokens, hidden)`.
+    residual: Vec<f32>,
+    /// Its normalised copy, input of the projections.
+    normed: Vec<f32>,
+    /// Query/key/value projection, `(tokens, q + 2 kv)`.
+    qkv: Vec<f32>,
+    /// Attention output, `(tokens, heads * head_dim)`.
+    attended: Vec<f32>,
+    /// Gate and up projections side by side, `(tokens, 2 * intermediate)`.
+    gate_up: Vec<f32>,
+    /// Gated activation, `(tokens, intermediate)`.
+    activated: Vec<f32>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// `buffer[..len]`, growing the buffer first if needed (never shrinking).
+fn at_least(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
+    }
+    &mut buffer[..len]
+}
+
+impl LlamaModel {
+    /// The attention shape when [`forward_on_buffers`] can run this model: on the CPU,
+    /// with the attention kernel, and every projection fused and runnable on slices.
+    pub(super) fn buffer_path(&self) -> Option<AttentionDims> {
+        if !self.attention_kernel {
+            return None;
+        }
+        let dims = segment::kernel_dims(&self.config, &self.device)?;
+        let slices = self.layers.iter().all(|layer| {
+            matches!(&layer.qkv, QkvProjection::Fused(l) if l.runs_on_slices())
+                && matches!(&layer.gate_up, GateUpProjection::Fused(l) if l.runs_on_slices())
+                && layer.o.runs_on_slices()
+                && layer.down.runs_on_slices()
+        });
+        slices.then_some(dims)
+    }
+}
+
+/// A forward pass of the packed token `ids` of all `groups` (laid out by `plans`) on the
+/// buffer path: returns the final-normalised hidden states `(tokens, hidden)` and fills
+/// `new_kv` (one list of per-layer keys/values per group) when given.
+pub(super) fn forward_on_buffers(
+    model: &LlamaModel,
+    dims: AttentionDims,
+    ids: &[u32],
+    groups: &[RowGroup],
+    plans: &[GroupPlan],
+    new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+) -> Result<Tensor> {
+    // A nested pass (none exists; rayon could in principle start one on this thread
+    // while it waits) gets fresh buffers instead of the thread's.
+    BUFFERS.with(|cell| {
+        let mut fresh = Buffers::default();
+        let mut borrowed = cell.try_borrow_mut();
+        let buffers = match borrowed.as_deref_mut() {
+            Ok(buffers) => buffers,
+            Err(_) => &mut fresh,
+        };
+        run_pass(model, dims, ids, groups, plans, new_kv, buffers)
+    })
+}
+
+fn run_pass(
+    model: &LlamaModel,
+    dims: AttentionDims,
+    ids: &[u32],
+    groups: &[RowGroup],
+    plans: &[GroupPlan],
+    mut new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    buffers: &mut Buffers,
+) -> Result<Tensor> {
+    let c = &model.config;
+    let tokens = ids.len();
+    let hidden = c.hidden_size;
+    let eps = c.rms_norm_eps as f32;
+    let q_width = c.num_heads * c.head_dim;
+    let qkv_width = q_width + 2 * c.num_kv_heads * c.head_dim;
+    let intermediate = c.intermediate_size;
+    let rope = RopeTables {
+        cos: &model.rope_cos_cpu,
+        sin: &model.rope_sin_cpu,
+        interleaved: c.rope_interleaved,
+    };
+
+    let Buffers {
+        residual,
+        normed,
+        qkv,
+        attended,
+        gate_up,
+        activated,
+    } = buffers;
+    let residual = at_least(residual, tokens * hidden);
+    let normed = at_least(normed, tokens * hidden);
+    let qkv = at_least(qkv, tokens * qkv_width);
+    let attended = at_least(attended, tokens * q_width);
+    let gate_up = at_least(gate_up, tokens * 2 * intermediate);
+    let activated = at_least(activated, tokens * intermediate);
+
+    with_cpu_values(&model.embedding, "the token embedding", |table| {
+        for (row, &id) in residual.chunks_exact_mut(hidden).zip(ids) {
+            let id = id as usize;
+            row.copy_from_slice(&table[id * hidden..(id + 1) * hidden]);
+        }
+    })?;
+
+    for (index, layer) in model.layers.iter().enumerate() {
+        let (QkvProjection::Fused(qkv_projection), GateUpProjection::Fused(gate_up_projection)) =
+            (&layer.qkv, &layer.gate_up)
+        else {
+            bail!("layer {index}: the buffer path needs fused projections");
+        };
+        let step = |what: &str| format!("layer {index}: {what}");
+
+        with_cpu_values(&layer.attn_norm, "an attention norm", |weight| {
+            rms_norm(residual, weight, eps, normed)
+        })?;
+        qkv_projection
+            .forward_into(normed, tokens, qkv, Store::Overwrite)
+            .with_context(|| step("query/key/value projection"))?;
+        segment::attend_into(
+            dims,
+            rope,
+            qkv,
+            groups,
+            plans,
+            index,
+            new_kv.as_deref_mut(),
+            attended,
+        )
+        .with_context(|| step("attention"))?;
+        layer
+            .o
+            .forward_into(attended, tokens, residual, Store::Add)
+            .with_context(|| step("output projection"))?;
+
+        with_cpu_values(&layer.mlp_norm, "a feed-forward norm", |weight| {
+            rms_norm(residual, weight, eps, normed)
+        })?;
+        gate_up_projection
+            .forward_into(normed, tokens, gate_up, Store::Overwrite)
+            .with_context(|| step("gate/up projection"))?;
+        silu_gate(gate_up, intermediate, activated);
+        layer
+            .down
+            .forward_into(activated, tokens, residual, Store::Add)
+            .with_context(|| step("down projection"))?;
+    }
+
+    let mut out = vec![0f32; tokens * hidden];
+    with_cpu_values(&model.final_norm, "the final norm", |weight| {
+        rms_norm(residual, weight, eps, &mut out)
+    })?;
+    Ok(Tensor::from_vec(out, (tokens, hidden), &Device::Cpu)?)
+}
