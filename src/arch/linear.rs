@@ -47,7 +47,9 @@ pub enum Precision {
     /// f32 weights and products (candle's kernels).
     #[default]
     F32,
-    /// bf16 weights, bf16 products accumulated in f32 (AVX512-BF16 where present).
+    /// bf16 weights, bf16 products accumulated in f32 (AVX512-BF16 where present);
+    /// activations rounded to bf16, or split into two bf16 parts where the model asks
+    /// for it (the llama blocks' query/key/value projection).
     Bf16,
     /// int8 weights (per output row) and activations (per token), i32 accumulation
     /// (AVX512-VNNI or AVX-VNNI where present).
@@ -65,11 +67,14 @@ impl Precision {
 
     /// The result-cache identity of a model run at this precision: f32 keeps the
     /// weights' fingerprint (results cached before precisions existed stay valid);
-    /// other precisions append their name, so their results are never served for f32.
+    /// other precisions append their name, so their results are never served for f32,
+    /// and bf16 also its arithmetic's revision (the query/key/value activations split in
+    /// two parts since revision 2), so results of the first revision are not served.
     pub fn fingerprint(self, weights_fingerprint: &str) -> String {
         match self {
             Precision::F32 => weights_fingerprint.to_string(),
-            other => format!("{weights_fingerprint}+{}", other.as_str()),
+            Precision::Bf16 => format!("{weights_fingerprint}+bf16-r2"),
+            Precision::Int8 => format!("{weights_fingerprint}+int8"),
         }
     }
 }
@@ -192,6 +197,21 @@ impl Linear {
             Precision::F32 => unreachable!("handled above"),
         };
         Ok(Self { weight, ..self })
+    }
+
+    /// For a bf16 layer: the same layer multiplying activations split into two bf16
+    /// parts (see `Bf16Matrix::split_activations`); other layers are returned unchanged.
+    pub fn with_split_activations(self) -> Self {
+        match self.weight {
+            LinearWeight::Bf16(m) => {
+                let matrix = Arc::try_unwrap(m).unwrap_or_else(|shared| (*shared).clone());
+                Self {
+                    weight: LinearWeight::Bf16(Arc::new(matrix.split_activations(true))),
+                    ..self
+                }
+            }
+            weight => Self { weight, ..self },
+        }
     }
 
     pub fn in_features(&self) -> usize {
@@ -474,6 +494,39 @@ mod tests {
         Ok(())
     }
 
+    /// Splitting a bf16 layer's activations leaves only the weights' rounding: its
+    /// output is the f32 product with bf16-rounded weights to about 2^-16, while one
+    /// bf16 part is off by ~2^-9 of each product; the forward paths (tensor and buffer)
+    /// agree exactly.
+    #[test]
+    fn split_activations_leave_only_the_weights_rounding() -> Result<()> {
+        let device = Device::Cpu;
+        let (out, inp, rows) = (45, 96, 7);
+        let weight = Tensor::randn(0f32, 1.0, (out, inp), &device)?;
+        let x = Tensor::randn(0f32, 1.0, (rows, inp), &device)?;
+        let plain = Linear::dense(weight, None)?.with_precision(Precision::Bf16)?;
+        let split = plain.clone().with_split_activations();
+        let rounded_weights = Linear::dense(plain.dense_weight()?, None)?;
+        let expected = rounded_weights.forward(&x)?;
+        let error = |layer: &Linear| -> Result<f32> {
+            Ok((layer.forward(&x)? - &expected)?
+                .abs()?
+                .flatten_all()?
+                .max(0)?
+                .to_scalar::<f32>()?)
+        };
+        let (split_error, plain_error) = (error(&split)?, error(&plain)?);
+        assert!(
+            split_error * 30.0 < plain_error,
+            "split {split_error} vs one part {plain_error}"
+        );
+        let mut buffer = vec![0f32; rows * out];
+        let values = x.flatten_all()?.to_vec1::<f32>()?;
+        split.forward_into(&values, rows, &mut buffer, Store::Overwrite)?;
+        assert_eq!(buffer, split.forward(&x)?.flatten_all()?.to_vec1::<f32>()?);
+        Ok(())
+    }
+
     #[test]
     fn each_precision_has_its_own_cache_identity() {
         let weights = "abc123";
@@ -483,5 +536,7 @@ mod tests {
         assert_ne!(all[0], all[1]);
         assert_ne!(all[0], all[2]);
         assert_ne!(all[1], all[2]);
+        // The first bf16 revision's results (activations in one part) are not served.
+        assert_ne!(all[1], format!("{weights}+bf16"));
     }
 }
