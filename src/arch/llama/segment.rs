@@ -1,6 +1,7 @@
 //! The CPU attention path: our segment-attention kernel (`nlg-judge-kernels`) over each
-//! group's prefix segments read where they lie, with the queries, outputs and scratch
-//! keys/values in buffers reused across layers and forward passes.
+//! group's prefix segments read where they lie, with the queries and scratch keys/values
+//! in buffers reused across layers and forward passes, and the outputs written into the
+//! caller's buffer (`attend_into`, the buffer path) or a fresh tensor (`attend`).
 //!
 //! candle's broadcast-and-concatenate formulation copied every prefix segment into each
 //! row of every chunk of every layer and materialised the scores; here nothing of the
