@@ -9,3 +9,4 @@ pub mod attention;
 pub mod cpu;
 pub mod gemm;
 pub mod pointwise;
+pub mod reuse;

@@ -163,13 +163,7 @@ pub fn segment_attention_on(
     // The transposed keys live in buffers kept by the calling thread from call to call
     // (each layer of each pass needs them): fresh ones every call cost the kernel's
     // zeroing of new pages. A nested call (none exists) would get fresh buffers.
-    WORKSPACE.with(|cell| {
-        let mut fresh = (Vec::new(), Vec::new());
-        let mut borrowed = cell.try_borrow_mut();
-        let (prefix_buffer, own_buffer) = match borrowed.as_deref_mut() {
-            Ok(buffers) => buffers,
-            Err(_) => &mut fresh,
-        };
+    crate::reuse::with_reused(&WORKSPACE, |(prefix_buffer, own_buffer)| {
         run_job(
             path,
             dims,

@@ -150,13 +150,7 @@ impl Bf16Matrix {
         // The rounded activations live in a buffer the calling thread keeps from call to
         // call (a fresh one per product cost page zeroing); a nested call, should one
         // ever happen while the buffer is in use, gets a fresh one.
-        ACTIVATIONS.with(|cell| {
-            let mut fresh = Vec::new();
-            let mut borrowed = cell.try_borrow_mut();
-            let buffer = match borrowed.as_deref_mut() {
-                Ok(buffer) => buffer,
-                Err(_) => &mut fresh,
-            };
+        crate::reuse::with_reused(&ACTIVATIONS, |buffer| {
             let len = m * self.pairs;
             activation_pairs(x, m, self.cols, self.pairs, self.split, buffer);
             let (hi, lo) = buffer.split_at(len);

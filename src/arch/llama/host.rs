@@ -20,6 +20,7 @@ use candle_core::{Device, Tensor};
 use nlg_judge_kernels::attention::{AttentionDims, RopeTables};
 use nlg_judge_kernels::gemm::Store;
 use nlg_judge_kernels::pointwise::{rms_norm, silu_gate};
+use nlg_judge_kernels::reuse::with_reused;
 
 use super::super::linear::with_cpu_values;
 use super::{segment, GateUpProjection, GroupPlan, LlamaModel, QkvProjection, RowGroup};
@@ -82,15 +83,7 @@ pub(super) fn forward_on_buffers(
     plans: &[GroupPlan],
     new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
 ) -> Result<Tensor> {
-    // A nested pass (none exists; rayon could in principle start one on this thread
-    // while it waits) gets fresh buffers instead of the thread's.
-    BUFFERS.with(|cell| {
-        let mut fresh = Buffers::default();
-        let mut borrowed = cell.try_borrow_mut();
-        let buffers = match borrowed.as_deref_mut() {
-            Ok(buffers) => buffers,
-            Err(_) => &mut fresh,
-        };
+    with_reused(&BUFFERS, |buffers| {
         run_pass(model, dims, ids, groups, plans, new_kv, buffers)
     })
 }

@@ -146,15 +146,7 @@ pub(super) fn attend_into(
         });
     }
 
-    // A nested call (none exists; rayon could in principle run one while this thread
-    // waits) gets fresh buffers instead of the thread's.
-    WORKSPACE.with(|cell| -> Result<()> {
-        let mut fresh = Workspace::default();
-        let mut borrowed = cell.try_borrow_mut();
-        let ws = match borrowed.as_deref_mut() {
-            Ok(ws) => ws,
-            Err(_) => &mut fresh,
-        };
+    nlg_judge_kernels::reuse::with_reused(&WORKSPACE, |ws| -> Result<()> {
         ensure(&mut ws.queries, tokens * q_width);
         // Own keys/values: fresh vectors when they are kept (they become the cache),
         // the workspace otherwise.
