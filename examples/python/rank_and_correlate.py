@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 import numpy as np  # noqa: E402
 
 import nlg_judge  # noqa: E402
@@ -52,19 +53,27 @@ def main() -> None:
 
     frame = result.to_pandas()
     contexts = list(result)
-    figure, axes = plt.subplots(1, len(contexts) + 1, figsize=(4.2 * (len(contexts) + 1), 4.2))
-    for ax, context in zip(axes, contexts):
-        image = ax.imshow(context.probabilities, vmin=0, vmax=1, cmap="RdBu_r")
+    figure, axes = plt.subplots(
+        1, len(contexts) + 1, figsize=(4.4 * (len(contexts) + 1), 4.4), layout="constrained"
+    )
+    # The small model prefers whichever story it reads first (P(A) ~ 0.85 everywhere):
+    # colour around the run's debiasing threshold, so red means "A wins" after debiasing.
+    spread = max(float(np.nanmax(np.abs(c.probabilities - result.tau))) for c in contexts)
+    norm = TwoSlopeNorm(vcenter=result.tau, vmin=result.tau - spread, vmax=result.tau + spread)
+    for k, (ax, context) in enumerate(zip(axes, contexts)):
+        image = ax.imshow(context.probabilities, norm=norm, cmap="RdBu_r")
         labels = context.candidate_ids
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
         ax.set_yticks(range(len(labels)), labels)
         ax.set_xlabel("B (shown second)")
-        ax.set_ylabel("A (shown first)")
+        if k == 0:
+            ax.set_ylabel("A (shown first)")
         ax.set_title(f"{context.context_id}: P(A more empathetic)", fontsize=10)
         for (i, j), p in np.ndenumerate(context.probabilities):
             if not np.isnan(p):
                 ax.text(j, i, f"{p:.2f}", ha="center", va="center", fontsize=8)
-    figure.colorbar(image, ax=axes[: len(contexts)].tolist(), shrink=0.8)
+    bar = figure.colorbar(image, ax=axes[: len(contexts)].tolist(), shrink=0.8)
+    bar.set_label(f"P(A better); white at the threshold {result.tau:.2f}")
 
     scatter = axes[-1]
     for context_id, rows in frame.groupby("context_id", sort=False):
@@ -78,7 +87,7 @@ def main() -> None:
 
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=120, bbox_inches="tight")
+    figure.savefig(output, dpi=120)
     print(f"figure: {output}")
 
 

@@ -78,6 +78,40 @@ class Correlation:
         )
 
 
+class _Correlates:
+    """`correlate` of a run's scores against the human scores of its input."""
+
+    _native: Any
+
+    def correlate(
+        self,
+        human_key: Optional[str] = None,
+        *,
+        level: str = "summary",
+        skip: str = "authors",
+        bootstrap: Optional[int] = 1000,
+        seed: int = 0,
+        ci: float = 0.95,
+    ) -> Correlation:
+        """Agreement of the scores with the human scores, as ``--correlate`` of
+        ``compare`` and ``score`` reports it by default (summary level, 1000 bootstrap
+        resamples, seed 0, 95% intervals); compare's scores as ``to_jsonl`` writes them.
+
+        Args:
+            human_key: key of the human scores (default: the run's ``human_key=``,
+                else the attribute's, matched case-insensitively).
+            level: ``summary`` (per context, then averaged), ``system`` (per-system
+                means) or ``pooled``.
+            skip: summary level: ``authors`` (skip contexts with constant human scores)
+                or ``geval`` (skip where either side is constant).
+            bootstrap: resamples of the contexts for confidence intervals (None: none).
+            seed: seed of the resampling.
+            ci: confidence level of the intervals.
+        """
+        return Correlation(*self._native.correlate(human_key, level, skip, bootstrap, seed, ci))
+
+
+
 class ContextResult:
     """One context's comparisons and ranking.
 
@@ -127,7 +161,7 @@ class ContextResult:
         )
 
 
-class CompareResult:
+class CompareResult(_Correlates):
     """The result of `Judge.compare`: per context the probability matrix, scores, ranks
     and bias figures (`contexts`, also by id: ``result["doc1"]``), and the run's figures.
 
@@ -208,33 +242,6 @@ class CompareResult:
 
         return pd.DataFrame(_data.jsonl_rows(self._native.comparisons_jsonl()))
 
-    def correlate(
-        self,
-        human_key: Optional[str] = None,
-        *,
-        level: str = "summary",
-        skip: str = "authors",
-        bootstrap: Optional[int] = 1000,
-        seed: int = 0,
-        ci: float = 0.95,
-    ) -> Correlation:
-        """Agreement of the scores (as `to_jsonl` writes them) with the human scores,
-        as ``compare --correlate`` reports it by default (summary level, 1000 bootstrap
-        resamples, seed 0, 95% intervals).
-
-        Args:
-            human_key: key of the human scores (default: the attribute's, matched
-                case-insensitively, or the run's ``human_key=``).
-            level: ``summary`` (per context, then averaged), ``system`` (per-system
-                means) or ``pooled``.
-            skip: summary level: ``authors`` (skip contexts with constant human scores)
-                or ``geval`` (skip where either side is constant).
-            bootstrap: resamples of the contexts for confidence intervals (None: none).
-            seed: seed of the resampling.
-            ci: confidence level of the intervals.
-        """
-        return Correlation(*self._native.correlate(human_key, level, skip, bootstrap, seed, ci))
-
     def __str__(self) -> str:
         return self._native.table()
 
@@ -246,7 +253,7 @@ class CompareResult:
         )
 
 
-class ScoreResult:
+class ScoreResult(_Correlates):
     """The result of `Judge.score`: one score per candidate, in input order.
 
     Attributes:
@@ -297,20 +304,6 @@ class ScoreResult:
                     record[prefix + key] = value
             rows.append(record)
         return pd.DataFrame(rows)
-
-    def correlate(
-        self,
-        human_key: Optional[str] = None,
-        *,
-        level: str = "summary",
-        skip: str = "authors",
-        bootstrap: Optional[int] = 1000,
-        seed: int = 0,
-        ci: float = 0.95,
-    ) -> Correlation:
-        """Agreement of the scores with the human scores, as ``score --correlate``
-        reports it by default; arguments as :meth:`CompareResult.correlate`."""
-        return Correlation(*self._native.correlate(human_key, level, skip, bootstrap, seed, ci))
 
     def __repr__(self) -> str:
         mean = float(np.mean(self.scores)) if len(self.scores) else math.nan

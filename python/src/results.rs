@@ -55,6 +55,21 @@ fn human_key(contexts: &[Context], wanted: &str) -> Result<String> {
         })
 }
 
+/// The `correlate` report of `items` (its `--json` object and table).
+#[allow(clippy::too_many_arguments)]
+fn report(
+    py: Python<'_>,
+    items: &[Item],
+    level: &str,
+    skip: &str,
+    bootstrap: Option<usize>,
+    seed: u64,
+    ci: f64,
+) -> PyResult<(String, String)> {
+    let settings = CorrelateSettings::new(level, skip, bootstrap, seed, ci).or_py()?;
+    py.detach(|| correlate_items(items, &settings)).or_py()
+}
+
 #[pymethods]
 impl NativeCompareResult {
     /// The whole result as JSON (contexts with comparisons, scores, ranks, rates).
@@ -121,8 +136,7 @@ impl NativeCompareResult {
             (None, None) => human_key(&self.contexts, &self.wanted).or_py()?,
         };
         let items = self.result.correlation_items(&self.contexts, &key);
-        let settings = CorrelateSettings::new(&level, &skip, bootstrap, seed, ci).or_py()?;
-        py.detach(|| correlate_items(&items, &settings)).or_py()
+        report(py, &items, &level, &skip, bootstrap, seed, ci)
     }
 }
 
@@ -194,7 +208,6 @@ impl NativeScoreResult {
         let wanted = key.unwrap_or(self.wanted.clone());
         let key = human_key(&self.contexts, &wanted).or_py()?;
         let items: Vec<Item> = self.run.correlation_items(&key);
-        let settings = CorrelateSettings::new(&level, &skip, bootstrap, seed, ci).or_py()?;
-        py.detach(|| correlate_items(&items, &settings)).or_py()
+        report(py, &items, &level, &skip, bootstrap, seed, ci)
     }
 }
