@@ -1,6 +1,6 @@
 """Rank stories with a local judge, check the ranking against human ratings, and plot both.
 
-    pip install ./python matplotlib        # from the repository root
+    pip install ./python matplotlib        # from the repository root (pandas optional)
     python examples/python/rank_and_correlate.py [--output results/stories.png]
 
 The data are our own (examples/data/stories.jsonl): three story prompts, four stories
@@ -51,7 +51,7 @@ def main() -> None:
     agreement = nlg_judge.correlate(result, "Empathy", bootstrap=1000)
     print(agreement)
 
-    frame = result.to_pandas()
+    records = result.to_records()  # the rows `to_jsonl` writes; result.to_pandas() with pandas
     contexts = list(result)
     figure, axes = plt.subplots(
         1, len(contexts) + 1, figsize=(4.4 * (len(contexts) + 1), 4.4), layout="constrained"
@@ -76,8 +76,14 @@ def main() -> None:
     bar.set_label(f"P(A better); white at the threshold {result.tau:.2f}")
 
     scatter = axes[-1]
-    for context_id, rows in frame.groupby("context_id", sort=False):
-        scatter.scatter(rows["scores.Empathy"], rows["score"], label=context_id, s=40)
+    for context in contexts:
+        rows = [r for r in records if r["context_id"] == context.context_id]
+        scatter.scatter(
+            [r["scores"]["Empathy"] for r in rows],
+            [r["score"] for r in rows],
+            label=context.context_id,
+            s=40,
+        )
     scatter.set_xlabel("human Empathy rating")
     scatter.set_ylabel("judge score (soft win ratio, debiased)")
     spearman = agreement.spearman
