@@ -1,6 +1,10 @@
 //! Progress of long library work, told to whoever shows it. The library never draws:
 //! the command line gives a [`Progress`] that draws bars and prints notes on stderr
 //! (`cli/progress.rs`); library callers and tests give [`Progress::none`] (the default).
+//!
+//! The watcher may also ask the work to stop (the Python package does on Ctrl-C): runners
+//! check [`ProgressTask::step`] between results, after each result is stored, and return
+//! an [`Interrupted`] error, so nothing computed is lost and nothing is cut mid-write.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +19,17 @@ pub trait ProgressSink: Send + Sync {
     fn end(&self);
     /// A line for the person watching ("computing the comparisons of ...").
     fn note(&self, message: &str);
+    /// Whether the watcher asks the work to stop at the next result (default: never).
+    fn interrupted(&self) -> bool {
+        false
+    }
 }
+
+/// The work stopped because its watcher asked ([`ProgressSink::interrupted`]); every
+/// result computed before is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
 
 /// Where progress goes: nowhere, or a [`ProgressSink`]. Cheap to clone.
 #[derive(Clone, Default)]
@@ -52,6 +66,14 @@ impl Progress {
             sink.note(message);
         }
     }
+
+    /// An [`Interrupted`] error when the watcher asks the work to stop.
+    pub fn check(&self) -> anyhow::Result<()> {
+        match &self.0 {
+            Some(sink) if sink.interrupted() => Err(Interrupted.into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl fmt::Debug for Progress {
@@ -71,6 +93,16 @@ impl ProgressTask {
     pub fn advance(&self, steps: u64) {
         if let Some(sink) = &self.0 {
             sink.advance(steps);
+        }
+    }
+
+    /// Advance, then stop with [`Interrupted`] if the watcher asks (call it once the
+    /// steps' results are stored).
+    pub fn step(&self, steps: u64) -> anyhow::Result<()> {
+        self.advance(steps);
+        match &self.0 {
+            Some(sink) if sink.interrupted() => Err(Interrupted.into()),
+            _ => Ok(()),
         }
     }
 }
@@ -127,5 +159,31 @@ mod tests {
         let silent = Progress::none();
         silent.task(5, "x").advance(5);
         assert!(!silent.is_shown());
+        assert!(silent.task(1, "x").step(1).is_ok());
+    }
+
+    /// A sink that asks to stop after `after` steps.
+    struct StopAfter(std::sync::atomic::AtomicU64, u64);
+
+    impl ProgressSink for StopAfter {
+        fn begin(&self, _: u64, _: &str) {}
+        fn advance(&self, steps: u64) {
+            self.0.fetch_add(steps, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn end(&self) {}
+        fn note(&self, _: &str) {}
+        fn interrupted(&self) -> bool {
+            self.0.load(std::sync::atomic::Ordering::SeqCst) >= self.1
+        }
+    }
+
+    #[test]
+    fn a_step_reports_the_interruption_the_watcher_asks_for() {
+        let progress = Progress::to(Arc::new(StopAfter(Default::default(), 2)));
+        let task = progress.task(5, "steps");
+        assert!(task.step(1).is_ok());
+        let error = task.step(1).unwrap_err();
+        assert!(error.is::<Interrupted>(), "{error:#}");
+        assert!(progress.check().unwrap_err().is::<Interrupted>());
     }
 }

@@ -9,20 +9,19 @@ use clap::Args;
 
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
-use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
-use crate::data::{human_keys, read_contexts, Context};
+use crate::data::{human_keys, read_contexts};
+use crate::judge::pairwise::StopRule;
 use crate::judge::pairwise::{
-    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
-    Debias, Design, PairwiseTemplate,
+    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
+    CompareRequest, Debias, Design,
 };
-use crate::judge::pairwise::{AdaptiveSettings, StopRule};
-use crate::judge::{Attribute, Nouns, Task};
+use crate::judge::Task;
 use crate::rank::RankMethod;
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
-use crate::stats::Item;
+use crate::stats::report::{run_summary, RUN_RESAMPLES};
 
 /// Arguments of `nlg-judge compare`.
 #[derive(Debug, Args)]
@@ -140,30 +139,31 @@ pub struct CompareArgs {
     pub show_prompt: bool,
 }
 
+/// The library's request from the arguments.
+fn request(args: &CompareArgs) -> CompareRequest {
+    CompareRequest {
+        attribute: args.attribute.clone(),
+        adjective: args.adjective.clone(),
+        question: args.question.clone(),
+        template: args.template.clone(),
+        task: args.task,
+        item: args.item.clone(),
+        context_label: args.context_label.clone(),
+        design: args.design,
+        comparisons: args.comparisons,
+        rounds: args.rounds,
+        round_size: args.round_size,
+        stop_when: args.stop_when,
+        seed: args.seed,
+        rank: args.rank,
+        debias: args.debias,
+        human_key: args.human_key.clone(),
+    }
+}
+
 /// The attribute's name as the human key defaults to it.
 fn result_attribute(args: &CompareArgs) -> String {
     args.attribute.trim().to_ascii_lowercase()
-}
-
-/// One item per candidate with the human score `key`: its context, its system (else its
-/// id), its score as the output file writes it (6 decimals) and the human score.
-fn correlation_items(result: &CompareResult, contexts: &[Context], key: &str) -> Vec<Item> {
-    let mut items = Vec::new();
-    for (scored, input) in result.contexts.iter().zip(contexts) {
-        for (k, candidate) in input.candidates.iter().enumerate() {
-            if let Some(&human) = candidate.scores.get(key) {
-                items.push(Item {
-                    group: scored.context_id.clone(),
-                    system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
-                    pred: format!("{:.6}", scored.scores[k])
-                        .parse()
-                        .unwrap_or(scored.scores[k]),
-                    human,
-                });
-            }
-        }
-    }
-    items
 }
 
 /// Write to `path` through a temporary file renamed into place (creating its folder).
@@ -223,33 +223,8 @@ fn fingerprint(
 pub fn run(args: CompareArgs) -> Result<()> {
     // Everything decided from the options and the input file, before any model is
     // loaded: a failure here is the user's to fix (exit code 2).
-    let (attribute, nouns, template, adaptive, rank, shard, contexts) = (|| -> Result<_> {
-        let attribute = Attribute::resolve(
-            &args.attribute,
-            args.adjective.as_deref(),
-            args.question.as_deref(),
-        )?;
-        let nouns = Nouns::resolve(
-            args.task,
-            args.item.as_deref(),
-            args.context_label.as_deref(),
-        )?;
-        let template = PairwiseTemplate::resolve(&args.template, args.task)?;
-        args.design.check_request(args.comparisons)?;
-        let adaptive = AdaptiveSettings {
-            rounds: args.rounds,
-            round_size: args.round_size,
-            stop: args.stop_when,
-        };
-        if args.design == Design::Adaptive {
-            adaptive.check(args.comparisons)?;
-        } else if adaptive != AdaptiveSettings::default() {
-            bail!("--rounds, --round-size and --stop-when apply to --design adaptive only");
-        }
-        let rank = args.rank.unwrap_or(match args.design {
-            Design::Adaptive => RankMethod::Poe,
-            _ => RankMethod::WinRatio,
-        });
+    let (options, shard, contexts) = (|| -> Result<_> {
+        let options = request(&args).options(super::progress::bars())?;
         let shard = args.shard.resolve()?;
         check_output(shard, args.output.as_deref())?;
         if shard.is_some() && args.debias == Debias::Threshold {
@@ -259,23 +234,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
             );
         }
         let contexts = take_shard(read_contexts(&args.input)?, shard);
-        Ok((attribute, nouns, template, adaptive, rank, shard, contexts))
+        Ok((options, shard, contexts))
     })()
     .map_err(super::input_error)?;
-    let options = CompareOptions {
-        task: args.task,
-        nouns,
-        attribute,
-        template,
-        design: args.design,
-        comparisons: args.comparisons,
-        adaptive,
-        seed: args.seed,
-        rank,
-        debias: args.debias,
-        score_field: args.human_key.clone(),
-        progress: super::progress::bars(),
-    };
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;
@@ -337,7 +298,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let mut report = format_tables(&result, &contexts);
     match &result.human_key {
         Some(key) if args.correlate => {
-            let items = correlation_items(&result, &contexts, key);
+            let items = result.correlation_items(&contexts, key);
             report.push_str(&format!(
                 "\nagreement with the human scores `{key}` (as `nlg-judge correlate --pred \
                  score --human scores.{key} --bootstrap {RUN_RESAMPLES}` on the output):\n"

@@ -13,13 +13,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
-use serde_json::{json, Value};
 
 use crate::data::predictions::{read_joined, read_predictions, Field, PredictionFields};
-use crate::stats::{
-    bootstrap_ci, meta_evaluate, BootstrapOptions, BootstrapResult, Coefficient, Item, Level,
-    LevelResult, SkipRule,
-};
+use crate::stats::report::{report_json, report_table};
+use crate::stats::{bootstrap_ci, meta_evaluate, BootstrapOptions, Level, SkipRule};
 
 /// Correlate predictions with human scores (meta-evaluation).
 #[derive(Debug, Args)]
@@ -165,116 +162,4 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         print!("{}", report_table(&result, skip, ci.as_ref()));
     }
     Ok(())
-}
-
-/// Resamples of the `--correlate` summary of `compare` and `score` (the defaults of
-/// `correlate --bootstrap 1000`: seed 0, 95%).
-pub(crate) const RUN_RESAMPLES: usize = 1000;
-
-/// The summary-level meta-evaluation of a run's `items` against their human scores, as
-/// `correlate --level summary --bootstrap 1000` prints it.
-pub(crate) fn run_summary(items: &[Item]) -> Result<String> {
-    let skip = SkipRule::Authors;
-    let result = meta_evaluate(items, Level::Summary, skip)?;
-    let options = BootstrapOptions {
-        resamples: RUN_RESAMPLES,
-        confidence: 0.95,
-        seed: 0,
-    };
-    let ci = bootstrap_ci(items, Level::Summary, skip, &options, || {})?;
-    Ok(report_table(&result, skip, Some(&ci)))
-}
-
-/// `{"level", "pearson", "spearman", "kendall", "n_groups", "n_items", ...}`; undefined
-/// coefficients are `null`. Extra keys: `skip` and `n_groups_skipped` at summary level,
-/// `n_systems` at system level, `ci` when bootstrapped.
-fn report_json(result: &LevelResult, skip: SkipRule, ci: Option<&BootstrapResult>) -> Value {
-    let mut report = json!({
-        "level": result.level.name(),
-        "pearson": result.correlations.pearson,
-        "spearman": result.correlations.spearman,
-        "kendall": result.correlations.kendall,
-        "n_groups": result.n_groups,
-        "n_items": result.n_items,
-    });
-    if result.level == Level::Summary {
-        report["skip"] = json!(skip.name());
-        report["n_groups_skipped"] = json!(result.n_groups_skipped);
-    }
-    if let Some(n_systems) = result.n_systems {
-        report["n_systems"] = json!(n_systems);
-    }
-    if let Some(ci) = ci {
-        let mut intervals = json!({
-            "confidence": ci.confidence,
-            "resamples": ci.resamples,
-            "seed": ci.seed,
-            "n_defined": {},
-        });
-        for coefficient in Coefficient::ALL {
-            let interval = ci.get(coefficient);
-            intervals[coefficient.name()] = match interval.interval {
-                Some(bounds) => json!([bounds.lower, bounds.upper]),
-                None => Value::Null,
-            };
-            intervals["n_defined"][coefficient.name()] = json!(interval.n_defined);
-        }
-        report["ci"] = intervals;
-    }
-    report
-}
-
-fn report_table(result: &LevelResult, skip: SkipRule, ci: Option<&BootstrapResult>) -> String {
-    let mut out = String::new();
-    let level = match result.level {
-        Level::Summary => format!("summary (skip rule: {})", skip.name()),
-        other => other.name().to_string(),
-    };
-    out.push_str(&format!("level     {level}\n"));
-    match result.level {
-        Level::Summary => out.push_str(&format!(
-            "groups    {} used, {} skipped\n",
-            result.n_groups, result.n_groups_skipped
-        )),
-        _ => out.push_str(&format!("groups    {}\n", result.n_groups)),
-    }
-    if let Some(n_systems) = result.n_systems {
-        out.push_str(&format!("systems   {n_systems}\n"));
-    }
-    out.push_str(&format!("items     {}\n\n", result.n_items));
-
-    let format_value = |value: Option<f64>| match value {
-        Some(value) => format!("{value:.4}"),
-        None => "undefined".to_string(),
-    };
-    match ci {
-        Some(ci) => out.push_str(&format!(
-            "{:<10}{:>10}   {}% CI ({} resamples, seed {})\n",
-            "",
-            "value",
-            // 0.9 * 100 is 90.00000000000001: round away the binary noise.
-            (ci.confidence * 1e6).round() / 1e4,
-            ci.resamples,
-            ci.seed
-        )),
-        None => out.push_str(&format!("{:<10}{:>10}\n", "", "value")),
-    }
-    for coefficient in Coefficient::ALL {
-        let value = format_value(result.correlations.get(coefficient));
-        out.push_str(&format!("{:<10}{value:>10}", coefficient.name()));
-        if let Some(ci) = ci {
-            let interval = ci.get(coefficient);
-            match interval.interval {
-                Some(bounds) => {
-                    out.push_str(&format!("   [{:.4}, {:.4}]", bounds.lower, bounds.upper))
-                }
-                None => out.push_str("   undefined"),
-            }
-            if interval.n_defined < ci.resamples {
-                out.push_str(&format!(" ({} resamples defined)", interval.n_defined));
-            }
-        }
-        out.push('\n');
-    }
-    out
 }

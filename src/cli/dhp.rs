@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -15,7 +15,9 @@ use super::model_args::ModelArgs;
 use crate::data;
 use crate::dhp::items::{load_items, ItemSource};
 use crate::dhp::llm::LlmEditor;
-use crate::dhp::perturb::{read_existing, run_perturb, Editor, PerturbPlan, Status};
+use crate::dhp::perturb::{
+    read_existing, run_perturb, select_perturbations, Editor, PerturbPlan, Status,
+};
 use crate::dhp::report::{self, ReportRun};
 use crate::dhp::score::{
     score_perturbations, write_score_rows, DhpMethod, DhpScoreOptions, ScoreEvent,
@@ -200,20 +202,7 @@ fn perturb(args: PerturbArgs) -> Result<()> {
             limit: args.limit,
         },
     )?;
-    let mut perturbations = if args.perturbations.is_empty() {
-        args.task.perturbations()
-    } else {
-        args.perturbations
-            .iter()
-            .map(|name| args.task.perturbation(name.trim()))
-            .collect::<Result<Vec<_>>>()?
-    };
-    if args.rule_only {
-        perturbations.retain(|p| p.method() == Method::Rule);
-    }
-    if perturbations.is_empty() {
-        bail!("no perturbations selected");
-    }
+    let perturbations = select_perturbations(args.task, &args.perturbations, args.rule_only)?;
     let plan = PerturbPlan {
         task: args.task,
         perturbations,
@@ -252,6 +241,7 @@ fn perturb(args: PerturbArgs) -> Result<()> {
             }
             progress.set_message(row.perturbation.clone());
             progress.inc(1);
+            Ok(())
         },
     )?;
     progress.finish_and_clear();

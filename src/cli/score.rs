@@ -9,20 +9,19 @@ use clap::Args;
 
 use super::cache_args::CacheArgs;
 use super::compare::write_file;
-use super::correlate::{run_summary, RUN_RESAMPLES};
 use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{find_human_key, human_keys, read_single_contexts};
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
-use crate::judge::geval::{criteria_from_text, Criteria, StepsOrigin, StepsSource};
+use crate::judge::geval::StepsOrigin;
 use crate::judge::scoring::show_first_prompt;
 use crate::judge::{
-    resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions, ScoreRun,
-    ScoreScale, Task,
+    resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions,
+    ScoreRequest, ScoreRun, ScoreScale, Task,
 };
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
-use crate::stats::Item;
+use crate::stats::report::{run_summary, RUN_RESAMPLES};
 use sha2::{Digest, Sha256};
 
 /// Arguments of `nlg-judge score`.
@@ -129,83 +128,23 @@ fn parse_scale(text: &str) -> Result<ScoreScale, String> {
 
 /// The options of a run from the arguments (files read, method-specific flags checked).
 fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
-    let geval_only = [
-        ("--criteria", args.criteria.is_some()),
-        ("--criteria-text", args.criteria_text.is_some()),
-        ("--task-prompt", args.task_prompt.is_some()),
-        ("--steps", args.steps.is_some()),
-        ("--reference", args.reference),
-        ("--steps-out", args.steps_out.is_some()),
-    ];
-    if args.method != ScoreMethod::Geval {
-        if let Some((flag, _)) = geval_only.iter().find(|(_, set)| *set) {
-            anyhow::bail!("{flag} applies to --method geval only");
-        }
-        if args.method == ScoreMethod::Gptscore && args.scale.is_some() {
-            anyhow::bail!("--scale does not apply to --method gptscore");
-        }
+    if args.method != ScoreMethod::Geval && args.steps_out.is_some() {
+        anyhow::bail!("--steps-out applies to --method geval only");
     }
-    let from_text = match &args.criteria_text {
-        Some(text) => Some(
-            criteria_from_text(
-                text,
-                args.task_prompt.as_deref(),
-                args.scale,
-                Some(args.task),
-            )
-            .context("--criteria-text")?,
-        ),
-        None => None,
+    let request = ScoreRequest {
+        method: args.method,
+        attribute: args.attribute.clone(),
+        adjective: args.adjective.clone(),
+        task: args.task,
+        criteria: args.criteria.clone(),
+        criteria_text: args.criteria_text.clone(),
+        task_prompt: args.task_prompt.clone(),
+        steps: args.steps.clone(),
+        max_step_tokens: args.max_step_tokens,
+        scale: args.scale,
+        reference: args.reference,
     };
-    let attribute = match (&args.attribute, &from_text) {
-        (Some(attribute), _) => attribute.clone(),
-        (None, Some((criteria, _))) => criteria.name.to_lowercase(),
-        (None, None) => anyhow::bail!("--attribute is needed (or --criteria-text)"),
-    };
-    let mut options = ScoreOptions::new(args.method, args.task, &attribute);
-    options.adjective = args.adjective.clone();
-    options.reference = args.reference;
-    options.progress = super::progress::bars();
-    match from_text {
-        Some((criteria, source)) => {
-            eprintln!(
-                "G-Eval criteria from the text: {} on the scale {} (from {})",
-                criteria.name,
-                criteria.scale,
-                source.describe()
-            );
-            // The scale is settled: the text's range wins over --scale.
-            options.criteria = Some(criteria);
-        }
-        None => {
-            options.scale = args.scale;
-            if let Some(path) = &args.criteria {
-                let mut criteria = Criteria::from_file(path)?;
-                if let Some(prompt) = args.task_prompt.as_deref().filter(|p| !p.trim().is_empty()) {
-                    criteria.introduction = prompt.trim().to_string();
-                }
-                options.criteria = Some(criteria);
-            } else if let Some(prompt) = &args.task_prompt {
-                let mut criteria = Criteria::builtin(args.task, &attribute)?;
-                criteria.introduction = prompt.trim().to_string();
-                options.criteria = Some(criteria);
-            }
-        }
-    }
-    options.steps = match &args.steps {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read steps file {}", path.display()))?;
-            if text.trim().is_empty() {
-                anyhow::bail!("steps file {} is empty", path.display());
-            }
-            StepsSource::Given(text)
-        }
-        None => StepsSource::Generate {
-            max_tokens: args.max_step_tokens,
-        },
-    };
-    Ok(options)
+    request.options(super::progress::bars())
 }
 
 /// A summary of the run for people.
@@ -280,18 +219,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     let wanted = args.human_key.clone().unwrap_or(options.attribute.clone());
     match find_human_key(&contexts, &wanted)? {
         Some(key) if args.correlate => {
-            let items: Vec<Item> = run
-                .candidates
-                .iter()
-                .filter_map(|c| {
-                    c.human.get(&key).map(|&human| Item {
-                        group: c.context_id.clone(),
-                        system: c.system_id.clone().unwrap_or(c.candidate_id.clone()),
-                        pred: c.score,
-                        human,
-                    })
-                })
-                .collect();
+            let items = run.correlation_items(&key);
             report.push_str(&format!(
                 "\nagreement with the human scores `{key}` (as `nlg-judge correlate --pred \
                  score --human scores.{key} --bootstrap {RUN_RESAMPLES}` on the output):\n"

@@ -144,6 +144,27 @@ pub fn read_single_contexts(path: &Path) -> Result<Vec<Context>> {
     group_located(read_located(path)?, 1).with_context(|| format!("in {}", path.display()))
 }
 
+/// Records given as JSON texts, each with where it came from (`row 3`), grouped as
+/// [`read_contexts`] groups a file's lines (`min_candidates`: 2 for pairwise comparison, 1
+/// for scoring each candidate on its own). Errors name the row and the field.
+pub fn contexts_from_rows(
+    rows: &[(String, String)],
+    min_candidates: usize,
+) -> Result<Vec<Context>> {
+    if rows.is_empty() {
+        bail!("no records");
+    }
+    let records = rows
+        .iter()
+        .map(|(location, text)| {
+            parse_record(text)
+                .map(|record| (location.clone(), record))
+                .with_context(|| format!("{location}: bad record"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    group_located(records, min_candidates)
+}
+
 /// Group records by `context_id`: contexts in order of first appearance, candidates in
 /// record order. Errors on a context whose text differs between its records, on a
 /// duplicate candidate id within a context, and on a context with fewer than two
@@ -363,6 +384,33 @@ mod tests {
         assert_eq!(contexts[0].candidates[1].system_id.as_deref(), Some("S"));
         assert_eq!(contexts[1].candidates[1].reference.as_deref(), Some("r"));
         assert_eq!(contexts[0].human_scores("coherence"), None);
+    }
+
+    #[test]
+    fn rows_group_like_a_file_and_errors_name_the_row() {
+        let file = write_temp(GOOD);
+        let rows: Vec<(String, String)> = GOOD
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| (format!("row {i}"), l.to_string()))
+            .collect();
+        let from_rows = contexts_from_rows(&rows, 2).unwrap();
+        let from_file = read_contexts(file.path()).unwrap();
+        assert_eq!(from_rows.len(), from_file.len());
+        for (a, b) in from_rows.iter().zip(&from_file) {
+            assert_eq!((&a.id, &a.text), (&b.id, &b.text));
+            assert_eq!(a.candidates.len(), b.candidates.len());
+        }
+        let bad = [(
+            "row 7".to_string(),
+            r#"{"context_id": "d1", "context": "c", "candidate_id": "a"}"#.to_string(),
+        )];
+        let error = error_chain(&contexts_from_rows(&bad, 1).unwrap_err());
+        assert!(
+            error.starts_with("row 7: bad record") && error.contains("`candidate`"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -38,9 +38,39 @@ pub struct PredictionFields<'a> {
 /// One [`Item`] per non-blank line of the JSONL file at `path`; errors name the file,
 /// line and field.
 pub fn read_predictions(path: &Path, fields: &PredictionFields) -> Result<Vec<Item>> {
-    read_lines(path)?
+    items_of(read_lines(path)?, fields)
+}
+
+/// One [`Item`] per record given as a JSON text with where it came from (`row 3`);
+/// errors name the row and field.
+pub fn predictions_from_rows(
+    rows: &[(String, String)],
+    fields: &PredictionFields,
+) -> Result<Vec<Item>> {
+    items_of(parse_rows(rows)?, fields)
+}
+
+fn items_of(records: Vec<(String, Value)>, fields: &PredictionFields) -> Result<Vec<Item>> {
+    records
         .into_iter()
         .map(|(at, record)| parse_item(&record, fields).with_context(|| at))
+        .collect()
+}
+
+/// Records given as JSON texts with their locations, checked as file lines are.
+pub fn parse_rows(rows: &[(String, String)]) -> Result<Vec<(String, Value)>> {
+    if rows.is_empty() {
+        bail!("no records");
+    }
+    rows.iter()
+        .map(|(at, text)| {
+            let record: Value =
+                serde_json::from_str(text).with_context(|| format!("{at}: not valid JSON"))?;
+            if !record.is_object() {
+                bail!("{at}: expected a JSON object, found {}", kind(&record));
+            }
+            Ok((at.clone(), record))
+        })
         .collect()
 }
 
@@ -52,6 +82,24 @@ pub fn read_joined(
     human_path: &Path,
     fields: &PredictionFields,
 ) -> Result<Vec<Item>> {
+    join_records(
+        read_lines(pred_path)?,
+        &pred_path.display().to_string(),
+        read_lines(human_path)?,
+        &human_path.display().to_string(),
+        fields,
+    )
+}
+
+/// [`read_joined`] over records already read (each with its location), the two sides
+/// named `pred_name` and `human_name` in messages.
+pub fn join_records(
+    pred_records: Vec<(String, Value)>,
+    pred_name: &str,
+    human_records: Vec<(String, Value)>,
+    human_name: &str,
+    fields: &PredictionFields,
+) -> Result<Vec<Item>> {
     let key = |record: &Value| -> Result<(String, String)> {
         Ok((
             id_field(record, "context_id", "join")?,
@@ -60,7 +108,7 @@ pub fn read_joined(
     };
     let mut humans: HashMap<(String, String), (String, Value)> = HashMap::new();
     let mut human_order = Vec::new();
-    for (at, record) in read_lines(human_path)? {
+    for (at, record) in human_records {
         let k = key(&record).with_context(|| at.clone())?;
         if humans.contains_key(&k) {
             bail!("{at}: (`{}`, `{}`) appears twice", k.0, k.1);
@@ -71,7 +119,7 @@ pub fn read_joined(
     let mut items = Vec::new();
     let mut unmatched = Vec::new();
     let mut used = HashSet::new();
-    for (at, record) in read_lines(pred_path)? {
+    for (at, record) in pred_records {
         let k = key(&record).with_context(|| at.clone())?;
         let Some((human_at, human)) = humans.get(&k) else {
             unmatched.push(at);
@@ -104,16 +152,16 @@ pub fn read_joined(
                 "{} rows of {} have no row with the same (context_id, candidate_id) in {} \
                  (the first: {first})",
                 unmatched.len(),
-                pred_path.display(),
-                human_path.display()
+                pred_name,
+                human_name
             ));
         }
         if let Some(first) = unused.first() {
             why.push(format!(
                 "{} rows of {} have none in {} (the first: `{}`/`{}`)",
                 unused.len(),
-                human_path.display(),
-                pred_path.display(),
+                human_name,
+                pred_name,
                 first.0,
                 first.1
             ));

@@ -142,6 +142,30 @@ pub fn rule_perturbation(
     }
 }
 
+/// The perturbations of `task` named in `names` (all of the task's when empty), only the
+/// rule-based ones with `rule_only`; an unknown name or an empty selection is an error.
+pub fn select_perturbations<S: AsRef<str>>(
+    task: DhpTask,
+    names: &[S],
+    rule_only: bool,
+) -> Result<Vec<Perturbation>> {
+    let mut perturbations = if names.is_empty() {
+        task.perturbations()
+    } else {
+        names
+            .iter()
+            .map(|name| task.perturbation(name.as_ref().trim()))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if rule_only {
+        perturbations.retain(|p| p.method() == Method::Rule);
+    }
+    if perturbations.is_empty() {
+        bail!("no perturbations selected");
+    }
+    Ok(perturbations)
+}
+
 /// Settings of a perturbation run.
 pub struct PerturbPlan<'a> {
     pub task: DhpTask,
@@ -152,12 +176,12 @@ pub struct PerturbPlan<'a> {
 
 /// Make the rows `output` does not have yet, appending each as it is made.
 /// `editor` makes the LLM perturbations (an error when one is needed and there is none);
-/// `on_row` sees every row written. Returns (rows written now, rows found).
+/// `on_row` sees every row written (an error from it stops the run there). Returns (rows written now, rows found).
 pub fn run_perturb(
     plan: &PerturbPlan,
     output: &Path,
     mut editor: Option<&mut dyn Editor>,
-    on_row: &mut dyn FnMut(&PerturbRow),
+    on_row: &mut dyn FnMut(&PerturbRow) -> Result<()>,
 ) -> Result<(usize, usize)> {
     let existing = read_existing(output)?;
     let done: HashSet<(String, String)> = existing
@@ -227,7 +251,7 @@ pub fn run_perturb(
             writeln!(file, "{line}")?;
             file.flush()?;
             written += 1;
-            on_row(&row);
+            on_row(&row)?;
         }
     }
     Ok((written, existing.len()))
@@ -283,7 +307,8 @@ mod tests {
         };
         let full = dir.path().join("full.jsonl");
         let mut editor = Scripted(0);
-        let (written, found) = run_perturb(&plan, &full, Some(&mut editor), &mut |_| {}).unwrap();
+        let (written, found) =
+            run_perturb(&plan, &full, Some(&mut editor), &mut |_| Ok(())).unwrap();
         assert_eq!((written, found), (24, 0));
         let full_text = std::fs::read_to_string(&full).unwrap();
 
@@ -295,11 +320,12 @@ mod tests {
         torn.push_str(&lines[10][..20]);
         std::fs::write(&part, torn).unwrap();
         let mut editor = Scripted(0);
-        let (written, found) = run_perturb(&plan, &part, Some(&mut editor), &mut |_| {}).unwrap();
+        let (written, found) =
+            run_perturb(&plan, &part, Some(&mut editor), &mut |_| Ok(())).unwrap();
         assert_eq!((written, found), (14, 10));
         assert_eq!(std::fs::read_to_string(&part).unwrap(), full_text);
         // and a complete file makes nothing
-        let (written, _) = run_perturb(&plan, &part, Some(&mut editor), &mut |_| {}).unwrap();
+        let (written, _) = run_perturb(&plan, &part, Some(&mut editor), &mut |_| Ok(())).unwrap();
         assert_eq!(written, 0);
 
         let rows = read_existing(&full).unwrap();
@@ -339,7 +365,7 @@ mod tests {
             seed: 1,
         };
         let out = dir.path().join("p.jsonl");
-        run_perturb(&plan, &out, None, &mut |_| {}).unwrap();
+        run_perturb(&plan, &out, None, &mut |_| Ok(())).unwrap();
         let rows = read_existing(&out).unwrap();
         assert_eq!(rows[0].status, Status::Skipped);
         assert!(rows[0].reason.as_deref().unwrap().contains("1 sentence"));
@@ -351,7 +377,7 @@ mod tests {
                 .unwrap()],
             ..plan
         };
-        let error = run_perturb(&plan, &out, None, &mut |_| {}).unwrap_err();
+        let error = run_perturb(&plan, &out, None, &mut |_| Ok(())).unwrap_err();
         assert!(error.to_string().contains("needs a model"), "{error}");
     }
 }

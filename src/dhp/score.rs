@@ -337,7 +337,7 @@ fn pairwise(
         }
     }
     plan.lookup(cache)?;
-    plan.fill(scorer, cache, &mut |_| {})?;
+    plan.fill(scorer, cache, &mut |_| Ok(()))?;
     let results: Vec<Option<LabelResult>> = plan.into_partial_results();
     let mut out = Vec::new();
     for (ci, context) in contexts.iter().enumerate() {

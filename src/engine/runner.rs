@@ -139,13 +139,14 @@ impl LabelPlan {
     /// Compute the missing results with one scorer call: equal keys asked once, known
     /// results passed as done (so batches are those of an uninterrupted run), each result
     /// stored in `cache` as it arrives and copied to every slot with its key;
-    /// `on_result(index)` runs once per slot filled. Returns the number of distinct
-    /// requests computed.
+    /// `on_result(index)` runs once per slot filled, after the result is stored (an error
+    /// from it, e.g. [`crate::progress::Interrupted`], stops the call there). Returns the
+    /// number of distinct requests computed.
     pub fn fill(
         &mut self,
         scorer: &mut dyn Scorer,
         cache: Option<&ResultCache>,
-        on_result: &mut dyn FnMut(usize),
+        on_result: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<usize> {
         let mut unique: Vec<usize> = Vec::new();
         let mut copies: HashMap<&CacheKey, Vec<usize>> = HashMap::new();
@@ -176,7 +177,7 @@ impl LabelPlan {
             for &slot in &copies[key] {
                 if results[slot].is_none() {
                     results[slot] = Some(result.clone());
-                    on_result(slot);
+                    on_result(slot)?;
                 }
             }
             Ok(())
@@ -300,7 +301,10 @@ mod tests {
         let mut first = plan(&scorer, &["one", "two", "one"]);
         let mut filled = Vec::new();
         let computed = first
-            .fill(&mut scorer, Some(&cache), &mut |i| filled.push(i))
+            .fill(&mut scorer, Some(&cache), &mut |i| {
+                filled.push(i);
+                Ok(())
+            })
             .unwrap();
         assert_eq!(computed, 2);
         filled.sort_unstable();
@@ -313,7 +317,9 @@ mod tests {
         assert_eq!(second.lookup(Some(&cache)).unwrap(), 2);
         assert_eq!(second.missing(), 0);
         assert_eq!(
-            second.fill(&mut scorer, Some(&cache), &mut |_| {}).unwrap(),
+            second
+                .fill(&mut scorer, Some(&cache), &mut |_| Ok(()))
+                .unwrap(),
             0
         );
         assert_eq!(second.into_results().unwrap()[1], results[0]);

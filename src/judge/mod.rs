@@ -6,7 +6,8 @@
 //! - [`geval`]: G-Eval with its criteria files and auto chain-of-thought steps;
 //! - [`gptscore`]: the likelihood baseline;
 //! - [`scale`]: integer score scales read off the model's answer distribution;
-//! - [`scoring`]: the cached, resumable runner of the three absolute methods.
+//! - [`scoring`]: the cached, resumable runner of the three absolute methods;
+//! - [`score_request`]: a scoring run's options as callers name them, checked.
 
 pub mod absolute;
 pub mod attribute;
@@ -14,10 +15,12 @@ pub mod geval;
 pub mod gptscore;
 pub mod pairwise;
 pub mod scale;
+pub mod score_request;
 pub mod scoring;
 
 pub use attribute::{Attribute, Nouns, Task};
 pub use scale::{ScoreDistribution, ScoreScale};
+pub use score_request::ScoreRequest;
 pub use scoring::{
     resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, ScoreMethod,
     ScoreOptions, ScoreRun, ScoredCandidate,

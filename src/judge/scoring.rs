@@ -27,6 +27,7 @@ use crate::data::{Candidate, Context};
 use crate::engine::runner::{plan_label, LabelPlan};
 use crate::engine::{LabelRequest, ResultCache, Scorer};
 use crate::progress::Progress;
+use crate::stats::Item;
 
 /// How candidates are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -245,6 +246,24 @@ pub struct ScoreRun {
     pub cached: usize,
 }
 
+impl ScoreRun {
+    /// One meta-evaluation item per candidate with the human score `key`: its context,
+    /// its system (else its id), its score and the human score.
+    pub fn correlation_items(&self, key: &str) -> Vec<Item> {
+        self.candidates
+            .iter()
+            .filter_map(|c| {
+                c.human.get(key).map(|&human| Item {
+                    group: c.context_id.clone(),
+                    system: c.system_id.clone().unwrap_or(c.candidate_id.clone()),
+                    pred: c.score,
+                    human,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Score every candidate of `contexts` (resolve the method, then run it).
 pub fn score_contexts(
     scorer: &mut dyn Scorer,
@@ -321,7 +340,7 @@ pub fn run_scoring(
                     run.candidates
                         .push(scored(context, candidate, likelihood.mean_logprob));
                 }
-                bar.advance(requests.len() as u64);
+                bar.step(requests.len() as u64)?;
             }
         }
         ResolvedMethod::Prompt { .. } | ResolvedMethod::Geval { .. } => {
@@ -339,7 +358,7 @@ pub fn run_scoring(
             bar.advance(run.cached as u64);
             for (context, plan) in contexts.iter().zip(&mut plans) {
                 run.computed += plan
-                    .fill(scorer, cache, &mut |_| bar.advance(1))
+                    .fill(scorer, cache, &mut |_| bar.step(1))
                     .with_context(|| format!("context `{}`", context.id))?;
             }
             for (context, plan) in contexts.iter().zip(plans) {

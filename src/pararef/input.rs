@@ -100,6 +100,17 @@ fn parse_row(line: &str) -> Result<MetricRow> {
     })
 }
 
+/// Metric rows given as JSON texts with where each came from (`row 3`); errors name the
+/// row and field.
+pub fn metric_rows_from(rows: &[(String, String)]) -> Result<Vec<MetricRow>> {
+    if rows.is_empty() {
+        bail!("no rows");
+    }
+    rows.iter()
+        .map(|(at, text)| parse_row(text).with_context(|| at.clone()))
+        .collect()
+}
+
 /// Read every row of a metric input file; errors name the file and line.
 pub fn read_metric_rows(path: &Path) -> Result<Vec<MetricRow>> {
     let file =

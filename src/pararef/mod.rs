@@ -14,6 +14,7 @@ pub mod evaluate;
 pub mod experiment;
 pub mod generate;
 pub mod input;
+pub mod metric_table;
 pub mod prompts;
 pub mod report;
 

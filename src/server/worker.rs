@@ -332,7 +332,7 @@ impl Worker {
             return Ok(());
         }
         self.stats.label_calls.fetch_add(1, Ordering::SeqCst);
-        plan.fill(self.scorer.as_mut(), Some(&self.cache), &mut |_| {})?;
+        plan.fill(self.scorer.as_mut(), Some(&self.cache), &mut |_| Ok(()))?;
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod hmp;
 pub mod input;
 pub mod meta;
 pub mod ranks;
+pub mod report;
 pub mod wilcoxon;
 
 pub use bootstrap::{

@@ -114,7 +114,7 @@ fn perturbed_rows(dir: &std::path::Path) -> Vec<nlg_judge::dhp::perturb::Perturb
         &plan,
         &output,
         Some(&mut editor as &mut dyn Editor),
-        &mut |_| {},
+        &mut |_| Ok(()),
     )
     .unwrap();
     read_existing(&output).unwrap()

@@ -4,15 +4,18 @@
 //!
 //! - [`template`]: the paper's prompts and user templates, and the label request;
 //! - [`design`]: which pairs to compare;
+//! - [`request`]: a run's options as callers name them, checked;
 //! - [`run`]: the cached, resumable runner and its outputs.
 
 pub mod adaptive;
 pub mod design;
+pub mod request;
 pub mod run;
 pub mod template;
 
 pub use adaptive::{AdaptiveSelector, AdaptiveSettings, Ending, StopRule};
 pub use design::Design;
+pub use request::CompareRequest;
 pub use run::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
     Comparison, ContextResult, Debias,

@@ -30,6 +30,7 @@ use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
     ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
 };
+use crate::stats::Item;
 
 /// Positional debiasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +145,30 @@ pub struct CompareResult {
     pub cached: usize,
 }
 
+impl CompareResult {
+    /// One meta-evaluation item per candidate with the human score `key`: its context, its
+    /// system (else its id), its score as the output file writes it (6 decimals) and the
+    /// human score. `contexts` are the run's input.
+    pub fn correlation_items(&self, contexts: &[Context], key: &str) -> Vec<Item> {
+        let mut items = Vec::new();
+        for (scored, input) in self.contexts.iter().zip(contexts) {
+            for (k, candidate) in input.candidates.iter().enumerate() {
+                if let Some(&human) = candidate.scores.get(key) {
+                    items.push(Item {
+                        group: scored.context_id.clone(),
+                        system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
+                        pred: fixed(scored.scores[k], 6)
+                            .parse()
+                            .unwrap_or(scored.scores[k]),
+                        human,
+                    });
+                }
+            }
+        }
+        items
+    }
+}
+
 /// One context's planned comparisons.
 pub struct Plan {
     /// Ordered pairs `(first, second)` of candidate indices, in design order.
@@ -253,7 +278,7 @@ pub fn prefetch_comparisons(
     let bar = progress.task(total as u64, "comparisons");
     bar.advance(cached as u64);
     for (context, plan) in contexts.iter().zip(&mut per_context) {
-        plan.fill(scorer, Some(cache), &mut |_| bar.advance(1))
+        plan.fill(scorer, Some(cache), &mut |_| bar.step(1))
             .with_context(|| format!("context `{}`", context.id))?;
     }
     drop(bar);
@@ -289,7 +314,7 @@ pub fn run_compare(
         let missing = plan.labels.missing();
         computed += plan
             .labels
-            .fill(scorer, cache, &mut |_| bar.advance(1))
+            .fill(scorer, cache, &mut |_| bar.step(1))
             .with_context(|| format!("context `{}`: scoring {missing} comparisons", context.id))?;
     }
     drop(bar);
@@ -386,7 +411,7 @@ fn run_adaptive(
         bar.advance(found as u64);
         let asked = plan.len();
         computed += plan
-            .fill(scorer, cache, &mut |_| bar.advance(1))
+            .fill(scorer, cache, &mut |_| bar.step(1))
             .with_context(|| format!("scoring a round of {asked} comparisons"))?;
         let mut results = plan.into_partial_results().into_iter();
         for (k, pairs) in round {

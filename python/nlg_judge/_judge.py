@@ -1,0 +1,341 @@
+"""`Judge`: a local judge model loaded once, and the methods that use it."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _data, _native, _progress
+from ._results import CompareResult, ScoreResult
+
+_DEFAULTS: Dict[str, int] = json.loads(_native.defaults())
+PathLike = Union[str, "os.PathLike[str]"]
+Data = Any  # list of dicts, pandas.DataFrame, or a JSONL path
+
+
+def _path(value: Optional[PathLike]) -> Optional[str]:
+    return None if value is None else os.fspath(value)
+
+
+class Judge:
+    """A judge model, loaded once (on its own worker thread) and reused by every call.
+
+    Model work runs without the interpreter's lock: other Python threads run meanwhile,
+    and two Judges in two threads work side by side. Ctrl-C stops a call within a second
+    with ``KeyboardInterrupt``; every model answer computed before is kept in the result
+    cache, so calling again resumes where it stopped. Results equal the command line's
+    for the same input and options (same routes, same cache).
+
+    Args:
+        model: a card name (``nlg-judge models list``; fetched into the model cache on
+            first use), a ``.gguf`` file, or a directory with ``config.json``,
+            safetensors weights and ``tokenizer.json`` (``--model``).
+        device: ``auto`` (a GPU when compiled in and present, else the CPU), ``cpu``,
+            ``cuda[:N]`` or ``metal`` (``--device``).
+        precision: arithmetic of the model's matrix products on the CPU: ``f32``
+            (exact), ``bf16`` or ``int8`` (``--precision``). Results are cached per
+            precision.
+        cache: the result cache (SQLite file): None for the default
+            (``$NLG_JUDGE_CACHE/results.sqlite``, else the user cache directory), a
+            path, or False for none (``--no-cache``: everything computed anew).
+        weights: quantized GGUF weights: ``auto`` (dequantised to f32 on the CPU),
+            ``f32`` or ``quantized`` (``--weights``).
+        max_batch_tokens: most tokens one forward pass computes (``--max-batch-tokens``).
+        max_batch_rows: most sequences one forward pass computes (``--max-batch-rows``).
+        strategy: ``tree`` (shared prefixes computed once) or ``naive`` (every prompt on
+            its own; same results) (``--strategy``).
+        progress: how loading reports progress (see ``nlg_judge._progress``): None for
+            tqdm when installed, False for silence, or a callback ``f(done, total, unit)``.
+
+    Raises:
+        ValueError: an unknown option value.
+        NlgJudgeError: the model cannot be found, fetched or loaded.
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        device: str = "auto",
+        precision: str = "f32",
+        cache: Union[None, bool, PathLike] = None,
+        *,
+        weights: str = "auto",
+        max_batch_tokens: int = _DEFAULTS["max_batch_tokens"],
+        max_batch_rows: int = _DEFAULTS["max_batch_rows"],
+        strategy: str = "tree",
+        progress: Any = None,
+    ) -> None:
+        if cache is True:
+            cache = None
+        self._native = _native.NativeJudge(
+            os.fspath(model),
+            device,
+            precision,
+            None if cache is False else _path(cache),
+            cache is False,
+            weights,
+            max_batch_tokens,
+            max_batch_rows,
+            strategy,
+            _progress.sink(progress),
+        )
+        self.model: Dict[str, Any] = json.loads(self._native.info())
+        """The loaded model: name, architecture, kind, fingerprint (sha256 of the weights,
+        with the precision), context_window; and ``cache``: the result cache's location."""
+
+    def compare(
+        self,
+        data: Data,
+        attribute: str = "coherence",
+        *,
+        adjective: Optional[str] = None,
+        question: Optional[str] = None,
+        template: str = "c1",
+        task: str = "summary",
+        item: Optional[str] = None,
+        context_label: Optional[str] = None,
+        design: str = "full",
+        comparisons: Optional[int] = None,
+        rounds: Optional[int] = None,
+        round_size: Optional[int] = None,
+        stop_when: Optional[str] = None,
+        seed: int = 0,
+        rank: Optional[str] = None,
+        debias: str = "none",
+        human_key: Optional[str] = None,
+        progress: Any = None,
+    ) -> CompareResult:
+        """Rank the candidates of each context by pairwise comparisons (``nlg-judge
+        compare``): P(A better than B) from the label words' probabilities.
+
+        Args:
+            data: the candidates, one per row with ``context_id``, ``context``,
+                ``candidate_id``, ``candidate`` and optional ``reference``,
+                ``system_id``, ``scores`` (human scores by name): a list of dicts, a
+                pandas DataFrame (``scores.<key>`` columns are read as ``scores``), or a
+                JSONL file's path. Every context needs two candidates or more.
+            attribute: what to judge: built in coherence, consistency, fluency,
+                relevance, naturalness, continuity, engagingness, grammaticality,
+                semantics, groundedness, understandability; any other word with
+                ``adjective`` or ``question``.
+            adjective: the comparative the question uses ("more empathetic").
+            question: the whole question instead, without ", A or B?".
+            template: ``c1`` or ``c2`` (the paper's prompts) or a template file.
+            task: ``summary``, ``dialogue``, ``data-to-text`` or ``custom`` (prompt
+                nouns; ``custom`` takes ``item`` and ``context_label``).
+            item: what a candidate is called in the prompt ("Story").
+            context_label: what the context is called in the prompt ("Prompt").
+            design: ``full`` (all N(N-1) ordered pairs), ``random``, ``no-repeat``,
+                ``symmetric`` (R comparisons per context) or ``adaptive`` (rounds where
+                the ranking is least sure).
+            comparisons: R, comparisons per context for the random, no-repeat and
+                symmetric designs; the budget of the adaptive one.
+            rounds: adaptive design: rounds after the first.
+            round_size: adaptive design: comparisons per round after the first.
+            stop_when: adaptive design: ``"stable:0.95"`` or ``"ci:1.0"``.
+            seed: seed of the random designs (mixed with each context id).
+            rank: ``win-ratio``, ``soft``, ``bradley-terry`` or ``poe``; None: the
+                command line's default (win-ratio; poe for the adaptive design).
+            debias: ``none`` or ``threshold`` (the run's threshold so that the first
+                position wins half of the comparisons).
+            human_key: key of the human scores for accuracy (default: the attribute's
+                name, matched case-insensitively).
+            progress: None (tqdm when installed), False, or ``f(done, total, unit)``.
+
+        Returns:
+            A :class:`CompareResult`.
+
+        Raises:
+            ValueError: bad options or a bad row (the message names the row or line and
+                the field).
+            NlgJudgeError: the model or the cache failed.
+            KeyboardInterrupt: Ctrl-C (what was computed is cached).
+        """
+        return CompareResult(
+            self._native.compare(
+                _data.source(data),
+                attribute,
+                adjective,
+                question,
+                _path(template),
+                task,
+                item,
+                context_label,
+                design,
+                comparisons,
+                rounds,
+                round_size,
+                stop_when,
+                seed,
+                rank,
+                debias,
+                human_key,
+                _progress.sink(progress),
+            )
+        )
+
+    def score(
+        self,
+        data: Data,
+        method: str = "geval",
+        *,
+        attribute: Optional[str] = None,
+        adjective: Optional[str] = None,
+        human_key: Optional[str] = None,
+        task: str = "summary",
+        criteria: Optional[PathLike] = None,
+        criteria_text: Optional[str] = None,
+        task_prompt: Optional[str] = None,
+        steps: Optional[PathLike] = None,
+        max_step_tokens: int = _DEFAULTS["max_step_tokens"],
+        scale: Optional[str] = None,
+        reference: bool = False,
+        progress: Any = None,
+    ) -> ScoreResult:
+        """Score each candidate on its own (``nlg-judge score``).
+
+        Args:
+            data: the candidates (see :meth:`compare`); a context may have one.
+            method: ``geval`` (G-Eval: criteria, evaluation steps written once by the
+                model and cached, form filling; expectation over the scale), ``prompt``
+                (ask for a 1-10 score; expectation) or ``gptscore`` (mean
+                log-likelihood of the candidate).
+            attribute: the attribute (G-Eval's built-in criteria: coherence,
+                consistency, fluency, relevance; naturalness, coherence, engagingness,
+                groundedness, understandability for dialogue; fluency, grammar,
+                semantics for data-to-text). Needed unless ``criteria_text`` names it.
+            adjective: prompt scoring and GPTScore: the adjective of an attribute that
+                is not built in ("empathetic").
+            human_key: key of the human scores for :meth:`ScoreResult.correlate`
+                (default: the attribute's name).
+            task: ``summary``, ``dialogue``, ``data-to-text`` or ``custom``.
+            criteria: G-Eval criteria file (TOML: name, scale, introduction, criterion).
+            criteria_text: G-Eval criteria as free text, e.g. ``"Coherence (1-5):
+                evaluate the logical flow..."`` (scale from the range, else ``scale``).
+            task_prompt: G-Eval task introduction, replacing the criteria's own.
+            steps: G-Eval evaluation steps from this file instead of the model's.
+            max_step_tokens: most tokens the model may write for the steps.
+            scale: ``"LOW-HIGH"`` (prompt scoring: default 1-10; G-Eval: replaces the
+                criteria's scale).
+            reference: G-Eval: show each candidate's ``reference`` as the expected
+                output.
+            progress: None (tqdm when installed), False, or ``f(done, total, unit)``.
+
+        Returns:
+            A :class:`ScoreResult`.
+
+        Raises:
+            ValueError: bad options or a bad row. NlgJudgeError: model or cache failures.
+            KeyboardInterrupt: Ctrl-C (what was computed is cached).
+        """
+        return ScoreResult(
+            self._native.score(
+                _data.source(data),
+                method,
+                attribute,
+                adjective,
+                human_key,
+                task,
+                _path(criteria),
+                criteria_text,
+                task_prompt,
+                _path(steps),
+                max_step_tokens,
+                scale,
+                reference,
+                _progress.sink(progress),
+            )
+        )
+
+    def labels(
+        self,
+        prompt: str,
+        labels: Sequence[str],
+        *,
+        answer_prefix: str = "",
+        chat: bool = False,
+        system: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Log-probabilities of a few label words after a prompt (``nlg-judge labels``).
+
+        Args:
+            prompt: the user's message.
+            labels: the label words; leading spaces matter (" A" and "A" differ).
+            answer_prefix: text that opens the answer before the labels ("Summary").
+            chat: render the prompt with the model's chat template.
+            system: the system message with ``chat`` (default: the model's own).
+
+        Returns:
+            ``{"labels": [{"text", "token_ids", "logprob", "prob_normalised"}, ...],
+            "label_mass", "prompt_tokens", "rendered"}`` (``rendered``: the prompt as
+            the model reads it).
+        """
+        if isinstance(labels, str):
+            labels = [labels]
+        return json.loads(self._native.labels(prompt, list(labels), answer_prefix, chat, system))
+
+    def geval(
+        self,
+        output: str,
+        criteria: Union[str, Dict[str, Any]] = "coherence",
+        *,
+        context: Optional[str] = None,
+        expected_output: Optional[str] = None,
+        task_prompt: Optional[str] = None,
+        task: Optional[str] = None,
+        steps: Optional[str] = None,
+        scale: Optional[Sequence[int]] = None,
+        max_step_tokens: int = _DEFAULTS["max_step_tokens"],
+        progress: Any = None,
+    ) -> Dict[str, Any]:
+        """G-Eval of one output: what the service's ``POST /v1/geval`` answers, computed
+        as ``score(method="geval")`` computes it (same prompts, same cache).
+
+        Args:
+            output: the text to rate.
+            criteria: a built-in criterion name ("coherence"), the criterion as free
+                text ("Empathy (1-5): how warm the reply is."; its scale from the
+                range), or a dict with ``name``, ``criterion`` and optional
+                ``introduction`` and ``scale`` ([low, high]).
+            context: the input the output was written for (the source text).
+            expected_output: the expected output (reference-based rating).
+            task_prompt: the task introduction, replacing the criterion's own.
+            task: ``summary`` (default), ``dialogue``, ``data-to-text`` or ``custom``.
+            steps: evaluation steps (text) instead of the model's own.
+            scale: ``[low, high]`` instead of the criterion's scale.
+            max_step_tokens: most tokens the model may write for the steps.
+            progress: None (tqdm when installed), False, or ``f(done, total, unit)``.
+
+        Returns:
+            ``{"score", "argmax", "probabilities", "raw_probabilities", "label_mass",
+            "steps", "scale", "scale_source", "criteria_name"}``.
+        """
+        body: Dict[str, Any] = {"output": output, "criteria": criteria}
+        for key, value in (
+            ("context", context),
+            ("expected_output", expected_output),
+            ("task_prompt", task_prompt),
+            ("task", task),
+            ("steps", steps),
+            ("scale", list(scale) if scale is not None else None),
+        ):
+            if value is not None:
+                body[key] = value
+        return json.loads(
+            self._native.geval(json.dumps(body), max_step_tokens, _progress.sink(progress))
+        )
+
+    def close(self) -> None:
+        """Let the model's worker thread end (after the calls already made); later calls
+        raise NlgJudgeError. Also done when the Judge is garbage-collected."""
+        self._native.close()
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Judge(model={self.model['name']!r}, cache={self.model['cache']!r})"

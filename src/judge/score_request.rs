@@ -1,0 +1,167 @@
+//! A scoring run as a caller asks for it (the command line's options, the Python
+//! package's keywords): checked and settled into [`ScoreOptions`] here (criteria from a
+//! file or free text, a task prompt, given evaluation steps), so that every front end
+//! takes one route to the same run.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+
+use super::attribute::Task;
+use super::geval::steps::DEFAULT_MAX_TOKENS;
+use super::geval::{criteria_from_text, Criteria, StepsSource};
+use super::scale::ScoreScale;
+use super::scoring::{ScoreMethod, ScoreOptions};
+use crate::progress::Progress;
+
+/// What a caller chose for a scoring run (see `nlg-judge score --help`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreRequest {
+    pub method: ScoreMethod,
+    /// Needed unless `criteria_text` names it.
+    pub attribute: Option<String>,
+    pub adjective: Option<String>,
+    pub task: Task,
+    /// G-Eval criteria file (TOML).
+    pub criteria: Option<PathBuf>,
+    /// G-Eval criteria as free text ("Coherence (1-5): ...").
+    pub criteria_text: Option<String>,
+    pub task_prompt: Option<String>,
+    /// G-Eval evaluation steps from this file.
+    pub steps: Option<PathBuf>,
+    pub max_step_tokens: usize,
+    pub scale: Option<ScoreScale>,
+    /// G-Eval: show each candidate's reference as the expected output.
+    pub reference: bool,
+}
+
+impl ScoreRequest {
+    /// The command line's defaults.
+    pub fn new(method: ScoreMethod, attribute: Option<&str>) -> Self {
+        Self {
+            method,
+            attribute: attribute.map(str::to_string),
+            adjective: None,
+            task: Task::Summary,
+            criteria: None,
+            criteria_text: None,
+            task_prompt: None,
+            steps: None,
+            max_step_tokens: DEFAULT_MAX_TOKENS,
+            scale: None,
+            reference: false,
+        }
+    }
+
+    /// Check the choices and settle the run's options: files read, method-specific
+    /// options checked. Criteria read from free text are announced through `progress`.
+    pub fn options(&self, progress: Progress) -> Result<ScoreOptions> {
+        let geval_only = [
+            ("--criteria", self.criteria.is_some()),
+            ("--criteria-text", self.criteria_text.is_some()),
+            ("--task-prompt", self.task_prompt.is_some()),
+            ("--steps", self.steps.is_some()),
+            ("--reference", self.reference),
+        ];
+        if self.method != ScoreMethod::Geval {
+            if let Some((flag, _)) = geval_only.iter().find(|(_, set)| *set) {
+                bail!("{flag} applies to --method geval only");
+            }
+            if self.method == ScoreMethod::Gptscore && self.scale.is_some() {
+                bail!("--scale does not apply to --method gptscore");
+            }
+        }
+        if self.criteria.is_some() && self.criteria_text.is_some() {
+            bail!("--criteria and --criteria-text cannot be used together");
+        }
+        let from_text = match &self.criteria_text {
+            Some(text) => Some(
+                criteria_from_text(
+                    text,
+                    self.task_prompt.as_deref(),
+                    self.scale,
+                    Some(self.task),
+                )
+                .context("--criteria-text")?,
+            ),
+            None => None,
+        };
+        let attribute = match (&self.attribute, &from_text) {
+            (Some(attribute), _) => attribute.clone(),
+            (None, Some((criteria, _))) => criteria.name.to_lowercase(),
+            (None, None) => bail!("--attribute is needed (or --criteria-text)"),
+        };
+        let mut options = ScoreOptions::new(self.method, self.task, &attribute);
+        options.adjective = self.adjective.clone();
+        options.reference = self.reference;
+        match from_text {
+            Some((criteria, source)) => {
+                progress.note(&format!(
+                    "G-Eval criteria from the text: {} on the scale {} (from {})",
+                    criteria.name,
+                    criteria.scale,
+                    source.describe()
+                ));
+                // The scale is settled: the text's range wins over --scale.
+                options.criteria = Some(criteria);
+            }
+            None => {
+                options.scale = self.scale;
+                let prompt = self.task_prompt.as_deref();
+                if let Some(path) = &self.criteria {
+                    let mut criteria = Criteria::from_file(path)?;
+                    if let Some(prompt) = prompt.filter(|p| !p.trim().is_empty()) {
+                        criteria.introduction = prompt.trim().to_string();
+                    }
+                    options.criteria = Some(criteria);
+                } else if let Some(prompt) = prompt {
+                    let mut criteria = Criteria::builtin(self.task, &attribute)?;
+                    criteria.introduction = prompt.trim().to_string();
+                    options.criteria = Some(criteria);
+                }
+            }
+        }
+        options.steps = match &self.steps {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read steps file {}", path.display()))?;
+                if text.trim().is_empty() {
+                    bail!("steps file {} is empty", path.display());
+                }
+                StepsSource::Given(text)
+            }
+            None => StepsSource::Generate {
+                max_tokens: self.max_step_tokens,
+            },
+        };
+        options.progress = progress;
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geval_options_are_refused_for_the_other_methods() {
+        let mut request = ScoreRequest::new(ScoreMethod::Prompt, Some("coherence"));
+        request.reference = true;
+        let error = request.options(Progress::none()).unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "--reference applies to --method geval only"
+        );
+        let request = ScoreRequest::new(ScoreMethod::Geval, None);
+        assert!(request.options(Progress::none()).is_err());
+    }
+
+    #[test]
+    fn free_text_criteria_name_the_attribute() {
+        let mut request = ScoreRequest::new(ScoreMethod::Geval, None);
+        request.criteria_text = Some("Empathy (1-3): how warm the reply is.".into());
+        let options = request.options(Progress::none()).unwrap();
+        assert_eq!(options.attribute, "empathy");
+        assert_eq!(options.criteria.unwrap().scale.high(), 3);
+    }
+}
