@@ -8,6 +8,7 @@
 //! - [`rank`]: from pairwise outcomes to scores and ranks, positional bias;
 //! - [`stats`]: correlations and tests, pure functions over slices;
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
+//! - [`figure`]: figures (PNG, SVG) in a bundled font, shared by every report;
 //! - [`dhp`]: discernment of hierarchical perturbation (perturb, score, analyse);
 //! - [`reproduce`]: the comparative-assessment paper's tables and figures;
 //! - [`bench`]: workloads measuring the engine on real data (`nlg-judge bench`);
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod data;
 pub mod dhp;
 pub mod engine;
+pub mod figure;
 pub mod judge;
 pub mod metrics;
 pub mod pararef;

@@ -12,7 +12,7 @@ use super::model_args::ModelArgs;
 use crate::data::DEFAULT_DATA_DIR;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::ScoreMethod;
-use crate::reproduce::report::terminal_tables;
+use crate::reproduce::report::{redraw_figures, terminal_tables};
 use crate::reproduce::subset::{check_grid, default_grid};
 use crate::reproduce::{
     reproduce, write_outputs, AbsoluteSource, BootstrapSettings, DataOptions, Experiment,
@@ -55,6 +55,11 @@ pub struct ReproduceArgs {
     /// Skip the subset-of-comparisons curves.
     #[arg(long)]
     pub no_curves: bool,
+
+    /// Only draw the figures again, from the `subset.csv` and `report.md` an earlier run
+    /// wrote into --out (no model, no data): after an update of the figures.
+    #[arg(long, requires = "out")]
+    pub redraw: bool,
 
     /// Bootstrap resamples of the contexts for the Spearman intervals (0: none).
     #[arg(long, default_value_t = 1000)]
@@ -103,6 +108,12 @@ fn command_line() -> String {
 }
 
 pub fn run(args: ReproduceArgs) -> Result<()> {
+    if let (true, Some(out)) = (args.redraw, &args.out) {
+        for path in redraw_figures(out, args.experiment).map_err(super::input_error)? {
+            eprintln!("wrote {}", path.display());
+        }
+        return Ok(());
+    }
     let loaded = args.experiment.load(
         &args.data_dir,
         DataOptions {
