@@ -10,6 +10,7 @@
 //! - [`data`]: the generic JSONL format and readers for the shared data sets;
 //! - [`figure`]: figures (PNG, SVG) in a bundled font, shared by every report;
 //! - [`dhp`]: discernment of hierarchical perturbation (perturb, score, analyse);
+//! - [`report`]: the self-contained HTML report of a run;
 //! - [`reproduce`]: the comparative-assessment paper's tables and figures;
 //! - [`bench`]: workloads measuring the engine on real data (`nlg-judge bench`);
 //! - [`server`]: the metrics service (HTTP, one model worker thread);
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod pararef;
 pub mod progress;
 pub mod rank;
+pub mod report;
 pub mod reproduce;
 pub mod runtime;
 pub mod server;

@@ -270,8 +270,18 @@ mod tests {
             outputs: 158,
             rows: vec![
                 row(References::First, Aggregation::Max, 1.0, -0.1204),
-                row(References::Paraphrased { k: 2 }, Aggregation::Max, 3.0, 0.25),
-                row(References::Paraphrased { k: 2 }, Aggregation::Mean, 3.0, 0.3),
+                row(
+                    References::Paraphrased { k: 2 },
+                    Aggregation::Max,
+                    3.0,
+                    0.25,
+                ),
+                row(
+                    References::Paraphrased { k: 2 },
+                    Aggregation::Mean,
+                    3.0,
+                    0.3,
+                ),
                 row(References::AllHuman, Aggregation::Max, 2.0, -0.05),
             ],
         }];
@@ -289,10 +299,13 @@ mod tests {
         let mut want = results[0].rows.clone();
         want[0].taus[0].1 = Some(-0.120);
         assert_eq!(read[0].rows, want);
-        assert_eq!(figure("smollm2", &read), figure("smollm2", &{
-            let mut r = results.clone();
-            r[0].rows = want;
-            r
-        }));
+        assert_eq!(
+            figure("smollm2", &read),
+            figure("smollm2", &{
+                let mut r = results.clone();
+                r[0].rows = want;
+                r
+            })
+        );
     }
 }

@@ -14,7 +14,7 @@ pub mod template;
 pub use adaptive::{AdaptiveSelector, AdaptiveSettings, Ending, StopRule};
 pub use design::Design;
 pub use run::{
-    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
-    Comparison, ContextResult, Debias,
+    correlation_items, run_compare, show_first_prompt, write_comparisons, write_scores,
+    CompareOptions, CompareResult, Comparison, ContextResult, Debias,
 };
 pub use template::{first_wins, Fill, PairwiseTemplate};

@@ -30,6 +30,7 @@ use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
     ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
 };
+use crate::stats::Item;
 
 /// Positional debiasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -433,8 +434,9 @@ fn run_adaptive(
     Ok(result)
 }
 
-/// Scores, ranks and statistics from the comparisons of every context.
-fn summarise(
+/// Scores, ranks and statistics from the comparisons of every context (one list per
+/// context, in the contexts' order), as a run over them would give them.
+pub fn summarise(
     contexts: &[Context],
     comparisons: Vec<Vec<Comparison>>,
     options: &CompareOptions,
@@ -549,6 +551,27 @@ pub fn write_scores(
         }
     }
     Ok(())
+}
+
+/// One item per candidate with the human score `key`: its context, its system (else its
+/// id), its score as the output file writes it (6 decimals) and the human score.
+pub fn correlation_items(result: &CompareResult, contexts: &[Context], key: &str) -> Vec<Item> {
+    let mut items = Vec::new();
+    for (scored, input) in result.contexts.iter().zip(contexts) {
+        for (k, candidate) in input.candidates.iter().enumerate() {
+            if let Some(&human) = candidate.scores.get(key) {
+                items.push(Item {
+                    group: scored.context_id.clone(),
+                    system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
+                    pred: format!("{:.6}", scored.scores[k])
+                        .parse()
+                        .unwrap_or(scored.scores[k]),
+                    human,
+                });
+            }
+        }
+    }
+    items
 }
 
 /// One line per comparison, in design order: `context_id, a, b, p_a, label_mass`
