@@ -54,7 +54,7 @@ for (const spec of specs) {
       // Open the first context from the table, then a matrix cell's pair of texts.
       const t0 = Date.now();
       await page.click("tbody tr.row");
-      await page.waitForSelector("main canvas");
+      await page.waitForSelector("main h2 code");
       const opened = Date.now() - t0;
       const context = await page.evaluate(() => ({
         ranking: document.querySelectorAll("tbody tr.row").length,
@@ -64,17 +64,29 @@ for (const spec of specs) {
       // A cell off the diagonal: the first row's last column (best against worst).
       const canvas = await page.$("canvas.matrix");
       const n = context.ranking;
-      const at = await canvas.evaluate((c) => {
-        const d = c.dataset, scale = c.getBoundingClientRect().width / parseFloat(c.style.width);
-        return { x: (+d.left + (+d.n - 0.5) * +d.cell) * scale, y: (+d.top + 0.5 * +d.cell) * scale };
-      });
-      await canvas.click({ position: at });
-      const pair = await page.$(".pair");
-      line += `; context page in ${opened} ms: ${context.ranking} candidates, ${context.canvases} canvases, pair panel ${pair ? "shown" : "missing"}`;
-      if (!pair) fail(`${name} @${width}px: clicking a matrix cell showed no pair`);
+      line += `; context page in ${opened} ms: ${context.ranking} candidates, ${context.canvases} canvases`;
+      if (canvas) {
+        const at = await canvas.evaluate((c) => {
+          const d = c.dataset, scale = c.getBoundingClientRect().width / parseFloat(d.width);
+          return { x: (+d.left + (+d.n - 0.5) * +d.cell) * scale, y: (+d.top + 0.5 * +d.cell) * scale };
+        });
+        await canvas.click({ position: at });
+        const pair = await page.$(".pair");
+        line += `, pair panel ${pair ? "shown" : "missing"}`;
+        if (!pair) fail(`${name} @${width}px: clicking a matrix cell showed no pair`);
+      } else {
+        // No matrix (absolute scores): a row opens its candidate's text.
+        await page.click("tbody tr.row");
+        const shown = await page.$eval("tbody tr.detail", (d) => d.style.display !== "none");
+        line += `, text on click ${shown ? "shown" : "missing"}`;
+        if (!shown) fail(`${name} @${width}px: clicking a ranking row showed no text`);
+      }
       if (context.overflow > 0) fail(`${name} @${width}px: the context page is ${context.overflow}px wider than the window`);
       if (n < 2) fail(`${name}: the ranking has ${n} rows`);
       await page.screenshot({ path: `${outDir}/${name}-context-${width}.png`, fullPage: true });
+      if (width === 1400) {
+        await page.screenshot({ path: `${outDir}/${name}-context-${width}-top.png`, fullPage: true, clip: { x: 0, y: 0, width, height: 1300 } });
+      }
     }
     if (summary.tabs.includes("Tables & figures")) {
       await page.click("text=Tables & figures");

@@ -743,3 +743,48 @@ pub fn redraw_figures(dir: &Path, experiment: super::Experiment) -> Result<Vec<P
     }
     Ok(written)
 }
+
+/// The reproduction as an HTML report: the Markdown report's tables as sections, its
+/// figures drawn inline as SVG.
+pub fn page(report: &Reproduction) -> Result<crate::report::Report> {
+    let mut figures = std::collections::BTreeMap::new();
+    if !report.curves.is_empty() {
+        let columns = labels(report);
+        for (name, value) in [
+            (SUBSET_PNG, CurveValue::Human),
+            (SUBSET_FULL_PNG, CurveValue::FullDesign),
+        ] {
+            let curves = subset_figure(
+                &format!(
+                    "{}: {} ({}, {} seeds)",
+                    report.experiment.title(),
+                    match value {
+                        CurveValue::Human => "Spearman x100 vs R comparisons per context",
+                        CurveValue::FullDesign => "Spearman with the full design",
+                    },
+                    report.model_name,
+                    report.curve_seeds
+                ),
+                &columns,
+                &report.curves,
+                value,
+            );
+            figures.insert(name.to_string(), figure::svg_string(&curves)?);
+        }
+    }
+    let facts = vec![
+        ("experiment".to_string(), report.experiment.title().to_string()),
+        ("model".to_string(), report.model_name.clone()),
+        (
+            "data".to_string(),
+            format!("{} contexts, {} candidates", report.contexts, report.candidates),
+        ),
+        ("command".to_string(), report.command.clone()),
+    ];
+    Ok(crate::report::Report::with_markdown(
+        &format!("Reproduction: {} with {}", report.experiment.title(), report.model_name),
+        facts,
+        &markdown(report),
+        &figures,
+    ))
+}

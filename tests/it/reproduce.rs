@@ -337,6 +337,16 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         .all(|row| row.vs_full.1 <= row.vs_full.0 && row.vs_full.0 <= row.vs_full.2));
     assert_eq!(text, markdown(&report));
 
+    // The HTML report: the same tables, the two figures inline as SVG, nothing loaded.
+    let html = nlg_judge::reproduce::report::page(&report)
+        .unwrap()
+        .to_html()
+        .unwrap();
+    assert_eq!(html.matches("<figure class=\"svg\"><svg").count(), 2, "two figures");
+    assert!(html.contains("<th>Method</th>"), "the correlation table");
+    assert!(html.contains("symmetric, debiased"));
+    assert!(!html.contains("subset.png\""), "no image loaded from a file");
+
     let png_bytes = std::fs::read(out.join("subset.png")).unwrap();
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
     let decoder = png::Decoder::new(std::io::Cursor::new(&png_bytes));

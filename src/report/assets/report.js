@@ -453,29 +453,44 @@
     const r = run().contexts[k], ctx = D.contexts[k], n = ctx.candidates.length;
     const order = contextStats(k).order;
     const probe = canvas(1, 1, "").ctx;
-    const labelW = Math.min(150, Math.max(...ctx.candidates.map((c) => probe.measureText(c.id).width)) + 34);
-    const top = Math.min(110, labelW);
+    const longest = Math.max(...ctx.candidates.map((c, i) => probe.measureText(`${r.ranks[i]}. ${c.id}`).width));
+    let labelW = Math.min(200, longest + 16);
+    let top = Math.min(180, longest * Math.sin(Math.PI / 3) + 18);
     // Column labels lean right at 60 degrees: room for the last one past the matrix.
-    const lean = (top - 10) / Math.tan(Math.PI / 3) + 10;
-    const cell = Math.max(8, Math.min(56, Math.floor((width - labelW - lean) / n)));
+    let lean = (top - 10) / Math.tan(Math.PI / 3) + 10;
+    let cell = Math.max(8, Math.min(56, Math.floor((width - labelW - lean) / n)));
+    // Too small for names (a narrow screen, many candidates): every k-th rank only.
+    const compact = cell < 12;
+    if (compact) {
+      labelW = 30; top = 22; lean = 8;
+      cell = Math.max(6, Math.min(56, Math.floor((width - labelW - lean) / n)));
+    }
+    const every = compact ? Math.ceil(14 / cell) : 1;
     const size = { w: Math.ceil(labelW + cell * n + lean), h: top + cell * n + 8 };
     const { c, ctx: g } = canvas(size.w, size.h, `comparison matrix of context ${ctx.id}`);
     c.classList.add("matrix");
     c.dataset.left = labelW; c.dataset.top = top; c.dataset.cell = cell; c.dataset.n = n;
-    const name = (i) => `${r.ranks[i] % 1 ? fmt(r.ranks[i], 1) : r.ranks[i]}. ${ctx.candidates[i].id}`;
+    const rankText = (i) => (r.ranks[i] % 1 ? fmt(r.ranks[i], 1) : String(r.ranks[i]));
+    const name = (i) => `${rankText(i)}. ${ctx.candidates[i].id}`;
     g.fillStyle = "#1d2330";
-    g.textAlign = "right"; g.textBaseline = "middle";
-    order.forEach((i, row) => g.fillText(cut(g, name(i), labelW - 10), labelW - 6, top + row * cell + cell / 2));
-    g.save();
-    order.forEach((j, col) => {
-      g.save();
-      g.translate(labelW + col * cell + cell / 2 + 4, top - 6);
-      g.rotate(-Math.PI / 3);
-      g.textAlign = "left";
-      g.fillText(cut(g, name(j), (top - 10) / Math.sin(Math.PI / 3)), 0, 0);
-      g.restore();
-    });
-    g.restore();
+    if (compact) {
+      g.font = "10px " + getComputedStyle(document.body).fontFamily;
+      g.textAlign = "right"; g.textBaseline = "middle";
+      order.forEach((i, row) => { if (row % every === 0) g.fillText(rankText(i), labelW - 4, top + row * cell + cell / 2); });
+      g.textAlign = "center"; g.textBaseline = "bottom";
+      order.forEach((j, col) => { if (col % every === 0) g.fillText(rankText(j), labelW + col * cell + cell / 2, top - 4); });
+    } else {
+      g.textAlign = "right"; g.textBaseline = "middle";
+      order.forEach((i, row) => g.fillText(cut(g, name(i), labelW - 10), labelW - 6, top + row * cell + cell / 2));
+      order.forEach((j, col) => {
+        g.save();
+        g.translate(labelW + col * cell + cell / 2 + 4, top - 6);
+        g.rotate(-Math.PI / 3);
+        g.textAlign = "left";
+        g.fillText(cut(g, name(j), (top - 10) / Math.sin(Math.PI / 3)), 0, 0);
+        g.restore();
+      });
+    }
     const showNumbers = cell >= 34;
     order.forEach((i, row) => order.forEach((j, col) => {
       const x = labelW + col * cell, y = top + row * cell;
@@ -615,9 +630,13 @@
   }
 
   function tables() {
-    const node = document.getElementById("sections");
-    node.style.display = "";
-    main.replaceChildren();
+    document.getElementById("sections").style.display = "";
+    const page = D.notes.map((note) => h("div", { class: "note", text: note }));
+    if (!D.runs.length && D.facts.length) {
+      page.push(h("section", { class: "card" }, h("h2", { text: "The run" }),
+        h("dl", { class: "facts" }, D.facts.map(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]))));
+    }
+    main.replaceChildren(...page);
   }
 
   function render() {
