@@ -294,14 +294,18 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             ResolvedMethod::Geval { criteria, .. } => {
                 (criteria.name.clone(), "G-Eval score".to_string())
             }
-            ResolvedMethod::Gptscore { .. } => {
-                (options.attribute.clone(), "GPTScore (mean log-prob)".to_string())
-            }
+            ResolvedMethod::Gptscore { .. } => (
+                options.attribute.clone(),
+                "GPTScore (mean log-prob)".to_string(),
+            ),
         };
         let facts = vec![
             ("input".to_string(), args.input.display().to_string()),
             ("model".to_string(), scorer.info().name.clone()),
-            ("method".to_string(), format!("{:?}", args.method).to_lowercase()),
+            (
+                "method".to_string(),
+                format!("{:?}", args.method).to_lowercase(),
+            ),
             ("attribute".to_string(), name.clone()),
             (
                 "model answers".to_string(),

@@ -773,16 +773,26 @@ pub fn page(report: &Reproduction) -> Result<crate::report::Report> {
         }
     }
     let facts = vec![
-        ("experiment".to_string(), report.experiment.title().to_string()),
+        (
+            "experiment".to_string(),
+            report.experiment.title().to_string(),
+        ),
         ("model".to_string(), report.model_name.clone()),
         (
             "data".to_string(),
-            format!("{} contexts, {} candidates", report.contexts, report.candidates),
+            format!(
+                "{} contexts, {} candidates",
+                report.contexts, report.candidates
+            ),
         ),
         ("command".to_string(), report.command.clone()),
     ];
     Ok(crate::report::Report::with_markdown(
-        &format!("Reproduction: {} with {}", report.experiment.title(), report.model_name),
+        &format!(
+            "Reproduction: {} with {}",
+            report.experiment.title(),
+            report.model_name
+        ),
         facts,
         &markdown(report),
         &figures,

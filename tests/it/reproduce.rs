@@ -342,10 +342,17 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         .unwrap()
         .to_html()
         .unwrap();
-    assert_eq!(html.matches("<figure class=\"svg\"><svg").count(), 2, "two figures");
+    assert_eq!(
+        html.matches("<figure class=\"svg\"><svg").count(),
+        2,
+        "two figures"
+    );
     assert!(html.contains("<th>Method</th>"), "the correlation table");
     assert!(html.contains("symmetric, debiased"));
-    assert!(!html.contains("subset.png\""), "no image loaded from a file");
+    assert!(
+        !html.contains("subset.png\""),
+        "no image loaded from a file"
+    );
 
     let png_bytes = std::fs::read(out.join("subset.png")).unwrap();
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");

@@ -395,9 +395,18 @@ fn output_lines_carry_ids_probabilities_and_human_scores() {
     assert_eq!(run["kind"], "absolute");
     assert_eq!(run["scale"], serde_json::json!([1, 2, 3, 4, 5]));
     assert_eq!(run["contexts"].as_array().unwrap().len(), 2);
-    assert_eq!(run["contexts"][0]["scores"][0].as_f64(), first["score"].as_f64());
+    assert_eq!(
+        run["contexts"][0]["scores"][0].as_f64(),
+        first["score"].as_f64()
+    );
     assert_eq!(run["contexts"][0]["human"][1].as_f64(), Some(2.0));
-    assert_eq!(run["contexts"][0]["distributions"][0].as_array().unwrap().len(), 5);
+    assert_eq!(
+        run["contexts"][0]["distributions"][0]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
     assert!(page.to_html().unwrap().contains("id=\"report-data\""));
     // A result list that does not match the input is an error, not a wrong page.
     assert!(nlg_judge::report::Report::from_scores(

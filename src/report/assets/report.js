@@ -56,8 +56,11 @@
   const tickText = (v, step) => fmt(v, step >= 1 ? 0 : Math.min(6, Math.ceil(-Math.log10(step) - 1e-9)));
   // Diverging ramp for probabilities: blue (0) - light grey (0.5) - red (1).
   const STOPS = [[0, [33, 102, 172]], [0.25, [146, 197, 222]], [0.5, [245, 245, 245]], [0.75, [244, 165, 130]], [1, [178, 24, 43]]];
-  function pColor(p) {
+  // `centre` maps to the ramp's middle (0.5, or a debiased run's threshold).
+  function pColor(p, centre) {
     p = Math.min(1, Math.max(0, p));
+    const c = centre === undefined ? 0.5 : Math.min(0.999, Math.max(0.001, centre));
+    p = p < c ? 0.5 * (p / c) : 0.5 + 0.5 * ((p - c) / (1 - c));
     for (let k = 1; k < STOPS.length; k++) {
       if (p <= STOPS[k][0]) {
         const [a, ca] = STOPS[k - 1], [b, cb] = STOPS[k];
@@ -449,7 +452,7 @@
   }
 
   // The comparison matrix of one context, rows and columns in rank order.
-  function heatmap(k, width, onpick) {
+  function heatmap(k, width, onpick, centre) {
     const r = run().contexts[k], ctx = D.contexts[k], n = ctx.candidates.length;
     const order = contextStats(k).order;
     const probe = canvas(1, 1, "").ctx;
@@ -501,9 +504,9 @@
         g.strokeStyle = "#e3e7ee"; g.beginPath(); g.moveTo(x + 2, y + cell - 2); g.lineTo(x + cell - 2, y + 2); g.stroke();
         return;
       }
-      g.fillStyle = pColor(v / 1e6); g.fillRect(x, y, cell, cell);
+      g.fillStyle = pColor(v / 1e6, centre); g.fillRect(x, y, cell, cell);
       if (showNumbers) {
-        g.fillStyle = Math.abs(v / 1e6 - 0.5) > 0.3 ? "#fff" : "#1d2330";
+        g.fillStyle = Math.abs(v / 1e6 - (centre === undefined ? 0.5 : centre)) > 0.3 ? "#fff" : "#1d2330";
         g.textAlign = "center"; g.font = "11px " + getComputedStyle(document.body).fontFamily;
         g.fillText(fmt(v / 1e6, 2), x + cell / 2, y + cell / 2);
       }
@@ -602,13 +605,27 @@
       const pairSlot = h("div");
       const scroll = h("div", { class: "scroll-x" });
       card.append(scroll);
-      scroll.append(heatmap(k, Math.max(widthOf(card, 600) - 40, 280), (i, j) => { pairSlot.replaceChildren(pairPanel(k, i, j)); pairSlot.scrollIntoView({ block: "nearest", behavior: "smooth" }); }));
-      card.append(h("div", { class: "legend" }, "B better", h("span", { class: "ramp", style: `background:${ramp()}` }), "A better", h("span", { text: " · grey: same candidate; crossed: not compared" })), pairSlot);
+      const pick = (i, j) => { pairSlot.replaceChildren(pairPanel(k, i, j)); pairSlot.scrollIntoView({ block: "nearest", behavior: "smooth" }); };
+      const debiased = isNum(R.tau) && Math.abs(R.tau - 0.5) > 1e-9;
+      const middle = h("span", { text: "0.5" });
+      const draw = (centre) => {
+        scroll.replaceChildren(heatmap(k, Math.max(widthOf(card, 600) - 40, 280), pick, centre));
+        middle.textContent = `middle: ${fmt(centre, 3)}`;
+      };
+      card.append(h("div", { class: "legend" }, "B better", h("span", { class: "ramp", style: `background:${ramp()}` }), "A better", middle, h("span", { text: "· grey: same candidate; crossed: not compared" })));
+      if (debiased) {
+        const toggle = h("button", { text: `Centre the colours at the run's threshold τ = ${fmt(R.tau, 3)}` });
+        let atTau = false;
+        toggle.addEventListener("click", () => { atTau = !atTau; draw(atTau ? R.tau : 0.5); toggle.textContent = atTau ? "Centre the colours at 0.5" : `Centre the colours at the run's threshold τ = ${fmt(R.tau, 3)}`; });
+        card.append(h("p", { class: "caption" }, "The run decides at τ, so a pair is won by A when its cell is above τ. ", toggle));
+      }
+      card.append(pairSlot);
+      draw(0.5);
       const pairs = pairsOf(r, n).map(([i, j, a, b]) => ({ x: a, y: b, i, j, label: () => [`${ctx.candidates[i].id} vs ${ctx.candidates[j].id}`, `${ctx.candidates[i].id} first: ${fmt(a)}`, `${ctx.candidates[j].id} first: ${fmt(b)}`, "click: read both texts"] }));
       if (pairs.length) {
         const c2 = h("section", { class: "card" }, h("h3", { text: "Both orders of each pair" }), h("p", { class: "explain", text: "One dot per pair compared in both orders; consistent judgements lie near the dashed line." }));
         figures.append(c2);
-        c2.append(orderScatter(pairs, Math.min(widthOf(c2, 360) - 36, 520), (p) => { pairSlot.replaceChildren(pairPanel(k, p.i, p.j)); pairSlot.scrollIntoView({ block: "nearest", behavior: "smooth" }); }));
+        c2.append(orderScatter(pairs, Math.min(widthOf(c2, 360) - 36, 520), (p) => pick(p.i, p.j)));
       }
     }
     if (r.human && R.human_key) {
