@@ -15,10 +15,11 @@ use crate::data::{human_keys, read_contexts};
 use crate::judge::pairwise::StopRule;
 use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
-    CompareRequest, Debias, Design,
+    CompareRequest, CompareResult, Debias, Design,
 };
 use crate::judge::Task;
 use crate::rank::RankMethod;
+use crate::report::Report;
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
 use crate::stats::report::{run_summary, RUN_RESAMPLES};
@@ -128,6 +129,13 @@ pub struct CompareArgs {
     #[arg(long)]
     pub comparisons_out: Option<PathBuf>,
 
+    /// Also write a report to open in a browser: one self-contained HTML file (nothing
+    /// loaded from elsewhere) with the ranking of every context, each candidate's text,
+    /// the P(A better than B) matrix in both orders, positional bias and consistency,
+    /// and the agreement with the human scores where the input has them.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -164,6 +172,64 @@ fn request(args: &CompareArgs) -> CompareRequest {
 /// The attribute's name as the human key defaults to it.
 fn result_attribute(args: &CompareArgs) -> String {
     args.attribute.trim().to_ascii_lowercase()
+}
+
+/// What the report says about how the run was made.
+fn report_facts(
+    args: &CompareArgs,
+    options: &CompareOptions,
+    result: &CompareResult,
+    model: &crate::engine::ModelInfo,
+) -> Vec<(String, String)> {
+    let mut facts = vec![
+        ("input".to_string(), args.input.display().to_string()),
+        ("model".to_string(), model.name.clone()),
+        ("attribute".to_string(), options.attribute.name.clone()),
+        (
+            "question".to_string(),
+            options.attribute.question(&options.nouns.item),
+        ),
+        ("template".to_string(), options.template.id().to_string()),
+        (
+            "design".to_string(),
+            match options.comparisons {
+                Some(r) => {
+                    format!("{:?}, {r} comparisons per context", options.design).to_lowercase()
+                }
+                None => format!("{:?}", options.design).to_lowercase(),
+            },
+        ),
+        ("scores".to_string(), rank_name(options.rank).to_string()),
+        (
+            "debiasing".to_string(),
+            match options.debias {
+                Debias::None => "none (decide at 0.5)".to_string(),
+                Debias::Threshold => format!("balanced threshold tau = {:.4}", result.tau),
+            },
+        ),
+        ("seed".to_string(), options.seed.to_string()),
+        (
+            "model answers".to_string(),
+            format!(
+                "{} computed, {} from the cache",
+                result.computed, result.cached
+            ),
+        ),
+    ];
+    if let Some(key) = &result.human_key {
+        facts.push(("human scores".to_string(), key.clone()));
+    }
+    facts
+}
+
+/// The ranking method's name in words.
+fn rank_name(rank: RankMethod) -> &'static str {
+    match rank {
+        RankMethod::WinRatio => "win ratio",
+        RankMethod::Soft => "soft win ratio",
+        RankMethod::BradleyTerry => "Bradley-Terry",
+        RankMethod::Poe => "Product of Experts",
+    }
 }
 
 /// Write to `path` through a temporary file renamed into place (creating its folder).
@@ -288,6 +354,26 @@ pub fn run(args: CompareArgs) -> Result<()> {
             "every comparison (context_id, a, b, p_a, label_mass): {}",
             path.display()
         ));
+    }
+    if let Some(path) = &args.report {
+        let facts = report_facts(&args, &options, &result, scorer.info());
+        let page = Report::from_compare(
+            &format!(
+                "{}: {} of {} context(s)",
+                args.input.file_name().map_or_else(
+                    || args.input.display().to_string(),
+                    |n| n.to_string_lossy().to_string()
+                ),
+                options.attribute.name,
+                contexts.len()
+            ),
+            facts,
+            &result,
+            &contexts,
+            rank_name(options.rank),
+        )?;
+        write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
+        wrote.push(format!("report to open in a browser: {}", path.display()));
     }
     match &cache_path {
         Some(path) => wrote.push(format!(

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::data::Context;
-use crate::judge::pairwise::{CompareResult, Ending};
+use crate::judge::pairwise::CompareResult;
 use crate::rank::Rate;
 
 /// Characters of a candidate's first line shown in the table.
@@ -54,12 +54,7 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
             rate_text(context.accuracy)
         );
         if let Some(run) = &context.adaptive {
-            let why = match run.ending {
-                Ending::Budget => "the budget was spent".to_string(),
-                Ending::Exhausted => "every pair was compared".to_string(),
-                Ending::Stable { tau } => format!("stable (Kendall tau {tau:.3})"),
-                Ending::Interval { widest } => format!("intervals narrow (widest {widest:.2})"),
-            };
+            let why = run.ending.describe();
             let _ = writeln!(
                 text,
                 "  adaptive: {} comparisons in {} rounds; stopped: {why}",

@@ -167,6 +167,10 @@ pub struct ReportArgs {
     #[arg(long)]
     pub figure: Option<PathBuf>,
 
+    /// Also write the tables and the chart as one self-contained HTML page.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
     /// Perturbation rows (`dhp perturb` output) whose ok/skipped/failed counts to report.
     #[arg(long)]
     pub perturbed: Vec<PathBuf>,
@@ -372,6 +376,36 @@ fn report_command(args: ReportArgs) -> Result<()> {
     }
     if let Some(path) = &args.figure {
         report::write_figure(&args.title, &runs, path)?;
+    }
+    if let Some(path) = &args.report {
+        let chart = crate::figure::svg_string(&report::DiscernmentChart {
+            title: &args.title,
+            runs: &runs,
+        })?;
+        let facts = args
+            .runs
+            .iter()
+            .filter_map(|spec| spec.split_once('='))
+            .map(|(label, file)| (label.to_string(), file.to_string()))
+            .collect();
+        let mut page = crate::report::Report::with_markdown(
+            &args.title,
+            facts,
+            &markdown,
+            &Default::default(),
+        );
+        page.sections.insert(
+            0,
+            crate::report::Section {
+                title: "Discernment by run".to_string(),
+                html: format!(
+                    "<figure class=\"svg\">{chart}<figcaption>D = log_0.05(p) of the combined \
+                     p-value; above the red line (D = 1) the judge tells the perturbed texts \
+                     from the originals at the 5% level.</figcaption></figure>"
+                ),
+            },
+        );
+        page.write(path)?;
     }
     Ok(())
 }

@@ -67,11 +67,19 @@ pub struct PararefArgs {
     #[arg(long)]
     pub out_dir: PathBuf,
 
+    /// Only draw the figure again from the `pararef.md` an earlier run wrote into
+    /// --out-dir (no model, no data): after an update of the figures.
+    #[arg(long)]
+    pub redraw: bool,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 }
 
 pub fn run(args: PararefArgs) -> Result<()> {
+    if args.redraw {
+        return crate::cli::pararef_report::redraw(&args.out_dir);
+    }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
     let selection = Selection {

@@ -12,7 +12,7 @@ use super::model_args::ModelArgs;
 use crate::data::DEFAULT_DATA_DIR;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::ScoreMethod;
-use crate::reproduce::report::terminal_tables;
+use crate::reproduce::report::{page, redraw_figures, terminal_tables};
 use crate::reproduce::subset::{check_grid, default_grid};
 use crate::reproduce::{
     reproduce, write_outputs, AbsoluteSource, BootstrapSettings, DataOptions, Experiment,
@@ -55,6 +55,15 @@ pub struct ReproduceArgs {
     /// Skip the subset-of-comparisons curves.
     #[arg(long)]
     pub no_curves: bool,
+
+    /// Also write the report as one self-contained HTML page (tables and figures).
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
+    /// Only draw the figures again, from the `subset.csv` and `report.md` an earlier run
+    /// wrote into --out (no model, no data): after an update of the figures.
+    #[arg(long, requires = "out")]
+    pub redraw: bool,
 
     /// Bootstrap resamples of the contexts for the Spearman intervals (0: none).
     #[arg(long, default_value_t = 1000)]
@@ -103,6 +112,12 @@ fn command_line() -> String {
 }
 
 pub fn run(args: ReproduceArgs) -> Result<()> {
+    if let (true, Some(out)) = (args.redraw, &args.out) {
+        for path in redraw_figures(out, args.experiment).map_err(super::input_error)? {
+            eprintln!("wrote {}", path.display());
+        }
+        return Ok(());
+    }
     let loaded = args.experiment.load(
         &args.data_dir,
         DataOptions {
@@ -159,7 +174,11 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         cache.as_ref(),
         &mut extra,
     )?;
-    let written = write_outputs(&report, &out)?;
+    let mut written = write_outputs(&report, &out)?;
+    if let Some(path) = &args.report {
+        page(&report)?.write(path)?;
+        written.push(path.clone());
+    }
     print!("{}", terminal_tables(&report));
     for path in written {
         eprintln!("wrote {}", path.display());

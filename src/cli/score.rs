@@ -19,6 +19,7 @@ use crate::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions,
     ScoreRequest, ScoreRun, ScoreScale, Task,
 };
+use crate::report::Report;
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
 use crate::stats::report::{run_summary, RUN_RESAMPLES};
@@ -106,6 +107,12 @@ pub struct ScoreArgs {
     /// probabilities, the human scores) here; default: standard output.
     #[arg(long)]
     pub output: Option<PathBuf>,
+
+    /// Also write a report to open in a browser: one self-contained HTML file (nothing
+    /// loaded from elsewhere) with every context's ranking, each candidate's text and
+    /// answer distribution, and the agreement with the human scores where they exist.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 
     /// Also write the G-Eval evaluation steps in use to this file.
     #[arg(long, value_name = "FILE")]
@@ -217,7 +224,61 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     )?;
     let mut report = summary(&run);
     let wanted = args.human_key.clone().unwrap_or(options.attribute.clone());
-    match find_human_key(&contexts, &wanted)? {
+    let human_key = find_human_key(&contexts, &wanted)?;
+    if let Some(path) = &args.report {
+        let (name, score) = match &method {
+            ResolvedMethod::Prompt { attribute, .. } => {
+                (attribute.name.clone(), "expected score".to_string())
+            }
+            ResolvedMethod::Geval { criteria, .. } => {
+                (criteria.name.clone(), "G-Eval score".to_string())
+            }
+            ResolvedMethod::Gptscore { .. } => (
+                options.attribute.clone(),
+                "GPTScore (mean log-prob)".to_string(),
+            ),
+        };
+        let facts = vec![
+            ("input".to_string(), args.input.display().to_string()),
+            ("model".to_string(), scorer.info().name.clone()),
+            (
+                "method".to_string(),
+                format!("{:?}", args.method).to_lowercase(),
+            ),
+            ("attribute".to_string(), name.clone()),
+            (
+                "model answers".to_string(),
+                format!("{} computed, {} from the cache", run.computed, run.cached),
+            ),
+            (
+                "human scores".to_string(),
+                human_key.clone().unwrap_or_else(|| "none".to_string()),
+            ),
+        ];
+        let title = format!(
+            "{}: {name} of {} context(s)",
+            args.input.file_name().map_or_else(
+                || args.input.display().to_string(),
+                |n| n.to_string_lossy().to_string()
+            ),
+            contexts.len()
+        );
+        let page = Report::from_scores(
+            &title,
+            facts,
+            &name,
+            &score,
+            &run.candidates,
+            &contexts,
+            human_key.as_deref(),
+        )?;
+        write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
+        report.push_str(&format!(
+            "results: report to open in a browser: {}\n",
+            path.display()
+        ));
+    }
+    match human_key {
         Some(key) if args.correlate => {
             let items = run.correlation_items(&key);
             report.push_str(&format!(

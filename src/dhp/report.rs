@@ -1,18 +1,20 @@
 //! DHP reports: Markdown tables of an analysis (per perturbation: n, p per metric,
 //! combined p, D, D_ew) and a summary across runs, and a bar chart like the paper's
 //! Figure 4 (D_avg, D_min, D_ew_avg, D_ew_min per model, with the line D = 1), drawn
-//! with the primitives of [`crate::reproduce::figure`].
+//! with the primitives of [`crate::figure`].
 
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::analyze::Analysis;
 use super::perturb::{PerturbRow, Status};
-use crate::reproduce::figure::{label, nice_ticks, plot_error, style, tick_text, Anchor, TextMode};
+use crate::figure::text::{self, Look};
+use crate::figure::{
+    fill, label, nice_ticks, pen, plot_error, tick_text, Anchor, Area, Drawing, Target,
+};
 
 /// One analysed run (a model on a task) with its label.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,11 +149,12 @@ pub fn status_table(rows: &[PerturbRow]) -> String {
 }
 
 const BARS: [(&str, (u8, u8, u8)); 4] = [
-    ("D_avg", (31, 119, 180)),
-    ("D_min", (158, 202, 225)),
-    ("D_ew_avg", (230, 120, 20)),
-    ("D_ew_min", (253, 190, 133)),
+    ("D_avg", (0, 114, 178)),
+    ("D_min", (128, 185, 222)),
+    ("D_ew_avg", (213, 94, 0)),
+    ("D_ew_min", (240, 175, 128)),
 ];
+const THRESHOLD_COLOR: (u8, u8, u8) = (200, 30, 30);
 
 fn bar_values(analysis: &Analysis) -> [Option<f64>; 4] {
     [
@@ -166,186 +169,162 @@ const WIDTH_PER_RUN: i32 = 230;
 const LEFT: i32 = 64;
 const RIGHT: i32 = 20;
 const TOP: i32 = 50;
-const BOTTOM: i32 = 80;
+const BOTTOM: i32 = 96;
 const PLOT_HEIGHT: i32 = 300;
+const TITLE: Look = Look::bold(14.0);
+const TICK: Look = Look::regular(11.0).color((80, 80, 80));
+const RUN: Look = Look::regular(11.5);
+const LEGEND: Look = Look::regular(11.0);
 
-fn draw<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    title: &str,
-    runs: &[ReportRun],
-    mode: TextMode,
-) -> Result<()> {
-    area.fill(&WHITE).map_err(plot_error)?;
-    let values: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| bar_values(&r.analysis))
-        .flatten()
-        .filter(|v| v.is_finite())
-        .collect();
-    let low = values.iter().copied().fold(0.0, f64::min);
-    let high = values.iter().copied().fold(1.2, f64::max) * 1.08;
-    let (ticks, step) = nice_ticks(low, high, 6);
-    let low = ticks.first().copied().unwrap_or(low).min(low);
-    let high = ticks.last().copied().unwrap_or(high).max(high);
-    let plot_width = WIDTH_PER_RUN * runs.len().max(1) as i32;
-    let y_of =
-        |v: f64| TOP + PLOT_HEIGHT - ((v - low) / (high - low) * PLOT_HEIGHT as f64).round() as i32;
-    label(
-        area,
-        mode,
-        title,
-        (12, 16),
-        13.0,
-        Anchor::new(HPos::Left, VPos::Top),
-    )?;
-    // axes and ticks
-    let axis = style((0, 0, 0), 1);
-    area.draw(&PathElement::new(
-        vec![
-            (LEFT, TOP),
-            (LEFT, TOP + PLOT_HEIGHT),
-            (LEFT + plot_width, TOP + PLOT_HEIGHT),
-        ],
-        axis,
-    ))
-    .map_err(plot_error)?;
-    for &t in &ticks {
-        let y = y_of(t);
-        area.draw(&PathElement::new(vec![(LEFT - 4, y), (LEFT, y)], axis))
-            .map_err(plot_error)?;
+/// The bar chart like the paper's Figure 4: D_avg, D_min, D_ew_avg, D_ew_min per run,
+/// with the line D = 1.
+pub struct DiscernmentChart<'a> {
+    pub title: &'a str,
+    pub runs: &'a [ReportRun],
+}
+
+impl Drawing for DiscernmentChart<'_> {
+    fn size(&self) -> (u32, u32) {
+        let width = (LEFT + RIGHT + WIDTH_PER_RUN * self.runs.len().max(1) as i32).max(640);
+        (width as u32, (TOP + PLOT_HEIGHT + BOTTOM) as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &Area<DB>, target: Target) -> Result<()> {
+        let values: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| bar_values(&r.analysis))
+            .flatten()
+            .filter(|v| v.is_finite())
+            .collect();
+        let low = values.iter().copied().fold(0.0, f64::min);
+        let high = values.iter().copied().fold(1.2, f64::max) * 1.08;
+        let (ticks, step) = nice_ticks(low, high, 6);
+        let low = ticks.first().copied().unwrap_or(low).min(low);
+        let high = ticks.last().copied().unwrap_or(high).max(high);
+        let plot_width = WIDTH_PER_RUN * self.runs.len().max(1) as i32;
+        let y_of = |v: f64| {
+            TOP + PLOT_HEIGHT - ((v - low) / (high - low) * PLOT_HEIGHT as f64).round() as i32
+        };
+        let width = self.size().0 as i32;
         label(
             area,
-            mode,
-            &tick_text(t, step),
-            (LEFT - 7, y),
-            9.0,
-            Anchor::new(HPos::Right, VPos::Center),
+            target,
+            self.title,
+            (14, 18),
+            text::fit(self.title, TITLE, (width - 28) as f32, 9.0),
+            Anchor::new(HPos::Left, VPos::Top),
         )?;
-    }
-    let mut y_title = Anchor::new(HPos::Center, VPos::Center);
-    y_title.vertical = true;
-    label(
-        area,
-        mode,
-        "discernment D",
-        (16, TOP + PLOT_HEIGHT / 2),
-        11.0,
-        y_title,
-    )?;
-    let zero = y_of(0.0);
-    for (index, run) in runs.iter().enumerate() {
-        let x0 = LEFT + index as i32 * WIDTH_PER_RUN + 20;
-        let bar_width = (WIDTH_PER_RUN - 40) / BARS.len() as i32;
-        for (k, value) in bar_values(&run.analysis).iter().enumerate() {
-            let Some(value) = value.filter(|v| v.is_finite()) else {
-                continue;
-            };
-            let x = x0 + k as i32 * bar_width;
-            let y = y_of(value);
-            let color = BARS[k].1;
-            area.draw(&Rectangle::new(
-                [(x, y.min(zero)), (x + bar_width - 2, y.max(zero))],
-                RGBColor(color.0, color.1, color.2).filled(),
+        let axis = pen((90, 90, 90), 1);
+        for &t in &ticks {
+            let y = y_of(t);
+            area.draw(&PathElement::new(
+                vec![(LEFT, y), (LEFT + plot_width, y)],
+                pen((232, 232, 232), 1),
             ))
             .map_err(plot_error)?;
+            area.draw(&PathElement::new(vec![(LEFT - 4, y), (LEFT, y)], axis))
+                .map_err(plot_error)?;
+            label(
+                area,
+                target,
+                &tick_text(t, step),
+                (LEFT - 7, y),
+                TICK,
+                Anchor::new(HPos::Right, VPos::Center),
+            )?;
         }
-        // shrink the run's label to its slot
-        let room = (WIDTH_PER_RUN - 12) as f32;
-        let width = crate::reproduce::stroke_font::text_width(&run.label, 10.0);
-        let height = if width > room {
-            10.0 * room / width
-        } else {
-            10.0
-        };
-        label(
-            area,
-            mode,
-            &run.label,
-            (x0 + (WIDTH_PER_RUN - 40) / 2, TOP + PLOT_HEIGHT + 8),
-            height,
-            Anchor::new(HPos::Center, VPos::Top),
-        )?;
-    }
-    // the significance line D = 1
-    let one = y_of(1.0);
-    area.draw(&PathElement::new(
-        vec![(LEFT, one), (LEFT + plot_width, one)],
-        style((214, 39, 40), 2),
-    ))
-    .map_err(plot_error)?;
-    // legend
-    let mut x = LEFT;
-    let y = TOP + PLOT_HEIGHT + 44;
-    for (name, color) in BARS {
-        area.draw(&Rectangle::new(
-            [(x, y - 5), (x + 14, y + 5)],
-            RGBColor(color.0, color.1, color.2).filled(),
+        area.draw(&PathElement::new(
+            vec![
+                (LEFT, TOP),
+                (LEFT, TOP + PLOT_HEIGHT),
+                (LEFT + plot_width, TOP + PLOT_HEIGHT),
+            ],
+            axis,
         ))
         .map_err(plot_error)?;
         label(
             area,
-            mode,
-            name,
-            (x + 18, y),
-            9.0,
+            target,
+            "discernment D",
+            (16, TOP + PLOT_HEIGHT / 2),
+            Look::regular(12.0),
+            Anchor::vertical(HPos::Center, VPos::Center),
+        )?;
+        let zero = y_of(0.0);
+        for (index, run) in self.runs.iter().enumerate() {
+            let x0 = LEFT + index as i32 * WIDTH_PER_RUN + 20;
+            let bar_width = (WIDTH_PER_RUN - 40) / BARS.len() as i32;
+            for (k, value) in bar_values(&run.analysis).iter().enumerate() {
+                let Some(value) = value.filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                let x = x0 + k as i32 * bar_width;
+                let y = y_of(value);
+                area.draw(&Rectangle::new(
+                    [(x, y.min(zero)), (x + bar_width - 2, y.max(zero))],
+                    fill(BARS[k].1),
+                ))
+                .map_err(plot_error)?;
+            }
+            // The run's label under its bars, on up to two lines.
+            let room = (WIDTH_PER_RUN - 16) as f32;
+            for (line, text_line) in text::wrap(&run.label, RUN, room, 2).iter().enumerate() {
+                label(
+                    area,
+                    target,
+                    text_line,
+                    (
+                        x0 + (WIDTH_PER_RUN - 40) / 2,
+                        TOP + PLOT_HEIGHT + 10 + line as i32 * 16,
+                    ),
+                    RUN,
+                    Anchor::new(HPos::Center, VPos::Top),
+                )?;
+            }
+        }
+        let one = y_of(1.0);
+        area.draw(&PathElement::new(
+            vec![(LEFT, one), (LEFT + plot_width, one)],
+            pen(THRESHOLD_COLOR, 2),
+        ))
+        .map_err(plot_error)?;
+        // Legend, each entry as wide as its text.
+        let mut x = LEFT;
+        let y = TOP + PLOT_HEIGHT + 68;
+        for (name, color) in BARS {
+            area.draw(&Rectangle::new([(x, y - 6), (x + 14, y + 6)], fill(color)))
+                .map_err(plot_error)?;
+            label(
+                area,
+                target,
+                name,
+                (x + 20, y),
+                LEGEND,
+                Anchor::new(HPos::Left, VPos::Center),
+            )?;
+            x += 20 + text::width(name, LEGEND).ceil() as i32 + 22;
+        }
+        area.draw(&PathElement::new(
+            vec![(x, y), (x + 18, y)],
+            pen(THRESHOLD_COLOR, 2),
+        ))
+        .map_err(plot_error)?;
+        label(
+            area,
+            target,
+            "D = 1 (p = 0.05)",
+            (x + 24, y),
+            LEGEND,
             Anchor::new(HPos::Left, VPos::Center),
         )?;
-        x += 100;
+        Ok(())
     }
-    area.draw(&PathElement::new(
-        vec![(x, y), (x + 16, y)],
-        style((214, 39, 40), 2),
-    ))
-    .map_err(plot_error)?;
-    label(
-        area,
-        mode,
-        "D = 1 (p = 0.05)",
-        (x + 20, y),
-        9.0,
-        Anchor::new(HPos::Left, VPos::Center),
-    )?;
-    Ok(())
-}
-
-fn size(runs: &[ReportRun]) -> (u32, u32) {
-    let width = (LEFT + RIGHT + WIDTH_PER_RUN * runs.len().max(1) as i32).max(620);
-    (width as u32, (TOP + PLOT_HEIGHT + BOTTOM) as u32)
 }
 
 /// Draw the bar chart to `path` (`.svg`: SVG, otherwise PNG).
 pub fn write_figure(title: &str, runs: &[ReportRun], path: &Path) -> Result<()> {
-    let (width, height) = size(runs);
-    if path.extension().is_some_and(|e| e == "svg") {
-        let mut text = String::new();
-        {
-            let area = SVGBackend::with_string(&mut text, (width, height)).into_drawing_area();
-            draw(&area, title, runs, TextMode::Native)?;
-            area.present().map_err(plot_error)?;
-        }
-        return std::fs::write(path, text)
-            .with_context(|| format!("cannot write {}", path.display()));
-    }
-    let mut pixels = vec![0u8; width as usize * height as usize * 3];
-    {
-        let area = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
-        draw(&area, title, runs, TextMode::Strokes)?;
-        area.present().map_err(plot_error)?;
-    }
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder
-        .write_header()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writer
-        .write_image_data(&pixels)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writer
-        .finish()
-        .with_context(|| format!("cannot write {}", path.display()))
+    crate::figure::write(&DiscernmentChart { title, runs }, path)
 }
 
 #[cfg(test)]

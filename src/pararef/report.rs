@@ -3,20 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::evaluate::{DatasetResult, References};
+use super::evaluate::{ConditionRow, DatasetResult, References};
 use super::experiment::Paraphrased;
+use crate::figure::{Figure, Panel, Series, PALETTE};
 use crate::metrics::{Aggregation, LexicalMetric};
-use crate::reproduce::figure::{Figure, Panel, Series};
-
-const COLORS: [(u8, u8, u8); 7] = [
-    (31, 119, 180),
-    (230, 120, 20),
-    (44, 150, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (120, 120, 120),
-];
 
 fn condition_label(references: &References, aggregation: Aggregation) -> String {
     let agg = match aggregation {
@@ -115,7 +105,7 @@ pub fn figure(model: &str, results: &[DatasetResult]) -> Figure {
                 .unwrap_or_default();
             let mut series = Vec::new();
             for (m, metric) in metrics.iter().enumerate() {
-                let color = COLORS[m % COLORS.len()];
+                let color = PALETTE[m % PALETTE.len()];
                 let mut points = Vec::new();
                 let mut human = Vec::new();
                 for row in &result.rows {
@@ -163,5 +153,159 @@ pub fn figure(model: &str, results: &[DatasetResult]) -> Figure {
         x_label: "references per item (1 + paraphrases)".to_string(),
         y_label: "Kendall tau".to_string(),
         panels,
+    }
+}
+
+/// The model and the tables of a report [`markdown`] wrote, read back (values to the
+/// table's 3 decimals): to draw the figure again without the run.
+pub fn read_markdown(text: &str) -> anyhow::Result<(String, Vec<DatasetResult>)> {
+    use anyhow::{bail, Context as _};
+    let mut model = None;
+    let mut results: Vec<DatasetResult> = Vec::new();
+    let mut metrics: Vec<LexicalMetric> = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let at = || format!("line {}", index + 1);
+        if let Some(heading) = line.strip_prefix("#### ") {
+            let (name, rest) = heading.split_once(" (").with_context(at)?;
+            let number = |word: &str| -> Option<usize> {
+                rest.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .windows(2)
+                    .find(|w| w[1].trim_end_matches([',', ';']) == word)
+                    .and_then(|w| w[0].parse().ok())
+            };
+            results.push(DatasetResult {
+                name: name.to_string(),
+                human: rest
+                    .split_once("Kendall tau-b with ")
+                    .map_or("", |(_, h)| h.trim_end_matches(')'))
+                    .to_string(),
+                items: number("items").unwrap_or(0),
+                outputs: number("scored").unwrap_or(0),
+                rows: Vec::new(),
+            });
+            metrics.clear();
+        } else if let Some(rest) = line.strip_prefix("Paraphrases by ") {
+            model.get_or_insert(rest.split(':').next().unwrap_or(rest).to_string());
+        } else if line.starts_with("| references |") {
+            metrics = line
+                .split('|')
+                .map(str::trim)
+                .skip(3)
+                .filter(|c| !c.is_empty())
+                .map(|name| name.parse::<LexicalMetric>())
+                .collect::<anyhow::Result<_>>()
+                .with_context(at)?;
+        } else if line.starts_with("| ") && !metrics.is_empty() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let condition = cells[1];
+            let (references, aggregation) = if condition == "reference A" {
+                (References::First, Aggregation::Max)
+            } else {
+                let aggregation = if condition.ends_with("(mean)") {
+                    Aggregation::Mean
+                } else if condition.ends_with("(max)") {
+                    Aggregation::Max
+                } else {
+                    Aggregation::Native
+                };
+                if condition.starts_with("all human references") {
+                    (References::AllHuman, aggregation)
+                } else if let Some(rest) = condition.strip_prefix("A + ") {
+                    let k = rest
+                        .split_whitespace()
+                        .next()
+                        .and_then(|k| k.parse().ok())
+                        .with_context(at)?;
+                    (References::Paraphrased { k }, aggregation)
+                } else {
+                    bail!("{}: unknown condition `{condition}`", at());
+                }
+            };
+            let mean_references: f64 = cells[2].parse().with_context(at)?;
+            let taus = metrics
+                .iter()
+                .zip(&cells[3..])
+                .map(|(metric, cell)| {
+                    let value = cell.trim_matches('*');
+                    (*metric, value.parse::<f64>().ok())
+                })
+                .collect();
+            let result = results.last_mut().with_context(at)?;
+            result.rows.push(ConditionRow {
+                references,
+                aggregation,
+                mean_references,
+                taus,
+            });
+        }
+    }
+    let model = model.context("no `Paraphrases by` line")?;
+    if results.is_empty() {
+        bail!("no data set tables");
+    }
+    Ok((model, results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pararef::generate::ParaphraseReport;
+
+    #[test]
+    fn the_markdown_reads_back_to_the_figures_numbers() {
+        let row = |references, aggregation, mean_references, tau: f64| ConditionRow {
+            references,
+            aggregation,
+            mean_references,
+            taus: vec![
+                (LexicalMetric::Bleu, Some(tau)),
+                (LexicalMetric::RougeL, None),
+            ],
+        };
+        let results = vec![DatasetResult {
+            name: "wmt22-zh-en".into(),
+            human: "DA z-score".into(),
+            items: 16,
+            outputs: 158,
+            rows: vec![
+                row(References::First, Aggregation::Max, 1.0, -0.1204),
+                row(
+                    References::Paraphrased { k: 2 },
+                    Aggregation::Max,
+                    3.0,
+                    0.25,
+                ),
+                row(
+                    References::Paraphrased { k: 2 },
+                    Aggregation::Mean,
+                    3.0,
+                    0.3,
+                ),
+                row(References::AllHuman, Aggregation::Max, 2.0, -0.05),
+            ],
+        }];
+        let paraphrased = vec![Paraphrased {
+            rows: Vec::new(),
+            report: ParaphraseReport::default(),
+            wall_seconds: 0.0,
+        }];
+        let text = markdown("smollm2", &results, &paraphrased);
+        let (model, read) = read_markdown(&text).unwrap();
+        assert_eq!(model, "smollm2");
+        assert_eq!(read[0].name, "wmt22-zh-en");
+        assert_eq!((read[0].items, read[0].outputs), (16, 158));
+        assert_eq!(read[0].human, "DA z-score");
+        let mut want = results[0].rows.clone();
+        want[0].taus[0].1 = Some(-0.120);
+        assert_eq!(read[0].rows, want);
+        assert_eq!(
+            figure("smollm2", &read),
+            figure("smollm2", &{
+                let mut r = results.clone();
+                r[0].rows = want;
+                r
+            })
+        );
     }
 }

@@ -18,7 +18,6 @@ pub mod experiment;
 pub mod figure;
 pub mod report;
 pub mod rows;
-pub mod stroke_font;
 pub mod subset;
 
 use std::time::Instant;

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
-use super::figure::{subset_figure, write_png, write_svg, CurveValue};
-use super::{DecisionCell, Reproduction, RowResult};
+use super::figure::{subset_figure, CurveValue};
+use super::{CurvePoint, DecisionCell, Reproduction, RowResult};
+use crate::figure;
 use crate::rank::Rate;
 use crate::stats::Coefficient;
 
@@ -602,40 +603,14 @@ pub fn write_outputs(report: &Reproduction, dir: &Path) -> Result<Vec<PathBuf>> 
         let path = dir.join(SUBSET_CSV);
         write_csv(&path, &SUBSET_COLUMNS, &subset_rows(report))?;
         written.push(path);
-        let figure = subset_figure(
-            &format!(
-                "{}: Spearman x100 vs R comparisons per context ({}, mean of prompts, {} seeds)",
-                report.experiment.title(),
-                report.model_name,
-                report.curve_seeds
-            ),
+        written.extend(write_curve_figures(
+            dir,
+            report.experiment.title(),
+            &report.model_name,
+            report.curve_seeds,
             &labels(report),
             &report.curves,
-            CurveValue::Human,
-        );
-        let path = dir.join(SUBSET_PNG);
-        write_png(&figure, &path)?;
-        written.push(path);
-        let path = dir.join(SUBSET_SVG);
-        write_svg(&figure, &path)?;
-        written.push(path);
-        let figure = subset_figure(
-            &format!(
-                "{}: Spearman with the full design ({}, {} seeds)",
-                report.experiment.title(),
-                report.model_name,
-                report.curve_seeds
-            ),
-            &labels(report),
-            &report.curves,
-            CurveValue::FullDesign,
-        );
-        let path = dir.join(SUBSET_FULL_PNG);
-        write_png(&figure, &path)?;
-        written.push(path);
-        let path = dir.join(SUBSET_FULL_SVG);
-        write_svg(&figure, &path)?;
-        written.push(path);
+        )?);
     }
     if !report.budget.is_empty() {
         let path = dir.join(BUDGET_CSV);
@@ -647,4 +622,179 @@ pub fn write_outputs(report: &Reproduction, dir: &Path) -> Result<Vec<PathBuf>> 
         .with_context(|| format!("cannot write {}", path.display()))?;
     written.push(path);
     Ok(written)
+}
+
+/// The two subset-of-comparisons figures (with the humans, with the full design) as PNG
+/// and SVG in `dir`.
+pub fn write_curve_figures(
+    dir: &Path,
+    title: &str,
+    model: &str,
+    seeds: u64,
+    columns: &[String],
+    curves: &[CurvePoint],
+) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let human = subset_figure(
+        &format!(
+            "{title}: Spearman x100 vs R comparisons per context ({model}, mean of prompts, {seeds} seeds)"
+        ),
+        columns,
+        curves,
+        CurveValue::Human,
+    );
+    let full = subset_figure(
+        &format!("{title}: Spearman with the full design ({model}, {seeds} seeds)"),
+        columns,
+        curves,
+        CurveValue::FullDesign,
+    );
+    for (drawing, name) in [
+        (&human, SUBSET_PNG),
+        (&human, SUBSET_SVG),
+        (&full, SUBSET_FULL_PNG),
+        (&full, SUBSET_FULL_SVG),
+    ] {
+        let path = dir.join(name);
+        figure::write(drawing, &path)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Draw the figures of an earlier run again from its `subset.csv` (and the model's
+/// name from its `report.md`), without a model: after a change to the figures.
+pub fn redraw_figures(dir: &Path, experiment: super::Experiment) -> Result<Vec<PathBuf>> {
+    let path = dir.join(SUBSET_CSV);
+    let mut reader = csv::Reader::from_path(&path).with_context(|| {
+        format!(
+            "cannot read {} (a reproduce output directory?)",
+            path.display()
+        )
+    })?;
+    let header = reader
+        .headers()
+        .with_context(|| format!("{}: no header", path.display()))?
+        .clone();
+    // Files from before the agreement with the full design have its first 9 columns.
+    let columns: Vec<&str> = header.iter().collect();
+    let with_full = columns == SUBSET_COLUMNS;
+    if !with_full && columns != SUBSET_COLUMNS[..9] {
+        anyhow::bail!("{}: not the columns of subset.csv", path.display());
+    }
+    let mut curves = Vec::new();
+    let mut seeds = 0u64;
+    for (index, record) in reader.records().enumerate() {
+        let line = index + 2;
+        let record = record.with_context(|| format!("{}: line {line}", path.display()))?;
+        let number = |k: usize| -> Result<f64> {
+            record[k].parse::<f64>().with_context(|| {
+                format!(
+                    "{}: line {line}: `{}` is not a number",
+                    path.display(),
+                    SUBSET_COLUMNS[k]
+                )
+            })
+        };
+        let design = super::subset::DESIGNS
+            .iter()
+            .map(|d| super::subset::design_name(*d))
+            .find(|name| *name == &record[2])
+            .with_context(|| {
+                format!(
+                    "{}: line {line}: unknown design `{}`",
+                    path.display(),
+                    &record[2]
+                )
+            })?;
+        let point = CurvePoint {
+            column: record[1].to_string(),
+            design,
+            debiased: &record[3] == "true",
+            r: number(4)? as usize,
+            prompt: record[5].to_string(),
+            mean: number(6)?,
+            sd: number(7)?,
+            seeds: number(8)? as usize,
+            vs_full_mean: if with_full { number(9)? } else { f64::NAN },
+            vs_full_sd: if with_full { number(10)? } else { f64::NAN },
+        };
+        seeds = seeds.max(point.seeds as u64);
+        curves.push(point);
+    }
+    let report_path = dir.join(REPORT);
+    let model = std::fs::read_to_string(&report_path)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("- Model: `"))
+                .and_then(|rest| rest.split('`').next())
+                .map(str::to_string)
+        })
+        .with_context(|| format!("{}: no `- Model:` line", report_path.display()))?;
+    let columns: Vec<String> = experiment.columns().into_iter().map(|c| c.label).collect();
+    let mut written =
+        write_curve_figures(dir, experiment.title(), &model, seeds, &columns, &curves)?;
+    if !with_full {
+        for path in written.split_off(2) {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+    }
+    Ok(written)
+}
+
+/// The reproduction as an HTML report: the Markdown report's tables as sections, its
+/// figures drawn inline as SVG.
+pub fn page(report: &Reproduction) -> Result<crate::report::Report> {
+    let mut figures = std::collections::BTreeMap::new();
+    if !report.curves.is_empty() {
+        let columns = labels(report);
+        for (name, value) in [
+            (SUBSET_PNG, CurveValue::Human),
+            (SUBSET_FULL_PNG, CurveValue::FullDesign),
+        ] {
+            let curves = subset_figure(
+                &format!(
+                    "{}: {} ({}, {} seeds)",
+                    report.experiment.title(),
+                    match value {
+                        CurveValue::Human => "Spearman x100 vs R comparisons per context",
+                        CurveValue::FullDesign => "Spearman with the full design",
+                    },
+                    report.model_name,
+                    report.curve_seeds
+                ),
+                &columns,
+                &report.curves,
+                value,
+            );
+            figures.insert(name.to_string(), figure::svg_string(&curves)?);
+        }
+    }
+    let facts = vec![
+        (
+            "experiment".to_string(),
+            report.experiment.title().to_string(),
+        ),
+        ("model".to_string(), report.model_name.clone()),
+        (
+            "data".to_string(),
+            format!(
+                "{} contexts, {} candidates",
+                report.contexts, report.candidates
+            ),
+        ),
+        ("command".to_string(), report.command.clone()),
+    ];
+    Ok(crate::report::Report::with_markdown(
+        &format!(
+            "Reproduction: {} with {}",
+            report.experiment.title(),
+            report.model_name
+        ),
+        facts,
+        &markdown(report),
+        &figures,
+    ))
 }

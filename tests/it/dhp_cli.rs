@@ -173,6 +173,7 @@ fn analyze_json_equals_the_scipy_fixture() {
     let analysis = dir.path().join("a.json");
     std::fs::write(&analysis, &stdout).unwrap();
     let figure = dir.path().join("f.png");
+    let page = dir.path().join("r.html");
     let markdown = ok(&nlg_judge(&[
         "dhp",
         "report",
@@ -180,7 +181,14 @@ fn analyze_json_equals_the_scipy_fixture() {
         &format!("fixture={}", analysis.display()),
         "--figure",
         figure.to_str().unwrap(),
+        "--report",
+        page.to_str().unwrap(),
     ]));
+    // The HTML report: the chart inline, the same tables as escaped HTML.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<h2>Discernment by run</h2>"), "{html}");
+    assert!(html.contains("<svg") && html.contains(">typos-minor</td>"));
+    assert!(html.contains("<td>fixture</td>"));
     assert!(markdown.contains("| fixture |"), "{markdown}");
     assert!(
         markdown.contains("| typos-minor | C | minor | 30 |"),

@@ -24,6 +24,7 @@ mod own_data;
 mod pairwise_runner;
 mod paraphrase;
 mod precision;
+mod report;
 mod reproduce;
 mod resolve;
 mod score_cli;

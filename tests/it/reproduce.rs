@@ -17,6 +17,7 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
 use nlg_judge::engine::{MockScorer, ResultCache, Scorer};
+use nlg_judge::figure::PALETTE;
 use nlg_judge::judge::pairwise::{run_compare, CompareOptions, Debias, Design, PairwiseTemplate};
 use nlg_judge::judge::ScoreMethod;
 use nlg_judge::judge::{Attribute, Task};
@@ -336,21 +337,40 @@ fn tables_figures_and_a_rerun_that_computes_nothing() {
         .all(|row| row.vs_full.1 <= row.vs_full.0 && row.vs_full.0 <= row.vs_full.2));
     assert_eq!(text, markdown(&report));
 
+    // The HTML report: the same tables, the two figures inline as SVG, nothing loaded.
+    let html = nlg_judge::reproduce::report::page(&report)
+        .unwrap()
+        .to_html()
+        .unwrap();
+    assert_eq!(
+        html.matches("<figure class=\"svg\"><svg").count(),
+        2,
+        "two figures"
+    );
+    assert!(html.contains("<th>Method</th>"), "the correlation table");
+    assert!(html.contains("symmetric, debiased"));
+    assert!(
+        !html.contains("subset.png\""),
+        "no image loaded from a file"
+    );
+
     let png_bytes = std::fs::read(out.join("subset.png")).unwrap();
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
     let decoder = png::Decoder::new(std::io::Cursor::new(&png_bytes));
     let mut reader = decoder.read_info().unwrap();
     let mut pixels = vec![0; reader.output_buffer_size()];
     let frame = reader.next_frame(&mut pixels).unwrap();
-    assert_eq!((frame.width, frame.height), (920, 44 + 2 * 330 + 56));
-    assert_eq!(frame.color_type, png::ColorType::Rgb);
-    // The random design's colour is drawn, and black text/axes.
-    let rgb: Vec<&[u8]> = pixels[..frame.buffer_size()].chunks(3).collect();
-    assert!(
-        rgb.iter().any(|p| *p == [31, 119, 180]),
-        "no random-design line"
+    // Two rows of panels and a legend of two rows (plain above debiased).
+    assert_eq!(
+        (frame.width, frame.height),
+        (920, 44 + 2 * 330 + 2 * 22 + 28)
     );
-    assert!(rgb.iter().filter(|p| **p == [0, 0, 0]).count() > 1000);
+    assert_eq!(frame.color_type, png::ColorType::Rgb);
+    // The random design's colour is drawn, and dark text.
+    let rgb: Vec<&[u8]> = pixels[..frame.buffer_size()].chunks(3).collect();
+    let [r, g, b] = [PALETTE[0].0, PALETTE[0].1, PALETTE[0].2];
+    assert!(rgb.iter().any(|p| *p == [r, g, b]), "no random-design line");
+    assert!(rgb.iter().filter(|p| p.iter().all(|&v| v < 64)).count() > 1000);
 
     let svg = std::fs::read_to_string(out.join("subset.svg")).unwrap();
     let document = roxmltree::Document::parse(&svg).unwrap();

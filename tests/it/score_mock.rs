@@ -377,6 +377,48 @@ fn output_lines_carry_ids_probabilities_and_human_scores() {
     let keys: Vec<&String> = first["probabilities"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["1", "2", "3", "4", "5"]);
     assert!((first["raw_probabilities"]["5"].as_f64().unwrap() - 0.48).abs() < 1e-12);
+
+    // The HTML report of the same run: scores as written, distributions, human scores.
+    let contexts = two_contexts();
+    let page = nlg_judge::report::Report::from_scores(
+        "t",
+        Vec::new(),
+        "coherence",
+        "G-Eval score",
+        &scored,
+        &contexts,
+        Some("coherence"),
+    )
+    .unwrap();
+    let data = serde_json::to_value(&page).unwrap();
+    let run = &data["runs"][0];
+    assert_eq!(run["kind"], "absolute");
+    assert_eq!(run["scale"], serde_json::json!([1, 2, 3, 4, 5]));
+    assert_eq!(run["contexts"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        run["contexts"][0]["scores"][0].as_f64(),
+        first["score"].as_f64()
+    );
+    assert_eq!(run["contexts"][0]["human"][1].as_f64(), Some(2.0));
+    assert_eq!(
+        run["contexts"][0]["distributions"][0]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert!(page.to_html().unwrap().contains("id=\"report-data\""));
+    // A result list that does not match the input is an error, not a wrong page.
+    assert!(nlg_judge::report::Report::from_scores(
+        "t",
+        Vec::new(),
+        "c",
+        "s",
+        &scored[1..],
+        &contexts,
+        None
+    )
+    .is_err());
 }
 
 #[test]

@@ -132,6 +132,18 @@ pub enum Ending {
     Interval { widest: f64 },
 }
 
+impl Ending {
+    /// Why the selection stopped, in words.
+    pub fn describe(&self) -> String {
+        match *self {
+            Ending::Budget => "the budget was spent".to_string(),
+            Ending::Exhausted => "every pair was compared".to_string(),
+            Ending::Stable { tau } => format!("stable (Kendall tau {tau:.3})"),
+            Ending::Interval { widest } => format!("intervals narrow (widest {widest:.2})"),
+        }
+    }
+}
+
 /// The selection state of one context.
 #[derive(Debug, Clone)]
 pub struct AdaptiveSelector {

@@ -458,8 +458,9 @@ fn run_adaptive(
     Ok(result)
 }
 
-/// Scores, ranks and statistics from the comparisons of every context.
-fn summarise(
+/// Scores, ranks and statistics from the comparisons of every context (one list per
+/// context, in the contexts' order), as a run over them would give them.
+pub fn summarise(
     contexts: &[Context],
     comparisons: Vec<Vec<Comparison>>,
     options: &CompareOptions,

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The HTML reports in a real browser (headless Chromium, Debian's package): builds the
+# demo's compare and G-Eval reports (with the default model, fetched and cached like the
+# README's first command), a DHP report from the committed analyses and a synthetic
+# run of 300 contexts x 32 candidates; opens each at 1400 and 420 px; fails on any
+# console error, page error or request that leaves the file; prints sizes and load
+# times; leaves the screenshots in OUT (default target/report-check).
+#
+#   scripts/check_report_in_browser.sh [OUT]
+#
+# Needs: chromium (apt-get install -y chromium), node with npm (installs playwright-core
+# into a cache folder, not into the repository). Outside CI's fast path; its recorded
+# output is in docs/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-target/report-check}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+chromium="${CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || { echo "no chromium at $chromium (apt-get install -y chromium)" >&2; exit 1; }
+tools="${XDG_CACHE_HOME:-$HOME/.cache}/nlg-judge-browser-check"
+if [ ! -d "$tools/node_modules/playwright-core" ]; then
+  mkdir -p "$tools"
+  (cd "$tools" && npm init -y >/dev/null && npm install --silent --no-audit --no-fund playwright-core@1)
+fi
+cp scripts/check_report_in_browser.mjs "$tools/"
+
+cargo build --quiet --bin nlg-judge --example synthetic_report
+bin=target/debug/nlg-judge
+echo "== reports"
+$bin compare --input examples/data/library.jsonl --attribute coherence --debias threshold \
+  --rank soft --output "$out/demo-scores.jsonl" --report "$out/demo.html" 2>&1 | grep '^results: report'
+$bin score --input examples/data/library.jsonl --attribute coherence --method geval \
+  --output "$out/demo-geval.jsonl" --report "$out/geval.html" 2>&1 | grep '^results: report'
+(cd docs/results/dhp && "$OLDPWD/$bin" dhp report --title "DHP summarization (SummEval), G-Eval" \
+  --run "SmolLM2-135M, 100 documents (LLM edits: 20)=summarization-smollm2-100.json" \
+  --run "SmolLM2-135M, 30 documents, rule only=summarization-smollm2.json" \
+  --run "Qwen2.5-0.5B, 100 documents (LLM edits: 20)=summarization-qwen25-100.json" \
+  --report "$out/dhp.html" >/dev/null)
+started=$(date +%s%N)
+target/debug/examples/synthetic_report 300 32 "$out/large.html"
+echo "synthetic report written in $(( ($(date +%s%N) - started) / 1000000 )) ms (debug build)"
+ls -l "$out"/*.html | awk '{printf "%-10s %9d bytes  %s\n", "size", $5, $9}'
+gzip -c "$out/large.html" | wc -c | awk '{printf "large.html gzipped: %d bytes\n", $1}'
+echo "== browser ($("$chromium" --version 2>/dev/null | head -1)); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+CHROMIUM="$chromium" node "$tools/check_report_in_browser.mjs" "$out" \
+  demo="$out/demo.html" geval="$out/geval.html" dhp="$out/dhp.html" large="$out/large.html"
+echo "screenshots: $out/*.png"
