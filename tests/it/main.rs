@@ -8,6 +8,7 @@ mod cli;
 mod cli_models;
 mod common;
 mod compare_resume;
+mod completions;
 mod correlate_cli;
 mod decoder_scorer;
 mod deploy_files;

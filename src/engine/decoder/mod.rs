@@ -7,6 +7,9 @@
 //! cache; batched generation advances many requests together, each row with its own
 //! cache, so that the per-token layers run over all rows at once.
 
+mod complete;
+mod pieces;
+pub mod prefix_cache;
 pub mod tree_eval;
 pub mod trie;
 
@@ -14,13 +17,15 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::Tensor;
 
 use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
+use crate::engine::completion::{ChatMessage, ChatRole, CompletionRequest, CompletionResult};
 use crate::engine::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+    LabelRequest, LabelResult, LabelScore, Prompt, TextPrompt, TokenPrompt,
 };
 use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use crate::runtime::{ChatTemplate, TextTokenizer};
+use prefix_cache::PrefixCache;
 use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use trie::{QueryAt, TokenTrie};
 
@@ -600,6 +605,35 @@ impl Scorer for DecoderScorer {
                 finish: row.finish.unwrap_or(FinishReason::MaxTokens),
             })
             .collect())
+    }
+
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        let turns: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    ChatRole::System => "system",
+                    ChatRole::User => "user",
+                    ChatRole::Assistant => "assistant",
+                };
+                (role, m.content.as_str())
+            })
+            .collect();
+        match self.chat.render_conversation(&turns) {
+            Some(text) => Ok(Prompt::plain(TextPrompt::user(text))),
+            None => crate::bad_request!(
+                "model '{}' has no chat template; use completions with a plain prompt",
+                self.info.name
+            ),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        requests: &[CompletionRequest],
+        prefix_cache: &mut PrefixCache,
+    ) -> Result<Vec<CompletionResult>> {
+        self.complete_all(requests, prefix_cache)
     }
 }
 
