@@ -8,6 +8,7 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::runtime::TextTokenizer;
 pub use crate::runtime::{Conventions, ModelKind};
 
 use super::completion::{
@@ -115,6 +116,11 @@ pub trait Scorer: Send {
     /// scorers that can run rows side by side (each with its own cache) override it.
     fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
         requests.iter().map(|r| self.generate(r)).collect()
+    }
+
+    /// The model's tokeniser, when it has one to share (the service's tokenizer routes).
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        None
     }
 
     /// The prompt of a chat conversation, through the model's chat template. The default

@@ -47,6 +47,8 @@ pub struct AppState {
     pub model: Arc<ModelInfo>,
     pub token: Option<BearerToken>,
     pub limits: Limits,
+    /// What the OpenAI-compatible routes keep.
+    pub openai: Arc<super::openai::Backend>,
 }
 
 /// An error answer: `{"error": message}` with a status.
@@ -66,6 +68,11 @@ impl ApiError {
 
     fn bad_request(error: &anyhow::Error) -> Self {
         Self::new(StatusCode::BAD_REQUEST, format!("{error:#}"))
+    }
+
+    /// Status and message (for answers in another shape).
+    pub(crate) fn parts(self) -> (StatusCode, String) {
+        (self.status, self.message)
     }
 }
 
@@ -92,6 +99,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .merge(v1)
+        .merge(super::openai::router(state.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn(log_requests))
@@ -138,7 +146,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
 }
 
 /// The body bytes, or the limit's (413) or transport's error.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -151,7 +159,10 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 /// Send a job to the worker and wait for its answer.
-async fn submit<T>(state: &AppState, job: impl FnOnce(Reply<T>) -> Job) -> Result<T, ApiError> {
+pub(crate) async fn submit<T>(
+    state: &AppState,
+    job: impl FnOnce(Reply<T>) -> Job,
+) -> Result<T, ApiError> {
     let (reply, answer) = oneshot::channel();
     state
         .stats
@@ -270,7 +281,10 @@ async fn models(State(state): State<AppState>) -> Result<Json<serde_json::Value>
         })
         .collect();
     let model = &state.model;
+    // OpenAI's model list (`object`, `data`) beside this API's own fields.
     Ok(Json(json!({
+        "object": "list",
+        "data": [super::openai::model_object(model, state.openai.created)],
         "models": [{
             "name": model.name,
             "architecture": model.architecture,

@@ -21,6 +21,7 @@ mod llama_safetensors;
 mod llama_segment_attention;
 mod metric_cli;
 mod metrics_parity;
+mod openai_api;
 mod own_data;
 mod pairwise_runner;
 mod paraphrase;

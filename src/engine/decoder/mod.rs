@@ -607,6 +607,10 @@ impl Scorer for DecoderScorer {
             .collect())
     }
 
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        Some(&self.tokenizer)
+    }
+
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
         let turns: Vec<(&str, &str)> = messages
             .iter()
