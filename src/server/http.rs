@@ -30,7 +30,6 @@ use super::auth::BearerToken;
 use super::worker::{Job, LabelTask, Reply, WorkerStats};
 use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
-use crate::judge::geval::Criteria;
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -94,7 +93,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/geval", post(geval))
         .route("/v1/score", post(score))
         .route("/v1/compare", post(compare))
-        .route("/v1/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(healthz))
@@ -265,35 +263,6 @@ async fn compare(
         candidates,
         comparisons: context.comparisons.len(),
     }))
-}
-
-async fn models(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let criteria: Vec<serde_json::Value> = Criteria::builtins()
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))?
-        .iter()
-        .map(|c| {
-            json!({
-                "task": c.task.map(|t| t.name()),
-                "name": c.name.to_lowercase(),
-                "aliases": c.aliases,
-                "scale": c.scale,
-            })
-        })
-        .collect();
-    let model = &state.model;
-    // OpenAI's model list (`object`, `data`) beside this API's own fields.
-    Ok(Json(json!({
-        "object": "list",
-        "data": [super::openai::model_object(model, state.openai.created)],
-        "models": [{
-            "name": model.name,
-            "architecture": model.architecture,
-            "kind": model.kind,
-            "fingerprint": model.fingerprint,
-            "context_window": model.context_window,
-        }],
-        "criteria": criteria,
-    })))
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {

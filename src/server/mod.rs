@@ -17,7 +17,8 @@
 //! | `GET /healthz` | | `status`, queue and worker counters (no token needed) |
 //!
 //! The OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`, the model
-//! list, tokenizer routes) are [`openai`]'s, with errors in OpenAI's shape.
+//! list `/v1/models` shown above, tokenizer routes) are [`openai`]'s, with errors in
+//! OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
 //!
 //! Errors answer `{"error": message}`: 400 malformed or invalid body (the message names
 //! the field, line and column), 401 missing or wrong bearer token, 413 body over the

@@ -26,7 +26,7 @@ use super::pieces::TokenPieces;
 use super::prefix_cache::{slice_kv, CachedPrefix, PrefixCache};
 use super::tree_eval::TreeEvaluator;
 use super::trie::{QueryAt, TokenTrie};
-use super::DecoderScorer;
+use super::{first_stop, DecoderScorer};
 use crate::arch::llama::{KvCache, RowGroup};
 use crate::engine::completion::{
     CompletionRequest, CompletionResult, ScoredToken, TokenLogprob, MAX_TOP_LOGPROBS,
@@ -407,13 +407,7 @@ impl DecoderScorer {
                 row.tokens.push(next);
                 if !request.stop.is_empty() {
                     row.text = self.tokenizer.decode(&row.tokens, true)?;
-                    if let Some(cut) = request
-                        .stop
-                        .iter()
-                        .filter(|s| !s.is_empty())
-                        .filter_map(|s| row.text.find(s.as_str()))
-                        .min()
-                    {
+                    if let Some(cut) = first_stop(&row.text, &request.stop) {
                         row.text.truncate(cut);
                         row.finish = Some(FinishReason::Stop);
                         continue;

@@ -448,13 +448,7 @@ impl Scorer for DecoderScorer {
             }
             tokens.push(next);
             text = self.tokenizer.decode(&tokens, true)?;
-            if let Some(cut) = request
-                .stop
-                .iter()
-                .filter(|s| !s.is_empty())
-                .filter_map(|s| text.find(s.as_str()))
-                .min()
-            {
+            if let Some(cut) = first_stop(&text, &request.stop) {
                 text.truncate(cut);
                 finish = FinishReason::Stop;
                 break;
@@ -541,13 +535,7 @@ impl Scorer for DecoderScorer {
                 }
                 row.tokens.push(next);
                 row.text = self.tokenizer.decode(&row.tokens, true)?;
-                if let Some(cut) = request
-                    .stop
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .filter_map(|s| row.text.find(s.as_str()))
-                    .min()
-                {
+                if let Some(cut) = first_stop(&row.text, &request.stop) {
                     row.text.truncate(cut);
                     row.finish = Some(FinishReason::Stop);
                     continue;
@@ -639,6 +627,15 @@ impl Scorer for DecoderScorer {
     ) -> Result<Vec<CompletionResult>> {
         self.complete_all(requests, prefix_cache)
     }
+}
+
+/// Where the first of the (non-empty) stop strings starts in `text`, if one occurs.
+fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
 }
 
 /// One request of a batched generation.

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `POST /v1/completions` | `prompt` (text, token ids, or a list of either), `max_tokens` (default 16; 0: score only), `echo`, `logprobs` (0-20 alternatives), `temperature`, `top_p`, `seed`, `n`, `stop`, `stream` |
 //! | `POST /v1/chat/completions` | `messages` through the model's chat template, `logprobs`, `top_logprobs` (0-20), `max_tokens` / `max_completion_tokens` (default: the room left in the context window), sampling as above |
-//! | `GET /v1/models` | OpenAI's model list (`object`, `data`) beside the metrics API's `models` and `criteria` |
+//! | `GET /v1/models` | OpenAI's model list (`object`, `data`) beside the metrics API's `models` and `criteria` (this route's errors, 401 included, have OpenAI's shape) |
 //! | `GET /v1/models/{id}` | the model object, or 404 |
 //! | `POST /tokenize`, `POST /detokenize`, `GET /tokenizer_info` | vLLM's tokenizer routes, for lm-evaluation-harness |
 //!
@@ -45,6 +45,7 @@ use self::reply::{Meta, Usage};
 use super::http::{body_bytes, submit, AppState};
 use super::worker::Job;
 use crate::engine::{ModelInfo, Scorer};
+use crate::judge::geval::Criteria;
 use crate::runtime::TextTokenizer;
 
 /// Header with the number of prompt tokens computed for other requests.
@@ -79,6 +80,7 @@ pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -112,6 +114,37 @@ pub fn model_object(model: &ModelInfo, created: u64) -> Value {
         "owned_by": "nlg-judge",
         "context_window": model.context_window,
     })
+}
+
+/// OpenAI's model list (`object`, `data`) beside the metrics API's own fields (the
+/// loaded model's details and the built-in G-Eval criteria), so that one answer serves
+/// both kinds of client.
+async fn models(State(state): State<AppState>) -> Result<Json<Value>, OpenAiError> {
+    let criteria: Vec<Value> = Criteria::builtins()
+        .map_err(|e| OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))?
+        .iter()
+        .map(|c| {
+            json!({
+                "task": c.task.map(|t| t.name()),
+                "name": c.name.to_lowercase(),
+                "aliases": c.aliases,
+                "scale": c.scale,
+            })
+        })
+        .collect();
+    let model = &state.model;
+    Ok(Json(json!({
+        "object": "list",
+        "data": [model_object(model, state.openai.created)],
+        "models": [{
+            "name": model.name,
+            "architecture": model.architecture,
+            "kind": model.kind,
+            "fingerprint": model.fingerprint,
+            "context_window": model.context_window,
+        }],
+        "criteria": criteria,
+    })))
 }
 
 async fn model(
