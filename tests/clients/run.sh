@@ -5,7 +5,7 @@
 # so not part of `cargo test`; the output is recorded in docs/results.md.
 #
 #   python3 -m venv /tmp/clients && /tmp/clients/bin/pip install openai lm-eval deepeval pytest torch transformers gguf
-#   PYTHON=/tmp/clients/bin/python tests/clients/run.sh [all|openai|lm-eval|deepeval|load]
+#   PYTHON=/tmp/clients/bin/python tests/clients/run.sh [all|openai|lm-eval|prefix-cache|deepeval|load]
 #
 # Uses target/release/nlg-judge (built if missing) and the smollm2-135m-instruct card.
 # Outputs go to tests/clients/out/ (not committed).
@@ -57,6 +57,32 @@ if [[ $WHAT == all || $WHAT == lm-eval ]]; then
     "$PYTHON" tests/clients/lm_eval_compare.py --url "http://127.0.0.1:$PORT" --token "$TOKEN" \
         --model "$MODEL" --gguf "$GGUF" --out "$OUT/lm-eval"
     stop
+fi
+
+if [[ $WHAT == all || $WHAT == prefix-cache ]]; then
+    echo "== the prefix cache under lm-eval's local-completions (batch 1): tokens the model computed, wall time"
+    echo "| prefix cache | wall time (s) | prompt tokens (distinct per request) | tokens computed | load before / after |"
+    echo "|---|---|---|---|---|"
+    for mib in 512 0; do
+        RUST_LOG=nlg_judge::engine::decoder::complete=debug start --prefix-cache-mib "$mib"
+        before=$(cut -d' ' -f1-3 /proc/loadavg)
+        began=$(date +%s.%N)
+        OPENAI_API_KEY=$TOKEN HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$PYTHON" -m lm_eval run \
+            --model local-completions --tasks nlgjudge_facts --include_path tests/clients/tasks \
+            --batch_size 1 --output_path "$OUT/prefix-cache-$mib" \
+            --model_args "model=$MODEL,base_url=http://127.0.0.1:$PORT/v1/completions,auth_token=$TOKEN" \
+            > "$OUT/prefix-cache-$mib.log" 2>&1
+        wall=$(echo "$(date +%s.%N) - $began" | bc)
+        log=$OUT/serve-$PORT.log
+        stop
+        sed -i 's/\x1b\[[0-9;]*m//g' "$log" # the log's colours
+        sum() { grep -o " $1=[0-9]*" "$log" | cut -d= -f2 | paste -sd+ | bc; }
+        trie=$(sum trie_tokens)
+        cached=$(sum cached_tokens)
+        computed=$(sum tokens)
+        printf '| %s MiB | %.1f | %s (%s from the cache) | %s | %s / %s |\n' "$mib" "$wall" "$trie" "$cached" \
+            "$computed" "$before" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    done
 fi
 
 if [[ $WHAT == all || $WHAT == deepeval ]]; then
