@@ -53,7 +53,8 @@ pub enum Command {
     /// Score each candidate on its own: prompt scoring, G-Eval or GPTScore.
     Score(score::ScoreArgs),
     /// Serve G-Eval, prompt scoring and pairwise comparison over HTTP (a metrics
-    /// service; one worker thread owns the model).
+    /// service; one worker thread owns the model), and the OpenAI API on the same port
+    /// (completions and chat with log-probs).
     Serve(serve::ServeArgs),
     /// Convert a shared human-judgement set (SummEval, Topical-Chat, WebNLG) into the
     /// generic JSONL input format.

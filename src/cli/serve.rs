@@ -1,4 +1,5 @@
-//! `nlg-judge serve`: the metrics service (see [`crate::server`]).
+//! `nlg-judge serve`: the metrics service and the OpenAI-compatible routes (see
+//! [`crate::server`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use super::model_args::ModelArgs;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::server::{
     serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES, DEFAULT_PREFIX_CACHE_BYTES,
 };
 
 /// Arguments of `nlg-judge serve`.
@@ -45,6 +46,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = WorkerConfig::default().max_round)]
     pub max_round: usize,
 
+    /// Memory bound of the prefix cache of the OpenAI-compatible routes (MiB): the keys,
+    /// values and hidden states of recent prompts, kept so that a prompt starting like
+    /// an earlier one skips what is cached; least recently used prefixes go first. 0
+    /// keeps none.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_PREFIX_CACHE_BYTES >> 20)]
+    pub prefix_cache_mib: usize,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -66,6 +74,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         worker: WorkerConfig {
             steps_max_tokens: args.max_step_tokens,
             max_round: args.max_round,
+            prefix_cache_bytes: args.prefix_cache_mib << 20,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -4,6 +4,7 @@
 //! templates, batching, prefix sharing) and return log-probabilities or text.
 
 pub mod cache;
+pub mod completion;
 pub mod decoder;
 pub mod error;
 pub mod load;
@@ -15,6 +16,11 @@ pub mod scorer;
 pub mod t5_scorer;
 
 pub use cache::{CacheKey, ResultCache};
+pub use completion::{
+    ChatMessage, ChatRole, CompletionRequest, CompletionResult, ScoredToken, TokenLogprob,
+    TokenPiece, MAX_TOP_LOGPROBS,
+};
+pub use decoder::prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use decoder::tree_eval::{BatchBudget, EvalStats};
 pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
 pub use error::{error_kind, EngineError, ErrorKind};

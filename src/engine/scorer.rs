@@ -8,11 +8,16 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::runtime::TextTokenizer;
 pub use crate::runtime::{Conventions, ModelKind};
 
+use super::completion::{
+    ChatMessage, ChatRole, CompletionRequest, CompletionResult, TokenLogprob, TokenPiece,
+};
+use super::decoder::prefix_cache::PrefixCache;
 use super::request::{
     ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, Prompt, TokenPrompt,
+    LabelResult, Prompt, TextPrompt, TokenPrompt,
 };
 
 /// What a method may know about the model behind a scorer.
@@ -111,5 +116,99 @@ pub trait Scorer: Send {
     /// scorers that can run rows side by side (each with its own cache) override it.
     fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
         requests.iter().map(|r| self.generate(r)).collect()
+    }
+
+    /// The model's tokeniser, when it has one to share (the service's tokenizer routes).
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        None
+    }
+
+    /// The prompt of a chat conversation, through the model's chat template. The default
+    /// takes an optional system message and one user message.
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        let text = |system: Option<&str>, user: &str| {
+            Prompt::chat(TextPrompt {
+                system: system.map(str::to_string),
+                user: user.to_string(),
+                answer_prefix: String::new(),
+            })
+        };
+        match messages {
+            [user] if user.role == ChatRole::User => Ok(text(None, &user.content)),
+            [system, user] if system.role == ChatRole::System && user.role == ChatRole::User => {
+                Ok(text(Some(&system.content), &user.content))
+            }
+            _ => crate::bad_request!(
+                "model '{}' takes a chat of one user message, optionally after a system message",
+                self.info().name
+            ),
+        }
+    }
+
+    /// Answer completions together: score prompts' tokens, generate with each generated
+    /// token's log-probability, keep recent prefixes in the caller's `prefix_cache` and
+    /// start from what it holds. Results in request order. The default generates with
+    /// [`Self::generate_batch`] and refuses log-probabilities.
+    fn complete(
+        &mut self,
+        requests: &[CompletionRequest],
+        prefix_cache: &mut PrefixCache,
+    ) -> Result<Vec<CompletionResult>> {
+        let _ = prefix_cache;
+        if requests.iter().any(|r| r.prompt_logprobs || r.logprobs) {
+            crate::bad_request!(
+                "model '{}' ({}) gives no token log-probabilities for completions",
+                self.info().name,
+                self.info().architecture
+            );
+        }
+        let piece = |id: u32| TokenPiece {
+            id,
+            bytes: Vec::new(),
+        };
+        let mut prompts = Vec::with_capacity(requests.len());
+        let mut generating = Vec::new();
+        for request in requests {
+            prompts.push(self.encode_prompt(&request.prompt)?.input);
+            if request.max_tokens > 0 {
+                generating.push(GenerationRequest {
+                    prompt: request.prompt.clone(),
+                    max_tokens: request.max_tokens,
+                    sampling: request.sampling,
+                    stop: request.stop.clone(),
+                });
+            }
+        }
+        let mut generations = self.generate_batch(&generating)?.into_iter();
+        let mut results = Vec::with_capacity(requests.len());
+        for (request, prompt) in requests.iter().zip(prompts) {
+            let generation = match request.max_tokens {
+                0 => None,
+                _ => Some(
+                    generations
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("a generation is missing"))?,
+                ),
+            };
+            let unscored = |id: u32| TokenLogprob {
+                token: piece(id),
+                logprob: None,
+                top: Vec::new(),
+            };
+            results.push(CompletionResult {
+                prompt: prompt.into_iter().map(unscored).collect(),
+                generated: generation
+                    .as_ref()
+                    .map(|g| g.tokens.iter().map(|&id| unscored(id)).collect())
+                    .unwrap_or_default(),
+                text: generation
+                    .as_ref()
+                    .map(|g| g.text.clone())
+                    .unwrap_or_default(),
+                finish: generation.map_or(super::request::FinishReason::MaxTokens, |g| g.finish),
+                cached_prompt_tokens: 0,
+            });
+        }
+        Ok(results)
     }
 }

@@ -167,6 +167,10 @@ fn encoder_text(system: Option<&str>, user: &str) -> String {
 }
 
 impl Scorer for T5Scorer {
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        Some(&self.tokenizer)
+    }
+
     fn info(&self) -> &ModelInfo {
         &self.info
     }

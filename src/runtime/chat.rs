@@ -95,6 +95,51 @@ impl ChatTemplate {
     }
 }
 
+impl ChatTemplate {
+    /// A whole conversation, `(role, content)` messages with roles `system`, `user` and
+    /// `assistant`, followed by the opening of a new assistant turn; `None` without a
+    /// chat template. A conversation without a leading system message gets the
+    /// template's default one. One user message renders as [`Self::render`] does.
+    pub fn render_conversation(&self, messages: &[(&str, &str)]) -> Option<String> {
+        let (system, rest) = match messages.split_first() {
+            Some((("system", content), rest)) => (Some(*content), rest),
+            _ => (self.default_system(), messages),
+        };
+        match self {
+            ChatTemplate::None => None,
+            ChatTemplate::ChatMl { .. } => {
+                let mut text = String::new();
+                if let Some(system) = system {
+                    text.push_str(&format!("<|im_start|>system\n{system}<|im_end|>\n"));
+                }
+                for (role, content) in rest {
+                    text.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
+                }
+                text.push_str("<|im_start|>assistant\n");
+                Some(text)
+            }
+            // Meta's template: the system block opens the first user message; each answer
+            // closes its exchange with `</s><s>`; messages are stripped.
+            ChatTemplate::Llama2 { .. } => {
+                let mut text = String::new();
+                let mut system = system;
+                for (role, content) in rest {
+                    if *role == "assistant" {
+                        text.push_str(&format!(" {} </s><s>", content.trim()));
+                        continue;
+                    }
+                    let content = match system.take() {
+                        Some(system) => format!("<<SYS>>\n{system}\n<</SYS>>\n\n{content}"),
+                        None => content.to_string(),
+                    };
+                    text.push_str(&format!("[INST] {} [/INST]", content.trim()));
+                }
+                Some(text)
+            }
+        }
+    }
+}
+
 /// The first `<|im_start|>system\n...<|im_end|>` in the template whose message is plain
 /// literal text (no quotes, no Jinja expressions), with `\n` escapes unescaped.
 fn literal_chatml_system(jinja: &str) -> Option<String> {
@@ -199,5 +244,37 @@ mod tests {
         assert_eq!(ChatTemplate::detect("{{ messages }}"), ChatTemplate::None);
         assert_eq!(ChatTemplate::None.render(None, "Q", " A"), "Q A");
         assert_eq!(ChatTemplate::None.render(Some("S"), "Q", ""), "S\n\nQ");
+    }
+
+    #[test]
+    fn conversations_render_every_turn_and_one_user_message_as_render_does() {
+        let chatml = ChatTemplate::ChatMl {
+            default_system: Some("Default.".to_string()),
+        };
+        let llama2 = ChatTemplate::Llama2 {
+            default_system: None,
+        };
+        for template in [&chatml, &llama2] {
+            assert_eq!(
+                template.render_conversation(&[("user", "Hi")]).unwrap(),
+                template.render(None, "Hi", "")
+            );
+            assert_eq!(
+                template
+                    .render_conversation(&[("system", "S"), ("user", "Hi")])
+                    .unwrap(),
+                template.render(Some("S"), "Hi", "")
+            );
+        }
+        let turns = [("user", "A?"), ("assistant", "B."), ("user", "C?")];
+        assert_eq!(
+            chatml.render_conversation(&turns).unwrap(),
+            "<|im_start|>system\nDefault.<|im_end|>\n<|im_start|>user\nA?<|im_end|>\n<|im_start|>assistant\nB.<|im_end|>\n<|im_start|>user\nC?<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(
+            llama2.render_conversation(&turns).unwrap(),
+            "[INST] A? [/INST] B. </s><s>[INST] C? [/INST]"
+        );
+        assert_eq!(ChatTemplate::None.render_conversation(&turns), None);
     }
 }

@@ -30,7 +30,6 @@ use super::auth::BearerToken;
 use super::worker::{Job, LabelTask, Reply, WorkerStats};
 use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
-use crate::judge::geval::Criteria;
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +46,8 @@ pub struct AppState {
     pub model: Arc<ModelInfo>,
     pub token: Option<BearerToken>,
     pub limits: Limits,
+    /// What the OpenAI-compatible routes keep.
+    pub openai: Arc<super::openai::Backend>,
 }
 
 /// An error answer: `{"error": message}` with a status.
@@ -66,6 +67,11 @@ impl ApiError {
 
     fn bad_request(error: &anyhow::Error) -> Self {
         Self::new(StatusCode::BAD_REQUEST, format!("{error:#}"))
+    }
+
+    /// Status and message (for answers in another shape).
+    pub(crate) fn parts(self) -> (StatusCode, String) {
+        (self.status, self.message)
     }
 }
 
@@ -87,11 +93,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/geval", post(geval))
         .route("/v1/score", post(score))
         .route("/v1/compare", post(compare))
-        .route("/v1/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(v1)
+        .merge(super::openai::router(state.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn(log_requests))
@@ -138,7 +144,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
 }
 
 /// The body bytes, or the limit's (413) or transport's error.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -151,7 +157,10 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 /// Send a job to the worker and wait for its answer.
-async fn submit<T>(state: &AppState, job: impl FnOnce(Reply<T>) -> Job) -> Result<T, ApiError> {
+pub(crate) async fn submit<T>(
+    state: &AppState,
+    job: impl FnOnce(Reply<T>) -> Job,
+) -> Result<T, ApiError> {
     let (reply, answer) = oneshot::channel();
     state
         .stats
@@ -254,32 +263,6 @@ async fn compare(
         candidates,
         comparisons: context.comparisons.len(),
     }))
-}
-
-async fn models(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let criteria: Vec<serde_json::Value> = Criteria::builtins()
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))?
-        .iter()
-        .map(|c| {
-            json!({
-                "task": c.task.map(|t| t.name()),
-                "name": c.name.to_lowercase(),
-                "aliases": c.aliases,
-                "scale": c.scale,
-            })
-        })
-        .collect();
-    let model = &state.model;
-    Ok(Json(json!({
-        "models": [{
-            "name": model.name,
-            "architecture": model.architecture,
-            "kind": model.kind,
-            "fingerprint": model.fingerprint,
-            "context_window": model.context_window,
-        }],
-        "criteria": criteria,
-    })))
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {

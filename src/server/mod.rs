@@ -16,6 +16,10 @@
 //! | `GET /v1/models` | | the loaded model, the built-in criteria |
 //! | `GET /healthz` | | `status`, queue and worker counters (no token needed) |
 //!
+//! The OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`, the model
+//! list `/v1/models` shown above, tokenizer routes) are [`openai`]'s, with errors in
+//! OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
+//!
 //! Errors answer `{"error": message}`: 400 malformed or invalid body (the message names
 //! the field, line and column), 401 missing or wrong bearer token, 413 body over the
 //! limit, 422 too many candidates or a request the model cannot score (e.g. longer than
@@ -24,6 +28,7 @@
 pub mod api;
 pub mod auth;
 pub mod http;
+pub mod openai;
 pub mod worker;
 
 use std::future::Future;
@@ -33,7 +38,7 @@ use anyhow::{anyhow, Context as _, Result};
 
 pub use auth::BearerToken;
 pub use http::Limits;
-pub use worker::{WorkerConfig, WorkerStats};
+pub use worker::{WorkerConfig, WorkerStats, DEFAULT_PREFIX_CACHE_BYTES};
 
 use crate::engine::{ResultCache, Scorer};
 
@@ -76,6 +81,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let model = Arc::new(scorer.info().clone());
+    let openai = Arc::new(openai::Backend::new(scorer.as_ref()));
     let (jobs, worker) = worker::spawn(scorer, cache, config.worker, stats.clone())?;
     let state = http::AppState {
         jobs,
@@ -83,6 +89,7 @@ pub async fn serve(
         model,
         token: config.token,
         limits: config.limits,
+        openai,
     };
     axum::serve(listener, http::router(state))
         .with_graceful_shutdown(shutdown)

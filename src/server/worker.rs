@@ -8,7 +8,9 @@
 //! common prefixes, and compare jobs run the pairwise runner on their one context. Results go
 //! through the result cache like the CLI's (same keys), so the service and the CLI reuse
 //! each other's work. If the joint call fails, the round's label jobs are retried one by
-//! one so that one bad request does not fail the others.
+//! one so that one bad request does not fail the others. Completion jobs (the OpenAI
+//! routes) go to the engine together too, with the worker's prefix cache
+//! ([`super::openai::worker`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -17,10 +19,12 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use tokio::sync::oneshot;
 
+use super::openai::body::JobRequest;
+use super::openai::{self, worker::CompletionWork};
 use crate::data::Context;
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
 use crate::engine::{error_kind, ErrorKind};
-use crate::engine::{ResultCache, Scorer};
+use crate::engine::{CompletionResult, PrefixCache, ResultCache, Scorer};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
 use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
 use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
@@ -64,7 +68,7 @@ pub struct JobFailure {
 }
 
 impl JobFailure {
-    fn of(error: &anyhow::Error) -> Self {
+    pub(crate) fn of(error: &anyhow::Error) -> Self {
         Self {
             kind: error_kind(error),
             message: chain(error),
@@ -82,6 +86,11 @@ pub enum Job {
         context: Context,
         options: CompareOptions,
         reply: Reply<CompareResult>,
+    },
+    /// OpenAI completions and chats (one engine request per choice).
+    Complete {
+        requests: Vec<JobRequest>,
+        reply: Reply<Vec<CompletionResult>>,
     },
 }
 
@@ -104,6 +113,12 @@ impl WorkerStats {
     }
 }
 
+/// Default bound of the prefix cache: 512 MiB, about 11k tokens of SmolLM2-135M at f32
+/// (48 KiB per token: keys, values and hidden state), which holds the prompts of a few
+/// hundred lm-evaluation-harness requests or a burst of concurrent chats sharing a system
+/// prompt, next to the model's own memory on a small machine.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 512 << 20;
+
 /// Settings of the worker.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerConfig {
@@ -111,6 +126,8 @@ pub struct WorkerConfig {
     pub steps_max_tokens: usize,
     /// Most jobs served in one round.
     pub max_round: usize,
+    /// Bound of the prefix cache kept between completion rounds (bytes; 0: none).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for WorkerConfig {
@@ -118,6 +135,7 @@ impl Default for WorkerConfig {
         Self {
             steps_max_tokens: geval::steps::DEFAULT_MAX_TOKENS,
             max_round: 64,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
         }
     }
 }
@@ -136,6 +154,7 @@ pub fn spawn(
             let mut worker = Worker {
                 scorer,
                 cache,
+                prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
                 config,
                 stats,
             };
@@ -148,6 +167,8 @@ pub fn spawn(
 struct Worker {
     scorer: Box<dyn Scorer>,
     cache: ResultCache,
+    /// Recent completion prefixes (keys, values, hidden states), kept between rounds.
+    prefix_cache: PrefixCache,
     config: WorkerConfig,
     stats: Arc<WorkerStats>,
 }
@@ -190,6 +211,7 @@ impl Worker {
 
     fn serve_round(&mut self, round: Vec<Job>) {
         let mut planned = Vec::new();
+        let mut completions = Vec::new();
         for job in round {
             match job {
                 Job::Label { task, reply } => {
@@ -224,10 +246,16 @@ impl Worker {
                     );
                     let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
                 }
+                Job::Complete { requests, reply } => {
+                    completions.push(CompletionWork { requests, reply });
+                }
             }
         }
         if !planned.is_empty() {
             self.score_planned(planned);
+        }
+        if !completions.is_empty() {
+            openai::worker::serve(self.scorer.as_mut(), &mut self.prefix_cache, completions);
         }
     }
 

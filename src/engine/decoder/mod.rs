@@ -7,6 +7,9 @@
 //! cache; batched generation advances many requests together, each row with its own
 //! cache, so that the per-token layers run over all rows at once.
 
+mod complete;
+mod pieces;
+pub mod prefix_cache;
 pub mod tree_eval;
 pub mod trie;
 
@@ -14,13 +17,15 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::Tensor;
 
 use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
+use crate::engine::completion::{ChatMessage, ChatRole, CompletionRequest, CompletionResult};
 use crate::engine::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+    LabelRequest, LabelResult, LabelScore, Prompt, TextPrompt, TokenPrompt,
 };
 use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use crate::runtime::{ChatTemplate, TextTokenizer};
+use prefix_cache::PrefixCache;
 use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
 use trie::{QueryAt, TokenTrie};
 
@@ -443,13 +448,7 @@ impl Scorer for DecoderScorer {
             }
             tokens.push(next);
             text = self.tokenizer.decode(&tokens, true)?;
-            if let Some(cut) = request
-                .stop
-                .iter()
-                .filter(|s| !s.is_empty())
-                .filter_map(|s| text.find(s.as_str()))
-                .min()
-            {
+            if let Some(cut) = first_stop(&text, &request.stop) {
                 text.truncate(cut);
                 finish = FinishReason::Stop;
                 break;
@@ -536,13 +535,7 @@ impl Scorer for DecoderScorer {
                 }
                 row.tokens.push(next);
                 row.text = self.tokenizer.decode(&row.tokens, true)?;
-                if let Some(cut) = request
-                    .stop
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .filter_map(|s| row.text.find(s.as_str()))
-                    .min()
-                {
+                if let Some(cut) = first_stop(&row.text, &request.stop) {
                     row.text.truncate(cut);
                     row.finish = Some(FinishReason::Stop);
                     continue;
@@ -601,6 +594,48 @@ impl Scorer for DecoderScorer {
             })
             .collect())
     }
+
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        Some(&self.tokenizer)
+    }
+
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        let turns: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    ChatRole::System => "system",
+                    ChatRole::User => "user",
+                    ChatRole::Assistant => "assistant",
+                };
+                (role, m.content.as_str())
+            })
+            .collect();
+        match self.chat.render_conversation(&turns) {
+            Some(text) => Ok(Prompt::plain(TextPrompt::user(text))),
+            None => crate::bad_request!(
+                "model '{}' has no chat template; use completions with a plain prompt",
+                self.info.name
+            ),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        requests: &[CompletionRequest],
+        prefix_cache: &mut PrefixCache,
+    ) -> Result<Vec<CompletionResult>> {
+        self.complete_all(requests, prefix_cache)
+    }
+}
+
+/// Where the first of the (non-empty) stop strings starts in `text`, if one occurs.
+fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
 }
 
 /// One request of a batched generation.

@@ -8,6 +8,11 @@
 //! [`LlamaModel::forward_groups`] call. A node's segment lives only while some node below
 //! it still waits. Only the queried positions go through the output head, and only for
 //! the queried token ids plus one full-vocabulary log-sum-exp per position.
+//!
+//! Completions ([`TreeEvaluator::evaluate_distributions`]) ask for whole next-token
+//! distributions instead: the queried positions' full-vocabulary logits go to the caller.
+//! Their tries may start from nodes computed before (a prefix cache's keys, values and
+//! final hidden states), and every node they compute is handed to the caller to keep.
 
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -15,7 +20,9 @@ use std::rc::Rc;
 use anyhow::{bail, Context, Result};
 
 use super::trie::TokenTrie;
-use crate::arch::llama::{ForwardOutput, KvCache, LlamaModel, RowGroup};
+use candle_core::Tensor;
+
+use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
 
 /// How much work one forward pass may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,11 +101,36 @@ pub struct TreeEvaluator<'m> {
     budget: BatchBudget,
 }
 
+/// A trie node computed before the evaluation (kept by a prefix cache): its keys/values
+/// in pieces, in order, and its positions' final hidden states `(tokens, hidden)`.
+#[derive(Debug, Clone)]
+pub struct Precomputed {
+    pub own: Vec<KvCache>,
+    pub hidden: Tensor,
+}
+
+/// Receives every node an evaluation computes: the node, its keys/values in pieces (in
+/// order) and its positions' final hidden states `(tokens, hidden)`.
+pub type NodeSink<'a> = &'a mut dyn FnMut(usize, &[KvCache], &Tensor) -> Result<()>;
+
+/// What the queries ask.
+enum Head<'a> {
+    /// Query `q`: `log P(targets[q] | path)`, answered through `on_logprob(q, logprob)`.
+    Targets {
+        targets: &'a [u32],
+        on_logprob: &'a mut dyn FnMut(usize, f64) -> Result<()>,
+    },
+    /// Every query: the full-vocabulary logits at its position, through `on_row(q, row)`.
+    Rows {
+        on_row: &'a mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    },
+}
+
 /// The running state of one evaluation.
 struct Walk<'a> {
     trie: &'a TokenTrie,
-    targets: &'a [u32],
-    on_logprob: &'a mut dyn FnMut(usize, f64) -> Result<()>,
+    head: Head<'a>,
+    on_node: Option<NodeSink<'a>>,
     stats: EvalStats,
     /// The path of every computed node that needed children still wait on.
     paths: HashMap<usize, (Rc<PathNode>, usize)>,
@@ -116,13 +148,32 @@ impl<'m> TreeEvaluator<'m> {
     /// depth-first from a stack of ready nodes (whose parents come in earlier batches),
     /// as many as the budget allows. The plan depends only on the trie and the budget.
     pub fn plan(&self, trie: &TokenTrie) -> Vec<PlannedBatch> {
-        let mut stack: Vec<usize> = trie
+        self.plan_from(trie, &|_| false)
+    }
+
+    /// [`Self::plan`] where the nodes `precomputed` says are done need no pass: the
+    /// first ready nodes are the children of the root and of those nodes, depth-first.
+    fn plan_from(
+        &self,
+        trie: &TokenTrie,
+        precomputed: &dyn Fn(usize) -> bool,
+    ) -> Vec<PlannedBatch> {
+        let mut ready = Vec::new();
+        let mut expand: Vec<usize> = trie
             .node(trie.root())
             .children
             .iter()
             .rev()
             .copied()
             .collect();
+        while let Some(node) = expand.pop() {
+            if precomputed(node) {
+                expand.extend(trie.node(node).children.iter().rev());
+            } else {
+                ready.push(node);
+            }
+        }
+        let mut stack: Vec<usize> = ready.into_iter().rev().collect();
         let mut batches = Vec::new();
         while let Some(&top) = stack.last() {
             let long = trie.node(top).tokens.len() > self.budget.max_batch_tokens;
@@ -166,7 +217,37 @@ impl<'m> TreeEvaluator<'m> {
         pending: Option<&[bool]>,
         on_logprob: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<EvalStats> {
-        let plan = self.plan(trie);
+        let head = Head::Targets {
+            targets,
+            on_logprob,
+        };
+        self.run(trie, head, pending, &HashMap::new(), None)
+    }
+
+    /// Evaluate the queries of `trie` as whole distributions: each query's position's
+    /// full-vocabulary logits go to `on_row(query, logits)`. Nodes in `precomputed`
+    /// (whose parents must be precomputed too) are not computed again: their keys and
+    /// values serve their children and their hidden states answer their queries. Every
+    /// node computed goes to `on_node` (parents before children).
+    pub fn evaluate_distributions<'a>(
+        &self,
+        trie: &'a TokenTrie,
+        precomputed: &HashMap<usize, Precomputed>,
+        on_row: &'a mut dyn FnMut(usize, &[f32]) -> Result<()>,
+        on_node: Option<NodeSink<'a>>,
+    ) -> Result<EvalStats> {
+        self.run(trie, Head::Rows { on_row }, None, precomputed, on_node)
+    }
+
+    fn run<'a>(
+        &self,
+        trie: &'a TokenTrie,
+        head: Head<'a>,
+        pending: Option<&[bool]>,
+        precomputed: &HashMap<usize, Precomputed>,
+        on_node: Option<NodeSink<'a>>,
+    ) -> Result<EvalStats> {
+        let plan = self.plan_from(trie, &|node| precomputed.contains_key(&node));
         let parents = parents(trie);
         let mut batch_of = vec![usize::MAX; trie.len()];
         for (index, batch) in plan.iter().enumerate() {
@@ -190,26 +271,29 @@ impl<'m> TreeEvaluator<'m> {
             if runs[index] {
                 for &node in &plan[index].nodes {
                     if let Some(parent) = parents[node] {
-                        runs[batch_of[parent]] = true;
+                        if batch_of[parent] != usize::MAX {
+                            runs[batch_of[parent]] = true;
+                        }
                     }
                 }
             }
         }
+        let waiting = |node: usize| {
+            trie.node(node)
+                .children
+                .iter()
+                .filter(|&&child| batch_of[child] != usize::MAX && runs[batch_of[child]])
+                .count()
+        };
         let mut walk = Walk {
             trie,
-            targets,
-            on_logprob,
+            head,
+            on_node,
             stats: EvalStats::default(),
             paths: HashMap::new(),
         };
+        self.seed(&mut walk, precomputed, &parents, &waiting)?;
         for (batch, _) in plan.iter().zip(&runs).filter(|(_, &run)| run) {
-            let waiting = |node: usize| {
-                trie.node(node)
-                    .children
-                    .iter()
-                    .filter(|&&child| runs[batch_of[child]])
-                    .count()
-            };
             if batch.long {
                 self.long_run(&mut walk, batch.nodes[0], parents[batch.nodes[0]], &waiting)?;
             } else {
@@ -228,6 +312,50 @@ impl<'m> TreeEvaluator<'m> {
             walk.stats.peak_cache_bytes = walk.stats.peak_cache_bytes.max(live);
         }
         Ok(walk.stats)
+    }
+
+    /// Give the precomputed nodes their paths (parents first: trie ids are in depth-first
+    /// order) and answer their queries from their hidden states.
+    fn seed(
+        &self,
+        walk: &mut Walk,
+        precomputed: &HashMap<usize, Precomputed>,
+        parents: &[Option<usize>],
+        waiting: &dyn Fn(usize) -> usize,
+    ) -> Result<()> {
+        let mut nodes: Vec<usize> = precomputed.keys().copied().collect();
+        nodes.sort_unstable();
+        let mut seeded: HashMap<usize, Rc<PathNode>> = HashMap::new();
+        for node in nodes {
+            let done = &precomputed[&node];
+            let expected = walk.trie.node(node).tokens.len();
+            let held: usize = done.own.iter().map(KvCache::len).sum();
+            if held != expected || done.hidden.dim(0)? != expected {
+                bail!(
+                    "precomputed trie node {node} holds {held} positions and {} hidden states for {expected} tokens",
+                    done.hidden.dim(0)?
+                );
+            }
+            let parent = match parents[node] {
+                None => None,
+                Some(parent) => Some(seeded.get(&parent).cloned().with_context(|| {
+                    format!("precomputed trie node {node} has a parent that is not")
+                })?),
+            };
+            let path = Rc::new(PathNode {
+                own: done.own.clone(),
+                parent,
+            });
+            let children = waiting(node);
+            if children > 0 {
+                walk.paths.insert(node, (path.clone(), children));
+            }
+            seeded.insert(node, path);
+            let queries = &walk.trie.node(node).queries;
+            let positions: Vec<(usize, usize)> = queries.clone();
+            self.score(walk, &done.hidden, &positions)?;
+        }
+        Ok(())
     }
 
     /// The path a node runs on: its parent's (none for the root's children).
@@ -261,7 +389,7 @@ impl<'m> TreeEvaluator<'m> {
                 _ => groups.push((parents[node], vec![node])),
             }
         }
-        let keep_kv = nodes.iter().any(|&n| waiting(n) > 0);
+        let keep_kv = walk.on_node.is_some() || nodes.iter().any(|&n| waiting(n) > 0);
         let paths = groups
             .iter()
             .map(|(parent, _)| Self::path_of(walk, *parent))
@@ -292,16 +420,24 @@ impl<'m> TreeEvaluator<'m> {
             }
         }
         if let Some(first) = outputs.first() {
-            self.score(walk, first, &positions)?;
+            self.score(walk, &first.hidden, &positions)?;
         }
         for (((_, members), out), path) in groups.iter().zip(&outputs).zip(paths) {
             for (row, &n) in members.iter().enumerate() {
                 let children = waiting(n);
+                if children == 0 && walk.on_node.is_none() {
+                    continue;
+                }
+                let len = trie.node(n).tokens.len();
+                let kv = out.kv.as_ref().context("forward pass kept no cache")?;
+                let own = kv.row(row, len)?;
+                if let Some(on_node) = walk.on_node.as_mut() {
+                    let hidden = out.hidden.narrow(0, out.row_starts[row], len)?.copy()?;
+                    on_node(n, std::slice::from_ref(&own), &hidden)?;
+                }
                 if children == 0 {
                     continue;
                 }
-                let kv = out.kv.as_ref().context("forward pass kept no cache")?;
-                let own = kv.row(row, trie.node(n).tokens.len())?;
                 let node_path = Rc::new(PathNode {
                     own: vec![own],
                     parent: path.clone(),
@@ -327,10 +463,11 @@ impl<'m> TreeEvaluator<'m> {
         let piece_len = self.budget.max_batch_tokens;
         let pieces = node.tokens.len().div_ceil(piece_len);
         let mut own: Vec<KvCache> = Vec::with_capacity(pieces);
+        let mut hidden: Vec<Tensor> = Vec::new();
         for piece in 0..pieces {
             let start = piece * piece_len;
             let end = (start + piece_len).min(node.tokens.len());
-            let keep_kv = piece + 1 < pieces || children > 0;
+            let keep_kv = piece + 1 < pieces || children > 0 || walk.on_node.is_some();
             let mut prefix: Vec<&KvCache> = path.as_ref().map(|p| p.segments()).unwrap_or_default();
             prefix.extend(own.iter());
             let group = RowGroup {
@@ -346,10 +483,16 @@ impl<'m> TreeEvaluator<'m> {
                 .filter(|(offset, _)| (start..end).contains(offset))
                 .map(|&(offset, query)| (offset - start, query))
                 .collect();
-            self.score(walk, &out, &positions)?;
+            self.score(walk, &out.hidden, &positions)?;
             if let Some(kv) = out.kv.take() {
                 own.push(kv);
             }
+            if walk.on_node.is_some() {
+                hidden.push(out.hidden.copy()?);
+            }
+        }
+        if let Some(on_node) = walk.on_node.as_mut() {
+            on_node(node_id, &own, &Tensor::cat(&hidden, 0)?)?;
         }
         if children > 0 {
             let node_path = Rc::new(PathNode { own, parent: path });
@@ -358,13 +501,9 @@ impl<'m> TreeEvaluator<'m> {
         Ok(())
     }
 
-    /// Log-probabilities of the queried targets at `(packed position, query)` pairs.
-    fn score(
-        &self,
-        walk: &mut Walk,
-        out: &ForwardOutput,
-        positions: &[(usize, usize)],
-    ) -> Result<()> {
+    /// Answer the queries at `(row of hidden, query)` pairs: the targets' log-probabilities,
+    /// or the full rows of logits.
+    fn score(&self, walk: &mut Walk, hidden: &Tensor, positions: &[(usize, usize)]) -> Result<()> {
         if positions.is_empty() {
             return Ok(());
         }
@@ -374,22 +513,37 @@ impl<'m> TreeEvaluator<'m> {
             by_position.entry(at).or_default().push(query);
         }
         let at: Vec<u32> = by_position.keys().map(|&p| p as u32).collect();
-        let mut ids: Vec<u32> = positions.iter().map(|&(_, q)| walk.targets[q]).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let index = candle_core::Tensor::from_vec(at, by_position.len(), out.hidden.device())?;
-        let selected = out.hidden.index_select(&index, 0)?;
-        let normaliser: Vec<f32> = self.model.log_normaliser(&selected)?.to_vec1()?;
-        let logits: Vec<Vec<f32>> = self.model.token_logits(&selected, &ids)?.to_vec2()?;
+        let index = Tensor::from_vec(at, by_position.len(), hidden.device())?;
+        let selected = hidden.index_select(&index, 0)?;
         walk.stats.scored_positions += by_position.len();
-        for (row, queries) in by_position.values().enumerate() {
-            for &query in queries {
-                let column = ids
-                    .binary_search(&walk.targets[query])
-                    .ok()
-                    .context("target id missing from the gathered head rows")?;
-                let logprob = f64::from(logits[row][column]) - f64::from(normaliser[row]);
-                (walk.on_logprob)(query, logprob)?;
+        match &mut walk.head {
+            Head::Targets {
+                targets,
+                on_logprob,
+            } => {
+                let mut ids: Vec<u32> = positions.iter().map(|&(_, q)| targets[q]).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let normaliser: Vec<f32> = self.model.log_normaliser(&selected)?.to_vec1()?;
+                let logits: Vec<Vec<f32>> = self.model.token_logits(&selected, &ids)?.to_vec2()?;
+                for (row, queries) in by_position.values().enumerate() {
+                    for &query in queries {
+                        let column = ids
+                            .binary_search(&targets[query])
+                            .ok()
+                            .context("target id missing from the gathered head rows")?;
+                        let logprob = f64::from(logits[row][column]) - f64::from(normaliser[row]);
+                        on_logprob(query, logprob)?;
+                    }
+                }
+            }
+            Head::Rows { on_row } => {
+                let logits: Vec<Vec<f32>> = self.model.full_logits(&selected)?.to_vec2()?;
+                for (row, queries) in by_position.values().enumerate() {
+                    for &query in queries {
+                        on_row(query, &logits[row])?;
+                    }
+                }
             }
         }
         Ok(())

@@ -44,12 +44,24 @@ struct RawNode {
     token: u32,
     children: BTreeMap<u32, usize>,
     queries: Vec<usize>,
+    /// A node must end after this token (see [`TokenTrie::build_with_cuts`]).
+    cut_after: bool,
 }
 
 impl TokenTrie {
     /// Build the trie of `sequences`, each with its queries. A query's position must lie
     /// inside its sequence.
     pub fn build(sequences: &[(Vec<u32>, Vec<QueryAt>)]) -> anyhow::Result<Self> {
+        Self::build_with_cuts(sequences, &[])
+    }
+
+    /// [`Self::build`], with a node ending after the first `cuts[i]` tokens of sequence
+    /// `i` (0 or missing: no cut), so that the trie's nodes never straddle that depth:
+    /// e.g. where a cached prefix ends.
+    pub fn build_with_cuts(
+        sequences: &[(Vec<u32>, Vec<QueryAt>)],
+        cuts: &[usize],
+    ) -> anyhow::Result<Self> {
         let mut raw = vec![RawNode::default()];
         for (index, (tokens, queries)) in sequences.iter().enumerate() {
             let mut path = Vec::with_capacity(tokens.len());
@@ -68,6 +80,17 @@ impl TokenTrie {
                     }
                 };
                 path.push(current);
+            }
+            if let Some(&cut) = cuts.get(index) {
+                if cut > 0 {
+                    let node = path.get(cut - 1).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "cut after {cut} tokens is outside sequence {index} of {} tokens",
+                            tokens.len()
+                        )
+                    })?;
+                    raw[*node].cut_after = true;
+                }
             }
             for query in queries {
                 let node = path.get(query.position).ok_or_else(|| {
@@ -103,7 +126,7 @@ impl TokenTrie {
                 let node = &raw[current];
                 queries.extend(node.queries.iter().map(|&q| (tokens.len(), q)));
                 tokens.push(node.token);
-                if node.children.len() == 1 {
+                if node.children.len() == 1 && !node.cut_after {
                     current = *node.children.values().next().expect("one child");
                 } else {
                     break;
@@ -209,6 +232,27 @@ mod tests {
             TokenTrie::build(&[(vec![1, 2, 3], vec![q(2, 0)]), (vec![1, 2], vec![q(1, 1)])])?;
         assert_eq!(trie.len(), 2);
         assert_eq!(trie.node(1).queries, vec![(1, 1), (2, 0)]);
+        Ok(())
+    }
+
+    #[test]
+    fn cuts_end_nodes_where_asked() -> anyhow::Result<()> {
+        let sequences = [
+            (vec![1, 2, 3, 4], vec![q(3, 0)]),
+            (vec![1, 2, 3, 5], vec![]),
+        ];
+        let trie = TokenTrie::build_with_cuts(&sequences, &[2, 0])?;
+        let first = trie.node(trie.node(trie.root()).children[0]);
+        assert_eq!(first.tokens, vec![1, 2]);
+        let middle = trie.node(first.children[0]);
+        assert_eq!((middle.tokens.clone(), middle.start), (vec![3], 2));
+        assert_eq!(middle.children.len(), 2);
+        // A cut at the end of a sequence, or none, changes nothing.
+        assert_eq!(
+            TokenTrie::build_with_cuts(&sequences, &[4, 4])?,
+            TokenTrie::build(&sequences)?
+        );
+        assert!(TokenTrie::build_with_cuts(&sequences, &[5]).is_err());
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod hub;
+pub mod service;
 pub mod t5;
 
 use std::path::PathBuf;
