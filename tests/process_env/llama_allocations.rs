@@ -67,10 +67,11 @@ fn a_forward_pass_allocates_less_with_the_kernel() -> Result<()> {
             "{k_calls} allocations for {layers} layers: something allocates per row or chunk"
         );
         // 400 more prefix positions are 12 more key tiles in each of 30 layers: an
-        // allocation per tile, segment or row would add hundreds. Thread-pool
-        // bookkeeping may add or save one or two between passes.
+        // allocation per tile would add 360 (12 in each layer). The thread
+        // pool's bookkeeping adds or saves a few between passes, more on a busy machine
+        // (6 seen on a 2-core Zen 2 under load 10), so the bound is under one per layer.
         assert!(
-            k_calls.abs_diff(s_calls) <= 4,
+            k_calls.abs_diff(s_calls) < layers,
             "allocations grow with the prefix: {s_calls} -> {k_calls}"
         );
     }
