@@ -3,7 +3,8 @@
 //! the fastest of several rounds kept (robust to a machine shared with other work).
 //!
 //! `cargo run --release -p nlg-judge-kernels --example gemm_paths [tokens] [rounds]`
-//! prints GFLOP/s per kernel and path and the ratio to f32.
+//! prints GFLOP/s per kernel and path (fastest round) and the ratio to f32 (of the
+//! fastest rounds, and the median of the ratios within a round).
 
 use std::time::Instant;
 
@@ -94,19 +95,29 @@ fn main() {
                 }
             }
             let mut best = vec![f64::INFINITY; kernels.len()];
+            let mut ratios = vec![Vec::new(); kernels.len()];
             for _ in 0..rounds {
+                let mut times = Vec::with_capacity(kernels.len());
                 for (slot, (_, kernel)) in best.iter_mut().zip(kernels.iter_mut()) {
                     let start = Instant::now();
                     kernel(&mut out);
-                    *slot = slot.min(start.elapsed().as_secs_f64());
+                    let seconds = start.elapsed().as_secs_f64();
+                    *slot = slot.min(seconds);
+                    times.push(seconds);
+                }
+                for (ratio, seconds) in ratios.iter_mut().zip(&times) {
+                    ratio.push(times[0] / seconds);
                 }
             }
             let flops = 2.0 * (m * n * k) as f64;
-            for ((name, _), seconds) in kernels.iter().zip(&best) {
+            for (((name, _), seconds), ratio) in kernels.iter().zip(&best).zip(&mut ratios) {
+                ratio.sort_by(f64::total_cmp);
                 println!(
-                    "{layer:<8} m={m:<5} {name:<14} {:>7.1} GFLOP/s  x{:.2} of f32",
+                    "{layer:<8} m={m:<5} {name:<14} {:>7.1} GFLOP/s  best x{:.2} of f32, \
+                     median of rounds x{:.2}",
                     flops / seconds / 1e9,
-                    best[0] / seconds
+                    best[0] / seconds,
+                    ratio[ratio.len() / 2]
                 );
             }
         }

@@ -23,7 +23,7 @@
 //! call; a call outside those bounds (never seen in a model) runs the portable tiles, so
 //! the AVX2 path, too, gives the portable numbers bit for bit.
 
-use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
+use super::tiles::{for_each_tile, panel_count, Store, MR, NR, WIDE_MR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
 
@@ -245,7 +245,7 @@ impl Bf16Matrix {
     /// not split), each `(m, pairs)` pairs of f32 (odd value first).
     fn wide_tiles(&self, hi: &[f32], lo: &[f32], m: usize, out: &mut [f32], store: Store) {
         let pairs = self.pairs;
-        let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; MR] {
+        let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; WIDE_MR] {
             let span = 2 * row0 * pairs..2 * (row0 + rows) * pairs;
             let a = &hi[span.clone()];
             let a_lo = if lo.is_empty() { lo } else { &lo[span] };
@@ -408,12 +408,19 @@ fn portable_tile(a: &[u32], lo: &[u32], rows: usize, pairs: usize, w: &[u32]) ->
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{MR, NR};
+    use super::{NR, WIDE_MR};
     use std::arch::x86_64::*;
 
-    /// An `MR x NR` tile: `rows` rows of widened activation pairs `a` (`2 * pairs` f32
-    /// per row, odd value first), and of their second parts `lo` when not empty, against
-    /// one weight panel `w`; four rows by sixteen columns at a time.
+    /// Rows of one register tile (by sixteen columns: twelve accumulators).
+    const ROWS: usize = 6;
+
+    /// Pairs of the inner dimension per chunk (12 rows of activations, 9 KiB, and a
+    /// panel's weights, 12 KiB).
+    const PAIRS_PER_CHUNK: usize = 96;
+
+    /// A `WIDE_MR x NR` tile: `rows` rows of widened activation pairs `a` (`2 * pairs`
+    /// f32 per row, odd value first), and of their second parts `lo` when not empty,
+    /// against one weight panel `w`; six rows by sixteen columns at a time.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA; `a` (and a non-empty `lo`) hold `2 * rows * pairs`
@@ -425,60 +432,94 @@ mod avx2 {
         rows: usize,
         pairs: usize,
         w: &[u32],
-    ) -> [[f32; NR]; MR] {
+    ) -> [[f32; NR]; WIDE_MR] {
         assert!(a.len() >= 2 * rows * pairs && w.len() >= pairs * NR);
         assert!(lo.is_empty() || lo.len() >= 2 * rows * pairs);
-        let mut out = [[0f32; NR]; MR];
+        let mut out = [[0f32; NR]; WIDE_MR];
         let split = !lo.is_empty();
-        for row0 in (0..rows).step_by(4) {
-            let a = a.as_ptr().add(2 * row0 * pairs);
-            let lo = if split {
-                lo.as_ptr().add(2 * row0 * pairs)
-            } else {
-                a
-            };
-            let target = &mut out[row0..];
-            for col0 in [0, 16] {
-                let w = w.as_ptr().add(col0);
-                match (rows - row0, split) {
-                    (1, false) => rows_tile::<1, false>(a, lo, pairs, w, target, col0),
-                    (2, false) => rows_tile::<2, false>(a, lo, pairs, w, target, col0),
-                    (3, false) => rows_tile::<3, false>(a, lo, pairs, w, target, col0),
-                    (_, false) => rows_tile::<4, false>(a, lo, pairs, w, target, col0),
-                    (1, true) => rows_tile::<1, true>(a, lo, pairs, w, target, col0),
-                    (2, true) => rows_tile::<2, true>(a, lo, pairs, w, target, col0),
-                    (3, true) => rows_tile::<3, true>(a, lo, pairs, w, target, col0),
-                    (_, true) => rows_tile::<4, true>(a, lo, pairs, w, target, col0),
+        // The inner dimension in chunks whose activations and weights stay in L1 while
+        // every register tile of the tile runs over them; the sums wait in `out` between
+        // chunks, so each still adds its products in order.
+        for k0 in (0..pairs).step_by(PAIRS_PER_CHUNK) {
+            let k1 = (k0 + PAIRS_PER_CHUNK).min(pairs);
+            for row0 in (0..rows).step_by(ROWS) {
+                let a = a.as_ptr().add(2 * row0 * pairs);
+                let lo = if split {
+                    lo.as_ptr().add(2 * row0 * pairs)
+                } else {
+                    a
+                };
+                let target = &mut out[row0..];
+                let operands = Operands {
+                    a,
+                    lo,
+                    pairs,
+                    k0,
+                    k1,
+                };
+                for col0 in [0, 16] {
+                    let w = w.as_ptr().add(col0);
+                    match (rows - row0, split) {
+                        (1, false) => rows_tile::<1, false>(&operands, w, target, col0),
+                        (2, false) => rows_tile::<2, false>(&operands, w, target, col0),
+                        (3, false) => rows_tile::<3, false>(&operands, w, target, col0),
+                        (4, false) => rows_tile::<4, false>(&operands, w, target, col0),
+                        (5, false) => rows_tile::<5, false>(&operands, w, target, col0),
+                        (_, false) => rows_tile::<ROWS, false>(&operands, w, target, col0),
+                        (1, true) => rows_tile::<1, true>(&operands, w, target, col0),
+                        (2, true) => rows_tile::<2, true>(&operands, w, target, col0),
+                        (3, true) => rows_tile::<3, true>(&operands, w, target, col0),
+                        (4, true) => rows_tile::<4, true>(&operands, w, target, col0),
+                        (5, true) => rows_tile::<5, true>(&operands, w, target, col0),
+                        (_, true) => rows_tile::<ROWS, true>(&operands, w, target, col0),
+                    }
                 }
             }
         }
         out
     }
 
-    /// `ROWS` rows by the sixteen columns from `col0` of the panel `w` points into.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_tile<const ROWS: usize, const SPLIT: bool>(
+    /// Activation rows from a register tile's first (`a`, and `lo` when split: `a`
+    /// otherwise), `pairs` per row, and the chunk `k0..k1` of pairs to add.
+    #[derive(Clone, Copy)]
+    struct Operands {
         a: *const f32,
         lo: *const f32,
         pairs: usize,
+        k0: usize,
+        k1: usize,
+    }
+
+    /// `ROWS` rows by the sixteen columns from `col0` of the panel `w` points into, over
+    /// one chunk of pairs, added to the sums in `out`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_tile<const ROWS: usize, const SPLIT: bool>(
+        operands: &Operands,
         w: *const u32,
         out: &mut [[f32; NR]],
         col0: usize,
     ) {
-        let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        let Operands {
+            a,
+            lo,
+            pairs,
+            k0,
+            k1,
+        } = *operands;
         let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
+        for (acc_row, out_row) in acc.iter_mut().zip(out.iter()) {
+            acc_row[0] = _mm256_loadu_ps(out_row.as_ptr().add(col0));
+            acc_row[1] = _mm256_loadu_ps(out_row.as_ptr().add(col0 + 8));
+        }
         let stride = 2 * pairs;
-        for k in 0..pairs {
+        for k in k0..k1 {
             // SAFETY: k < pairs: sixteen u32 from `col0` of pair k lie inside the panel.
-            let v = [
-                _mm256_loadu_si256(w.add(k * NR).cast()),
-                _mm256_loadu_si256(w.add(k * NR + 8).cast()),
-            ];
-            let odd = v.map(|v| _mm256_castsi256_ps(_mm256_and_si256(v, high)));
-            let even = v.map(|v| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v)));
-            accumulate(&mut acc, a.add(2 * k), stride, odd, even);
+            let v = w.add(k * NR);
+            accumulate(&mut acc, a.add(2 * k), stride, odd_values(v));
+            accumulate(&mut acc, a.add(2 * k + 1), stride, even_values(v));
             if SPLIT {
-                accumulate(&mut acc, lo.add(2 * k), stride, odd, even);
+                accumulate(&mut acc, lo.add(2 * k), stride, odd_values(v));
+                accumulate(&mut acc, lo.add(2 * k + 1), stride, even_values(v));
             }
         }
         for (acc_row, out_row) in acc.iter().zip(out.iter_mut()) {
@@ -487,24 +528,38 @@ mod avx2 {
         }
     }
 
-    /// Add one pair's odd products, then its even ones, to every row's sums.
+    /// The odd (high) halves of sixteen bf16 pairs from `w`, as f32 (loaded again for
+    /// each use: fewer live registers than the accumulators need).
+    #[inline(always)]
+    unsafe fn odd_values(w: *const u32) -> [__m256; 2] {
+        let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        [0, 8].map(|c| {
+            let v = _mm256_loadu_si256(w.add(c).cast());
+            _mm256_castsi256_ps(_mm256_and_si256(v, high))
+        })
+    }
+
+    /// The even (low) halves of sixteen bf16 pairs from `w`, as f32.
+    #[inline(always)]
+    unsafe fn even_values(w: *const u32) -> [__m256; 2] {
+        [0, 8].map(|c| {
+            let v = _mm256_loadu_si256(w.add(c).cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+        })
+    }
+
+    /// Add one value of a pair (`a` points at row 0's) times `w` to every row's sums.
     #[inline(always)]
     unsafe fn accumulate<const ROWS: usize>(
         acc: &mut [[__m256; 2]; ROWS],
         a: *const f32,
         stride: usize,
-        odd: [__m256; 2],
-        even: [__m256; 2],
+        w: [__m256; 2],
     ) {
         for (r, acc_row) in acc.iter_mut().enumerate() {
             let av = _mm256_broadcast_ss(&*a.add(r * stride));
-            acc_row[0] = _mm256_fmadd_ps(av, odd[0], acc_row[0]);
-            acc_row[1] = _mm256_fmadd_ps(av, odd[1], acc_row[1]);
-        }
-        for (r, acc_row) in acc.iter_mut().enumerate() {
-            let av = _mm256_broadcast_ss(&*a.add(r * stride + 1));
-            acc_row[0] = _mm256_fmadd_ps(av, even[0], acc_row[0]);
-            acc_row[1] = _mm256_fmadd_ps(av, even[1], acc_row[1]);
+            acc_row[0] = _mm256_fmadd_ps(av, w[0], acc_row[0]);
+            acc_row[1] = _mm256_fmadd_ps(av, w[1], acc_row[1]);
         }
     }
 }
