@@ -240,21 +240,31 @@ impl CpuFeatures {
 }
 
 /// The instruction path each kernel family takes with the features of
-/// [`CpuFeatures::get`], in words (for benchmark output), e.g. `attention avx2, bf16
-/// avx2, int8 avx2`.
-pub fn paths_used() -> String {
+/// [`CpuFeatures::get`]: `("attention", ...)` (segment attention and the pointwise
+/// kernels, f32), `("bf16", ...)` and `("int8", ...)` (the reduced-precision products),
+/// each `avx512`, `avxvnni`, `avx2` or `portable`.
+pub fn paths() -> [(&'static str, &'static str); 3] {
     use crate::attention::SimdPath;
     use crate::gemm::{Bf16Matrix, Int8Matrix};
-    format!(
-        "attention/pointwise {}, bf16 gemm {}, int8 gemm {}",
-        match SimdPath::best() {
-            SimdPath::Avx512 => "avx512",
-            SimdPath::Avx2 => "avx2",
-            SimdPath::Portable => "portable",
-        },
-        Bf16Matrix::best_isa().name(),
-        Int8Matrix::best_isa().name()
-    )
+    let attention = match SimdPath::best() {
+        SimdPath::Avx512 => "avx512",
+        SimdPath::Avx2 => "avx2",
+        SimdPath::Portable => "portable",
+    };
+    [
+        ("attention", attention),
+        ("bf16", Bf16Matrix::best_isa().name()),
+        ("int8", Int8Matrix::best_isa().name()),
+    ]
+}
+
+/// [`paths`] in words, e.g. `attention avx2, bf16 avx2, int8 avx2`.
+pub fn paths_used() -> String {
+    paths()
+        .iter()
+        .map(|(kernel, path)| format!("{kernel} {path}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -294,6 +304,7 @@ mod tests {
         }
         assert_eq!(features, CpuFeatures::detected(), "detection is cached");
         assert_eq!(CpuFeatures::get(), CpuFeatures::get(), "masking is cached");
+        assert!(paths_used().starts_with("attention "), "{}", paths_used());
     }
 
     #[test]
