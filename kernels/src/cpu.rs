@@ -1,10 +1,30 @@
-//! What the processor can do, detected once at run time.
+//! What the processor can do, detected once at run time, optionally lowered by the
+//! `NLG_JUDGE_CPU` environment variable.
 //!
 //! Kernels choose their instruction paths from this record rather than from compile-time
 //! target features, so one build serves machines with and without AVX-512 and its
-//! BF16/VNNI extensions.
+//! BF16/VNNI extensions. `NLG_JUDGE_CPU` hides features from the kernels so that one
+//! machine can run (and measure) the narrower paths next to its best one:
+//!
+//! | value      | kernels see                                              |
+//! |------------|----------------------------------------------------------|
+//! | `native`   | everything detected (the default)                        |
+//! | `avx512`   | everything detected; an error if AVX-512F is missing     |
+//! | `avx512f`  | AVX-512F/BW/VL, AVX2, FMA, F16C: no BF16/VNNI extensions |
+//! | `avxvnni`  | AVX2, FMA, F16C, AVX-VNNI: no AVX-512                    |
+//! | `avx2`     | AVX2, FMA, F16C: no AVX-512, no AVX-VNNI                 |
+//! | `portable` | nothing: plain Rust everywhere                           |
+//!
+//! The switch only lowers: a value asking for what the CPU lacks is reported by
+//! [`requested_level`] (the command line refuses to run with it), and [`CpuFeatures::get`]
+//! then falls back to the features the CPU has within the request. It governs this
+//! crate's kernels only (attention, pointwise, bf16/int8 products), not f32 matrix
+//! products done elsewhere.
 
 use std::sync::OnceLock;
+
+/// The environment variable that lowers the detected features.
+pub const ENV: &str = "NLG_JUDGE_CPU";
 
 /// The instruction-set extensions the kernels can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,9 +40,160 @@ pub struct CpuFeatures {
     pub avxvnni: bool,
 }
 
+/// A level `NLG_JUDGE_CPU` can ask for (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Native,
+    Avx512,
+    Avx512f,
+    AvxVnni,
+    Avx2,
+    Portable,
+}
+
+impl Level {
+    /// Every level, widest first.
+    pub const ALL: [Level; 6] = [
+        Level::Native,
+        Level::Avx512,
+        Level::Avx512f,
+        Level::AvxVnni,
+        Level::Avx2,
+        Level::Portable,
+    ];
+
+    /// The value of `NLG_JUDGE_CPU` that asks for this level.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Native => "native",
+            Level::Avx512 => "avx512",
+            Level::Avx512f => "avx512f",
+            Level::AvxVnni => "avxvnni",
+            Level::Avx2 => "avx2",
+            Level::Portable => "portable",
+        }
+    }
+
+    /// The level named `name` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(name: &str) -> Option<Level> {
+        let name = name.trim().to_ascii_lowercase();
+        Level::ALL.into_iter().find(|level| level.name() == name)
+    }
+
+    /// `features` with what this level hides removed.
+    pub fn mask(self, features: CpuFeatures) -> CpuFeatures {
+        let none = CpuFeatures::default();
+        let avx2 = CpuFeatures {
+            avx2: features.avx2,
+            fma: features.fma,
+            f16c: features.f16c,
+            ..none
+        };
+        match self {
+            Level::Native | Level::Avx512 => features,
+            Level::Avx512f => CpuFeatures {
+                avx512f: features.avx512f,
+                avx512bw: features.avx512bw,
+                avx512vl: features.avx512vl,
+                ..avx2
+            },
+            Level::AvxVnni => CpuFeatures {
+                avxvnni: features.avxvnni,
+                ..avx2
+            },
+            Level::Avx2 => avx2,
+            Level::Portable => none,
+        }
+    }
+
+    /// Whether a CPU with `features` has what this level promises.
+    pub fn available_on(self, features: CpuFeatures) -> bool {
+        let avx2 = features.avx2 && features.fma;
+        match self {
+            Level::Native | Level::Portable => true,
+            Level::Avx512 | Level::Avx512f => avx2 && features.avx512f,
+            Level::AvxVnni => avx2 && features.avxvnni,
+            Level::Avx2 => avx2,
+        }
+    }
+}
+
+/// Why `NLG_JUDGE_CPU` cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LevelError {
+    /// Not one of the level names.
+    Unknown(String),
+    /// A level this CPU does not have.
+    Unavailable {
+        level: Level,
+        detected: Vec<&'static str>,
+    },
+}
+
+impl std::fmt::Display for LevelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = Level::ALL.iter().map(|l| l.name()).collect();
+        match self {
+            LevelError::Unknown(value) => write!(
+                f,
+                "{ENV}={value:?} is not an instruction path; use one of {}",
+                names.join(", ")
+            ),
+            LevelError::Unavailable { level, detected } => write!(
+                f,
+                "{ENV}={} asks for instructions this CPU lacks (it has: {}); \
+                 the switch can only hide features, use a narrower path",
+                level.name(),
+                if detected.is_empty() {
+                    "none the kernels use".to_string()
+                } else {
+                    detected.join(", ")
+                }
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LevelError {}
+
+/// The level `NLG_JUDGE_CPU` asks for (`None` when unset or empty), or why it cannot be
+/// honoured on this CPU.
+pub fn requested_level() -> Result<Option<Level>, LevelError> {
+    match std::env::var(ENV) {
+        Ok(value) if !value.trim().is_empty() => check_level(&value, CpuFeatures::detected()),
+        _ => Ok(None),
+    }
+}
+
+/// [`requested_level`] for the value `value` on a CPU with `features`.
+pub fn check_level(value: &str, features: CpuFeatures) -> Result<Option<Level>, LevelError> {
+    let level = Level::parse(value).ok_or_else(|| LevelError::Unknown(value.to_string()))?;
+    if level.available_on(features) {
+        Ok(Some(level))
+    } else {
+        Err(LevelError::Unavailable {
+            level,
+            detected: features.names(),
+        })
+    }
+}
+
 impl CpuFeatures {
-    /// The features of the machine this runs on (detected on first use, then cached).
+    /// The features the kernels use: those of this machine, lowered by `NLG_JUDGE_CPU`
+    /// (detected and read on first use, then cached). An unknown value hides nothing.
     pub fn get() -> CpuFeatures {
+        static MASKED: OnceLock<CpuFeatures> = OnceLock::new();
+        *MASKED.get_or_init(|| {
+            let detected = Self::detected();
+            match std::env::var(ENV).ok().and_then(|v| Level::parse(&v)) {
+                Some(level) => level.mask(detected),
+                None => detected,
+            }
+        })
+    }
+
+    /// The features of the machine, whatever `NLG_JUDGE_CPU` says (cached).
+    pub fn detected() -> CpuFeatures {
         static DETECTED: OnceLock<CpuFeatures> = OnceLock::new();
         *DETECTED.get_or_init(Self::detect)
     }
@@ -48,7 +219,7 @@ impl CpuFeatures {
         CpuFeatures::default()
     }
 
-    /// The names of the detected features, in a fixed order (for benchmark headers).
+    /// The names of the features, in a fixed order (for benchmark headers).
     pub fn names(&self) -> Vec<&'static str> {
         let all = [
             ("avx2", self.avx2),
@@ -68,34 +239,109 @@ impl CpuFeatures {
     }
 }
 
+/// The instruction path each kernel family takes with the features of
+/// [`CpuFeatures::get`]: `("attention", ...)` (segment attention and the pointwise
+/// kernels, f32), `("bf16", ...)` and `("int8", ...)` (the reduced-precision products),
+/// each `avx512`, `avxvnni`, `avx2` or `portable`.
+pub fn paths() -> [(&'static str, &'static str); 3] {
+    use crate::attention::SimdPath;
+    use crate::gemm::{Bf16Matrix, Int8Matrix};
+    let attention = match SimdPath::best() {
+        SimdPath::Avx512 => "avx512",
+        SimdPath::Avx2 => "avx2",
+        SimdPath::Portable => "portable",
+    };
+    [
+        ("attention", attention),
+        ("bf16", Bf16Matrix::best_isa().name()),
+        ("int8", Int8Matrix::best_isa().name()),
+    ]
+}
+
+/// [`paths`] in words, e.g. `attention avx2, bf16 avx2, int8 avx2`.
+pub fn paths_used() -> String {
+    paths()
+        .iter()
+        .map(|(kernel, path)| format!("{kernel} {path}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const ZEN5: CpuFeatures = CpuFeatures {
+        avx2: true,
+        fma: true,
+        f16c: true,
+        avx512f: true,
+        avx512bw: true,
+        avx512vl: true,
+        avx512bf16: true,
+        avx512vnni: true,
+        avxvnni: true,
+    };
+
+    const ZEN2: CpuFeatures = CpuFeatures {
+        avx2: true,
+        fma: true,
+        f16c: true,
+        avx512f: false,
+        avx512bw: false,
+        avx512vl: false,
+        avx512bf16: false,
+        avx512vnni: false,
+        avxvnni: false,
+    };
+
     #[test]
     fn extensions_imply_their_base() {
-        let features = CpuFeatures::get();
+        let features = CpuFeatures::detected();
         // AVX-512 extensions are never reported without the foundation.
         if features.avx512bf16 || features.avx512vnni || features.avx512bw {
             assert!(features.avx512f, "{features:?}");
         }
-        assert_eq!(features, CpuFeatures::get(), "detection is cached");
-        assert_eq!(features.names().len(), {
-            let f = features;
-            [
-                f.avx2,
-                f.fma,
-                f.f16c,
-                f.avx512f,
-                f.avx512bw,
-                f.avx512vl,
-                f.avx512bf16,
-                f.avx512vnni,
-                f.avxvnni,
-            ]
-            .iter()
-            .filter(|&&x| x)
-            .count()
-        });
+        assert_eq!(features, CpuFeatures::detected(), "detection is cached");
+        assert_eq!(CpuFeatures::get(), CpuFeatures::get(), "masking is cached");
+        assert!(paths_used().starts_with("attention "), "{}", paths_used());
+    }
+
+    #[test]
+    fn levels_only_hide_features() {
+        for level in Level::ALL {
+            for cpu in [ZEN5, ZEN2, CpuFeatures::default()] {
+                let masked = level.mask(cpu);
+                let (kept, had) = (masked.names(), cpu.names());
+                assert!(kept.iter().all(|n| had.contains(n)), "{level:?}: {kept:?}");
+            }
+        }
+        assert_eq!(Level::Avx2.mask(ZEN5), ZEN2);
+        assert_eq!(Level::Avx2.mask(ZEN2), ZEN2);
+        assert_eq!(Level::Portable.mask(ZEN5), CpuFeatures::default());
+        assert_eq!(
+            Level::AvxVnni.mask(ZEN5).names(),
+            ["avx2", "fma", "f16c", "avxvnni"]
+        );
+        let avx512f = Level::Avx512f.mask(ZEN5);
+        assert!(avx512f.avx512f && !avx512f.avx512bf16 && !avx512f.avx512vnni);
+    }
+
+    #[test]
+    fn requests_are_checked_against_the_cpu() {
+        assert_eq!(check_level(" AVX2 ", ZEN2), Ok(Some(Level::Avx2)));
+        assert_eq!(check_level("portable", ZEN2), Ok(Some(Level::Portable)));
+        assert_eq!(check_level("avx512", ZEN5), Ok(Some(Level::Avx512)));
+        let refused = check_level("avx512", ZEN2).unwrap_err();
+        assert!(
+            refused.to_string().contains("lacks") && refused.to_string().contains("avx2"),
+            "{refused}"
+        );
+        assert!(matches!(
+            check_level("avxvnni", ZEN2),
+            Err(LevelError::Unavailable { .. })
+        ));
+        let unknown = check_level("sse9", ZEN5).unwrap_err();
+        assert!(unknown.to_string().contains("portable"), "{unknown}");
     }
 }

@@ -104,19 +104,24 @@ fn bf16_matches_the_f64_product_of_rounded_and_original_operands() {
         let (x, w) = (random.matrix(m * k), random.matrix(n * k));
         let matrix = Bf16Matrix::from_f32(&w, n, k);
         assert_eq!(matrix.to_f32(), rounded(&w), "{m}x{n}x{k}: stored weight");
-        let y = run_bf16(&matrix, Bf16Matrix::best_isa(), &x, m);
         let (exact, magnitude) = reference(&rounded(&x), &rounded(&w), m, n, k);
         let (original, original_magnitude) = reference(&x, &w, m, n, k);
-        for i in 0..m * n {
-            let bound = (k + 1) as f64 * U * magnitude[i];
-            let error = (y[i] as f64 - exact[i]).abs();
-            assert!(error <= bound, "{m}x{n}x{k} [{i}]: {error} > {bound}");
-            let bound = bound + (2f64.powi(-7) + 2f64.powi(-16)) * original_magnitude[i];
-            let error = (y[i] as f64 - original[i]).abs();
-            assert!(
-                error <= bound,
-                "{m}x{n}x{k} [{i}]: {error} > {bound} (f32 operands)"
-            );
+        for isa in Isa::ALL
+            .into_iter()
+            .filter(|&isa| Bf16Matrix::supports(isa))
+        {
+            let y = run_bf16(&matrix, isa, &x, m);
+            for i in 0..m * n {
+                let bound = (k + 1) as f64 * U * magnitude[i];
+                let error = (y[i] as f64 - exact[i]).abs();
+                assert!(error <= bound, "{m}x{n}x{k} [{i}]: {error} > {bound}");
+                let bound = bound + (2f64.powi(-7) + 2f64.powi(-16)) * original_magnitude[i];
+                let error = (y[i] as f64 - original[i]).abs();
+                assert!(
+                    error <= bound,
+                    "{m}x{n}x{k} [{i}]: {error} > {bound} (f32 operands, {isa:?})"
+                );
+            }
         }
     }
 }
@@ -150,36 +155,41 @@ fn int8_matches_the_f64_product_of_quantised_and_original_operands() {
     for &(m, n, k) in SHAPES {
         let (x, w) = (random.matrix(m * k), random.matrix(n * k));
         let matrix = Int8Matrix::from_f32(&w, n, k);
-        let y = run_int8(&matrix, Int8Matrix::best_isa(), &x, m);
         let (x_q, x_steps) = quantise_blocks(&x, m, k);
         let (w_q, w_steps) = quantise_blocks(&w, n, k);
-        for i in 0..m {
-            for j in 0..n {
-                let at = i * n + j;
-                let (mut exact, mut exact_magnitude) = (0f64, 0f64);
-                let (mut original, mut quantisation) = (0f64, 0f64);
-                for p in 0..k {
-                    let (xi, wj) = (i * k + p, j * k + p);
-                    let term = x_q[xi] * x_steps[xi] * w_q[wj] * w_steps[wj];
-                    exact += term;
-                    exact_magnitude += term.abs();
-                    original += x[xi] as f64 * w[wj] as f64;
-                    quantisation += (x[xi] as f64).abs() * w_steps[wj] / 2.0
-                        + (w_q[wj] * w_steps[wj]).abs() * x_steps[xi] / 2.0;
+        for isa in Isa::ALL
+            .into_iter()
+            .filter(|&isa| Int8Matrix::supports(isa))
+        {
+            let y = run_int8(&matrix, isa, &x, m);
+            for i in 0..m {
+                for j in 0..n {
+                    let at = i * n + j;
+                    let (mut exact, mut exact_magnitude) = (0f64, 0f64);
+                    let (mut original, mut quantisation) = (0f64, 0f64);
+                    for p in 0..k {
+                        let (xi, wj) = (i * k + p, j * k + p);
+                        let term = x_q[xi] * x_steps[xi] * w_q[wj] * w_steps[wj];
+                        exact += term;
+                        exact_magnitude += term.abs();
+                        original += x[xi] as f64 * w[wj] as f64;
+                        quantisation += (x[xi] as f64).abs() * w_steps[wj] / 2.0
+                            + (w_q[wj] * w_steps[wj]).abs() * x_steps[xi] / 2.0;
+                    }
+                    // Per block: the f32 conversion, the product of the scales and the fused
+                    // accumulation each round once; at most 4 u of each block's magnitude,
+                    // plus the accumulation over blocks.
+                    let blocks = k.div_ceil(BLOCK) as f64;
+                    let bound = (4.0 + blocks) * U * exact_magnitude;
+                    let error = (y[at] as f64 - exact).abs();
+                    assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound}");
+                    let bound = bound + quantisation * (1.0 + 1e-9);
+                    let error = (y[at] as f64 - original).abs();
+                    assert!(
+                        error <= bound,
+                        "{m}x{n}x{k} [{i},{j}]: {error} > {bound} (f32, {isa:?})"
+                    );
                 }
-                // Per block: the f32 conversion, the product of the scales and the fused
-                // accumulation each round once; at most 4 u of each block's magnitude,
-                // plus the accumulation over blocks.
-                let blocks = k.div_ceil(BLOCK) as f64;
-                let bound = (4.0 + blocks) * U * exact_magnitude;
-                let error = (y[at] as f64 - exact).abs();
-                assert!(error <= bound, "{m}x{n}x{k} [{i},{j}]: {error} > {bound}");
-                let bound = bound + quantisation * (1.0 + 1e-9);
-                let error = (y[at] as f64 - original).abs();
-                assert!(
-                    error <= bound,
-                    "{m}x{n}x{k} [{i},{j}]: {error} > {bound} (f32)"
-                );
             }
         }
     }
@@ -192,7 +202,7 @@ fn every_instruction_path_gives_the_portable_numbers() {
         let (x, w) = (random.matrix(m * k), random.matrix(n * k));
         let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
         let portable = run_bf16(&bf16_matrix, Isa::Portable, &x, m);
-        for isa in [Isa::Avx512, Isa::AvxVnni] {
+        for isa in Isa::ALL {
             if Bf16Matrix::supports(isa) {
                 let y = run_bf16(&bf16_matrix, isa, &x, m);
                 assert_eq!(y, portable, "bf16 {isa:?} {m}x{n}x{k}");
@@ -200,7 +210,7 @@ fn every_instruction_path_gives_the_portable_numbers() {
         }
         let int8_matrix = Int8Matrix::from_f32(&w, n, k);
         let portable = run_int8(&int8_matrix, Isa::Portable, &x, m);
-        for isa in [Isa::Avx512, Isa::AvxVnni] {
+        for isa in Isa::ALL {
             if Int8Matrix::supports(isa) {
                 let y = run_int8(&int8_matrix, isa, &x, m);
                 assert_eq!(y, portable, "int8 {isa:?} {m}x{n}x{k}");
@@ -308,11 +318,14 @@ fn split_activations_keep_sixteen_bits() {
         let split = Bf16Matrix::from_f32(&w, n, k).split_activations(true);
         assert!(split.splits_activations());
         let portable = run_bf16(&split, Isa::Portable, &x, m);
-        if Bf16Matrix::supports(Isa::Avx512) {
+        for isa in Isa::ALL
+            .into_iter()
+            .filter(|&isa| Bf16Matrix::supports(isa))
+        {
             assert_eq!(
-                run_bf16(&split, Isa::Avx512, &x, m),
+                run_bf16(&split, isa, &x, m),
                 portable,
-                "{m}x{n}x{k}: AVX-512 and portable split products differ"
+                "{m}x{n}x{k}: {isa:?} and portable split products differ"
             );
         }
         let (exact, magnitude) = reference(&x, &rounded(&w), m, n, k);
@@ -332,6 +345,41 @@ fn split_activations_keep_sixteen_bits() {
                 split_error * 50.0 < single_error,
                 "{m}x{n}x{k}: split error {split_error} vs one part {single_error}"
             );
+        }
+    }
+}
+
+/// Operands whose products leave f32's normal range (tiny weights against tiny
+/// activations, and huge against huge), with zeros, infinities and NaN: every path still
+/// gives the portable numbers bit for bit (the AVX2 path sees the magnitudes and runs the
+/// portable tiles for such calls).
+#[test]
+fn extreme_magnitudes_give_the_portable_numbers_on_every_path() {
+    let mut random = Random(0x5eed_1234_abcd_0006);
+    let (m, n, k) = (9, 40, 70);
+    let cases: [(f32, f32); 4] = [(1e-20, 1e-20), (1e-30, 1e-12), (1e19, 1e20), (1.0, 1.0)];
+    for (case, &(x_scale, w_scale)) in cases.iter().enumerate() {
+        let mut x: Vec<f32> = random.matrix(m * k).iter().map(|v| v * x_scale).collect();
+        let w: Vec<f32> = random.matrix(n * k).iter().map(|v| v * w_scale).collect();
+        x[3] = 0.0;
+        if case == 3 {
+            x[5] = f32::INFINITY;
+            x[k + 7] = f32::NAN;
+        }
+        for split in [false, true] {
+            let matrix = Bf16Matrix::from_f32(&w, n, k).split_activations(split);
+            let portable = run_bf16(&matrix, Isa::Portable, &x, m);
+            for isa in Isa::ALL
+                .into_iter()
+                .filter(|&isa| Bf16Matrix::supports(isa))
+            {
+                let y = run_bf16(&matrix, isa, &x, m);
+                let same = y
+                    .iter()
+                    .zip(&portable)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                assert!(same, "case {case}, split {split}, {isa:?}");
+            }
         }
     }
 }

@@ -131,14 +131,36 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string(&saved)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let precision_path = super::model_args::precision_path_here(options.precision);
+    let kernel_paths = nlg_judge_kernels::cpu::paths();
     if args.json {
         let mut summary = json_summary(&result);
         summary["precision"] = serde_json::json!(options.precision.as_str());
+        summary["instruction_path"] = serde_json::json!(precision_path.path);
+        summary["kernel_paths"] = serde_json::json!(kernel_paths
+            .iter()
+            .map(|(kernel, path)| (kernel.to_string(), serde_json::json!(path)))
+            .collect::<serde_json::Map<_, _>>());
+        summary["cpu_features"] =
+            serde_json::json!(nlg_judge_kernels::cpu::CpuFeatures::detected().names());
+        summary["cpu_level"] = serde_json::json!(std::env::var(nlg_judge_kernels::cpu::ENV).ok());
         summary["agreement"] = serde_json::to_value(&compared)?;
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         print!("{}", table(&result, &resolved.name));
-        println!("precision {}", options.precision.as_str());
+        println!(
+            "precision {}: instruction path {} ({}); kernels: {}{}",
+            options.precision.as_str(),
+            precision_path.path,
+            precision_path.description,
+            nlg_judge_kernels::cpu::paths_used(),
+            match std::env::var(nlg_judge_kernels::cpu::ENV) {
+                Ok(level) if !level.trim().is_empty() => {
+                    format!(" ({}={level})", nlg_judge_kernels::cpu::ENV)
+                }
+                _ => String::new(),
+            }
+        );
         if let Some(agreement) = &compared {
             println!("{}", agreement_line(agreement));
         }

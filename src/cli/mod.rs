@@ -118,6 +118,9 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    // NLG_JUDGE_CPU may only hide features the CPU has: refuse a request it cannot honour
+    // rather than measure a path other than the one asked for.
+    nlg_judge_kernels::cpu::requested_level().map_err(|e| input_error(e.into()))?;
     match cli.command {
         Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),

@@ -27,10 +27,11 @@ pub struct ModelArgs {
     pub weights: WeightPolicy,
 
     /// Arithmetic of the model's matrix products (CPU, decoder-only models): f32 (exact);
-    /// bf16 weights with f32 sums (~1.3x faster; the attention projection's inputs kept to
-    /// 16 bits, the others rounded to bf16); int8 weights and activations with integer
-    /// sums (least accurate). The output head stays f32. Results are cached per precision.
-    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    /// bf16 weights with f32 sums (the attention projection's inputs kept to 16 bits, the
+    /// others rounded to bf16); int8 weights and activations with integer sums (least
+    /// accurate). The output head stays f32. Results are cached per precision. Whether
+    /// bf16/int8 are faster than f32 depends on the CPU: see `--help`.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32, long_help = precision_help())]
     pub precision: PrecisionArg,
 
     /// Most tokens one forward pass computes; bounds memory. Longer prompts are
@@ -66,6 +67,126 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
+/// What a precision does on this CPU: the instruction path of its products, and whether
+/// that path is slower than f32 here (measured figures in docs/results.md, "Every
+/// instruction path").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrecisionPath {
+    /// The kernels' path: `avx512`, `avxvnni`, `avx2`, `portable`, or `candle` (f32).
+    pub path: &'static str,
+    /// One line on what the path does and how fast it was measured.
+    pub description: &'static str,
+    /// Whether f32 is faster than this precision on this path.
+    pub slower_than_f32: bool,
+}
+
+/// [`PrecisionPath`] of `precision` with the paths `bf16` and `int8` (as named by
+/// `nlg_judge_kernels::cpu::paths`).
+pub fn precision_path(
+    precision: Precision,
+    bf16: &'static str,
+    int8: &'static str,
+) -> PrecisionPath {
+    let (path, description, slower_than_f32) = match (precision, bf16, int8) {
+        (Precision::F32, _, _) => (
+            "candle",
+            "candle's f32 matrix products (the gemm crate's own AVX/AVX2/AVX-512 code)",
+            false,
+        ),
+        (Precision::Bf16, "avx512", _) => (
+            "avx512",
+            "AVX512-BF16 (vdpbf16ps): measured 1.26x f32 on Zen 5",
+            false,
+        ),
+        (Precision::Bf16, "avx2", _) => (
+            "avx2",
+            "AVX2+FMA: no bf16 arithmetic on this CPU, bf16 is widened to f32 in registers \
+             (measured 0.7-0.9x f32's matrix products on Zen 2); less exact and not faster",
+            true,
+        ),
+        (Precision::Bf16, _, _) => (
+            "portable",
+            "plain Rust (no AVX2): several times slower than f32",
+            true,
+        ),
+        (Precision::Int8, "avx512", _) | (Precision::Int8, _, "avx512") => (
+            "avx512",
+            "AVX512-VNNI (vpdpbusd): measured 0.96-1.23x f32 on Zen 5",
+            false,
+        ),
+        (Precision::Int8, _, "avxvnni") => (
+            "avxvnni",
+            "AVX-VNNI (vpdpbusd, 256-bit): not measured",
+            false,
+        ),
+        (Precision::Int8, _, "avx2") => (
+            "avx2",
+            "AVX2: bytes widened to 16 bits and multiplied with vpmaddwd, whose throughput \
+             matches f32's FMA (measured 0.7-0.9x f32's matrix products on Zen 2); least \
+             exact and not faster",
+            true,
+        ),
+        (Precision::Int8, _, _) => (
+            "portable",
+            "plain Rust (no AVX2): several times slower than f32",
+            true,
+        ),
+    };
+    PrecisionPath {
+        path,
+        description,
+        slower_than_f32,
+    }
+}
+
+/// [`precision_path`] on this machine (with `NLG_JUDGE_CPU` applied).
+pub fn precision_path_here(precision: Precision) -> PrecisionPath {
+    let paths = nlg_judge_kernels::cpu::paths();
+    precision_path(precision, paths[1].1, paths[2].1)
+}
+
+/// `--precision`'s long help: the static text and what each precision does here.
+fn precision_help() -> String {
+    let mut help = String::from(
+        "Arithmetic of the model's matrix products (CPU, decoder-only models): f32 \
+         (exact); bf16 weights with f32 sums (the attention projection's inputs kept to 16 \
+         bits, the others rounded to bf16); int8 weights and activations with integer sums \
+         (least accurate). The output head stays f32. Results are cached per precision.\n\n\
+         On this CPU (NLG_JUDGE_CPU=avx2|portable|... hides features to compare paths):",
+    );
+    for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
+        let here = precision_path_here(precision);
+        help.push_str(&format!(
+            "\n  {}: {}{}",
+            precision.as_str(),
+            here.description,
+            if here.slower_than_f32 {
+                " [slower than f32 here]"
+            } else {
+                ""
+            }
+        ));
+    }
+    help
+}
+
+/// Print, once per process, a warning when `precision` runs slower than f32 on this CPU.
+pub fn warn_if_slower(precision: Precision) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let here = precision_path_here(precision);
+    if here.slower_than_f32 {
+        WARNED.call_once(|| {
+            eprintln!(
+                "warning: --precision {} is slower than f32 on this CPU: {} (kernel path {}); \
+                 --precision f32 is faster and exact here",
+                precision.as_str(),
+                here.description,
+                here.path
+            )
+        });
+    }
+}
+
 impl ModelArgs {
     /// Loading options from these arguments and the environment.
     pub fn load_options(&self) -> Result<LoadOptions> {
@@ -73,6 +194,7 @@ impl ModelArgs {
         options.device = self.device.clone();
         options.weights = self.weights;
         options.precision = self.precision.into();
+        warn_if_slower(options.precision);
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {
@@ -86,5 +208,26 @@ impl ModelArgs {
     /// Resolve, fetch if needed, and load the model.
     pub fn load(&self) -> Result<Box<dyn Scorer>> {
         load_scorer(&self.model, &self.load_options()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_paths_measured_faster_go_without_a_warning() {
+        let slower = |p, bf16, int8| precision_path(p, bf16, int8).slower_than_f32;
+        assert!(!slower(Precision::F32, "portable", "portable"));
+        assert!(!slower(Precision::Bf16, "avx512", "avx512"));
+        assert!(slower(Precision::Bf16, "avx2", "avx2"));
+        assert!(slower(Precision::Bf16, "portable", "avx2"));
+        assert!(slower(Precision::Int8, "avx2", "avx2"));
+        assert!(slower(Precision::Int8, "portable", "portable"));
+        assert_eq!(
+            precision_path(Precision::Int8, "avx2", "avxvnni").path,
+            "avxvnni"
+        );
+        assert!(precision_help().contains("On this CPU"));
     }
 }

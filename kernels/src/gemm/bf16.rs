@@ -10,8 +10,20 @@
 //! bf16 are exact in f32), and it flushes subnormal sums to zero as the instruction does.
 //! Subnormal inputs are flushed to zero when rounding to bf16, so both paths give
 //! bit-identical results.
+//!
+//! The AVX2 path (no bf16 arithmetic in the CPU) widens both operands to f32 in
+//! registers (a bf16 is the top half of an f32: a mask for the odd value of a pair, a
+//! shift for the even one) and adds each product with one FMA, in the same order. The
+//! product of two bf16 has 16 significant bits, so it is exact in f32 and the FMA rounds
+//! exactly as the separate product and sum do, unless a product leaves f32's normal
+//! range. That cannot happen when the smallest nonzero magnitudes of both operands
+//! multiply to at least 2^-100 and the largest to at most 2^126: every nonzero partial
+//! sum is then a multiple of a power of two no smaller than 2^-126, so nothing is ever
+//! flushed either. The weight's extremes are found at load and the activations' per
+//! call; a call outside those bounds (never seen in a model) runs the portable tiles, so
+//! the AVX2 path, too, gives the portable numbers bit for bit.
 
-use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
+use super::tiles::{for_each_tile, panel_count, Store, MR, NR, WIDE_MR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
 
@@ -28,6 +40,52 @@ pub struct Bf16Matrix {
     packed: Vec<u32>,
     /// Whether activations are split into two bf16 parts (see [`Self::split_activations`]).
     split: bool,
+    /// Smallest nonzero and largest magnitude of the stored weight (`f32::MAX` and 0
+    /// when it is all zero; the largest may be infinite or NaN).
+    magnitudes: Magnitudes,
+}
+
+/// The smallest nonzero and the largest magnitude among some values, and whether all
+/// were finite (the fast path's precondition, see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Magnitudes {
+    smallest: f32,
+    largest: f32,
+    finite: bool,
+}
+
+impl Magnitudes {
+    const EMPTY: Magnitudes = Magnitudes {
+        smallest: f32::MAX,
+        largest: 0.0,
+        finite: true,
+    };
+
+    fn of(values: impl IntoIterator<Item = f32>) -> Magnitudes {
+        values.into_iter().fold(Self::EMPTY, |m, v| m.with(v))
+    }
+
+    #[inline]
+    fn with(self, value: f32) -> Magnitudes {
+        let magnitude = value.abs();
+        Magnitudes {
+            smallest: if magnitude > 0.0 {
+                self.smallest.min(magnitude)
+            } else {
+                self.smallest
+            },
+            largest: self.largest.max(magnitude),
+            finite: self.finite && value.is_finite(),
+        }
+    }
+
+    /// Whether every product of a value of `self` and one of `other` is exact in f32 and
+    /// every partial sum of such products normal or zero.
+    fn products_stay_normal(self, other: Magnitudes) -> bool {
+        let smallest = self.smallest as f64 * other.smallest as f64;
+        let largest = self.largest as f64 * other.largest as f64;
+        self.finite && other.finite && smallest >= 2f64.powi(-100) && largest <= 2f64.powi(126)
+    }
 }
 
 impl Bf16Matrix {
@@ -51,12 +109,18 @@ impl Bf16Matrix {
                 packed[(panel * pairs + k) * NR + c] = pack_pair(even, odd);
             }
         }
+        let magnitudes = Magnitudes::of(
+            packed
+                .iter()
+                .flat_map(|&pair| [widen(pair as u16), widen((pair >> 16) as u16)]),
+        );
         Self {
             rows,
             cols,
             pairs,
             packed,
             split: false,
+            magnitudes,
         }
     }
 
@@ -113,6 +177,8 @@ impl Bf16Matrix {
         let cpu = CpuFeatures::get();
         if cpu.avx512f && cpu.avx512bf16 {
             Isa::Avx512
+        } else if cpu.avx2 && cpu.fma {
+            Isa::Avx2
         } else {
             Isa::Portable
         }
@@ -120,9 +186,11 @@ impl Bf16Matrix {
 
     /// Whether [`Self::matmul_on`] can run `isa` here.
     pub fn supports(isa: Isa) -> bool {
+        let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
-            Isa::Avx512 => Self::best_isa() == Isa::Avx512,
+            Isa::Avx512 => cpu.avx512f && cpu.avx512bf16,
+            Isa::Avx2 => cpu.avx2 && cpu.fma,
             Isa::AvxVnni => false,
         }
     }
@@ -154,9 +222,38 @@ impl Bf16Matrix {
             let len = m * self.pairs;
             activation_pairs(x, m, self.cols, self.pairs, self.split, buffer);
             let (hi, lo) = buffer.split_at(len);
+            let hi = &hi[..len];
             let lo = if self.split { &lo[..len] } else { &lo[..0] };
-            self.tiles(isa, &hi[..len], lo, m, out, store);
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                return crate::reuse::with_reused(&WIDENED, |wide| {
+                    let (wide, magnitudes) = widen_pairs(hi, lo, wide);
+                    if magnitudes.products_stay_normal(self.magnitudes) {
+                        let (hi, lo) = wide.split_at(2 * len);
+                        self.wide_tiles(hi, lo, m, out, store);
+                    } else {
+                        self.tiles(Isa::Portable, hi, lo, m, out, store);
+                    }
+                });
+            }
+            self.tiles(isa, hi, lo, m, out, store);
         });
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    /// The AVX2 tiles of the product of widened activations `hi` (and `lo`, empty when
+    /// not split), each `(m, pairs)` pairs of f32 (odd value first).
+    fn wide_tiles(&self, hi: &[f32], lo: &[f32], m: usize, out: &mut [f32], store: Store) {
+        let pairs = self.pairs;
+        let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; WIDE_MR] {
+            let span = 2 * row0 * pairs..2 * (row0 + rows) * pairs;
+            let a = &hi[span.clone()];
+            let a_lo = if lo.is_empty() { lo } else { &lo[span] };
+            let w = &self.packed[panel * pairs * NR..(panel + 1) * pairs * NR];
+            // SAFETY: `supports` checked AVX2 and FMA at run time (the only caller).
+            unsafe { avx2::tile(a, a_lo, rows, pairs, w) }
+        };
+        for_each_tile(m, self.rows, out, store, tile);
     }
 
     /// The tiles of the product of `hi` (and `lo`, the activations' second parts, when
@@ -205,6 +302,28 @@ fn pack_pair(even: f32, odd: f32) -> u32 {
 thread_local! {
     /// Rounded activations of the products this thread runs, reused from call to call.
     static ACTIVATIONS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The same widened to f32 pairs for the AVX2 path.
+    #[cfg(target_arch = "x86_64")]
+    static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(target_arch = "x86_64")]
+/// The bf16 pairs of `hi` then `lo` widened to f32 pairs, odd value first, into `wide`
+/// (grown as needed; the returned slice holds exactly those), and their magnitudes.
+fn widen_pairs<'a>(hi: &[u32], lo: &[u32], wide: &'a mut Vec<f32>) -> (&'a [f32], Magnitudes) {
+    let len = 2 * (hi.len() + lo.len());
+    if wide.len() < len {
+        wide.resize(len, 0.0);
+    }
+    let wide = &mut wide[..len];
+    let mut magnitudes = Magnitudes::EMPTY;
+    for (target, &pair) in wide.chunks_exact_mut(2).zip(hi.iter().chain(lo)) {
+        let (odd, even) = (widen((pair >> 16) as u16), widen(pair as u16));
+        target[0] = odd;
+        target[1] = even;
+        magnitudes = magnitudes.with(odd).with(even);
+    }
+    (wide, magnitudes)
 }
 
 /// What rounding `value` to bf16 leaves out (0 for infinities and NaN, whose rounding
@@ -285,6 +404,164 @@ fn portable_tile(a: &[u32], lo: &[u32], rows: usize, pairs: usize, w: &[u32]) ->
         }
     }
     out
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{NR, WIDE_MR};
+    use std::arch::x86_64::*;
+
+    /// Rows of one register tile (by sixteen columns: twelve accumulators).
+    const ROWS: usize = 6;
+
+    /// Pairs of the inner dimension per chunk (12 rows of activations, 9 KiB, and a
+    /// panel's weights, 12 KiB).
+    const PAIRS_PER_CHUNK: usize = 96;
+
+    /// A `WIDE_MR x NR` tile: `rows` rows of widened activation pairs `a` (`2 * pairs`
+    /// f32 per row, odd value first), and of their second parts `lo` when not empty,
+    /// against one weight panel `w`; six rows by sixteen columns at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `a` (and a non-empty `lo`) hold `2 * rows * pairs`
+    /// values and `w` holds `pairs * NR`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile(
+        a: &[f32],
+        lo: &[f32],
+        rows: usize,
+        pairs: usize,
+        w: &[u32],
+    ) -> [[f32; NR]; WIDE_MR] {
+        assert!(a.len() >= 2 * rows * pairs && w.len() >= pairs * NR);
+        assert!(lo.is_empty() || lo.len() >= 2 * rows * pairs);
+        let mut out = [[0f32; NR]; WIDE_MR];
+        let split = !lo.is_empty();
+        // The inner dimension in chunks whose activations and weights stay in L1 while
+        // every register tile of the tile runs over them; the sums wait in `out` between
+        // chunks, so each still adds its products in order.
+        for k0 in (0..pairs).step_by(PAIRS_PER_CHUNK) {
+            let k1 = (k0 + PAIRS_PER_CHUNK).min(pairs);
+            for row0 in (0..rows).step_by(ROWS) {
+                let a = a.as_ptr().add(2 * row0 * pairs);
+                let lo = if split {
+                    lo.as_ptr().add(2 * row0 * pairs)
+                } else {
+                    a
+                };
+                let target = &mut out[row0..];
+                let operands = Operands {
+                    a,
+                    lo,
+                    pairs,
+                    k0,
+                    k1,
+                };
+                for col0 in [0, 16] {
+                    let w = w.as_ptr().add(col0);
+                    match (rows - row0, split) {
+                        (1, false) => rows_tile::<1, false>(&operands, w, target, col0),
+                        (2, false) => rows_tile::<2, false>(&operands, w, target, col0),
+                        (3, false) => rows_tile::<3, false>(&operands, w, target, col0),
+                        (4, false) => rows_tile::<4, false>(&operands, w, target, col0),
+                        (5, false) => rows_tile::<5, false>(&operands, w, target, col0),
+                        (_, false) => rows_tile::<ROWS, false>(&operands, w, target, col0),
+                        (1, true) => rows_tile::<1, true>(&operands, w, target, col0),
+                        (2, true) => rows_tile::<2, true>(&operands, w, target, col0),
+                        (3, true) => rows_tile::<3, true>(&operands, w, target, col0),
+                        (4, true) => rows_tile::<4, true>(&operands, w, target, col0),
+                        (5, true) => rows_tile::<5, true>(&operands, w, target, col0),
+                        (_, true) => rows_tile::<ROWS, true>(&operands, w, target, col0),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Activation rows from a register tile's first (`a`, and `lo` when split: `a`
+    /// otherwise), `pairs` per row, and the chunk `k0..k1` of pairs to add.
+    #[derive(Clone, Copy)]
+    struct Operands {
+        a: *const f32,
+        lo: *const f32,
+        pairs: usize,
+        k0: usize,
+        k1: usize,
+    }
+
+    /// `ROWS` rows by the sixteen columns from `col0` of the panel `w` points into, over
+    /// one chunk of pairs, added to the sums in `out`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_tile<const ROWS: usize, const SPLIT: bool>(
+        operands: &Operands,
+        w: *const u32,
+        out: &mut [[f32; NR]],
+        col0: usize,
+    ) {
+        let Operands {
+            a,
+            lo,
+            pairs,
+            k0,
+            k1,
+        } = *operands;
+        let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
+        for (acc_row, out_row) in acc.iter_mut().zip(out.iter()) {
+            acc_row[0] = _mm256_loadu_ps(out_row.as_ptr().add(col0));
+            acc_row[1] = _mm256_loadu_ps(out_row.as_ptr().add(col0 + 8));
+        }
+        let stride = 2 * pairs;
+        for k in k0..k1 {
+            // SAFETY: k < pairs: sixteen u32 from `col0` of pair k lie inside the panel.
+            let v = w.add(k * NR);
+            accumulate(&mut acc, a.add(2 * k), stride, odd_values(v));
+            accumulate(&mut acc, a.add(2 * k + 1), stride, even_values(v));
+            if SPLIT {
+                accumulate(&mut acc, lo.add(2 * k), stride, odd_values(v));
+                accumulate(&mut acc, lo.add(2 * k + 1), stride, even_values(v));
+            }
+        }
+        for (acc_row, out_row) in acc.iter().zip(out.iter_mut()) {
+            _mm256_storeu_ps(out_row.as_mut_ptr().add(col0), acc_row[0]);
+            _mm256_storeu_ps(out_row.as_mut_ptr().add(col0 + 8), acc_row[1]);
+        }
+    }
+
+    /// The odd (high) halves of sixteen bf16 pairs from `w`, as f32 (loaded again for
+    /// each use: fewer live registers than the accumulators need).
+    #[inline(always)]
+    unsafe fn odd_values(w: *const u32) -> [__m256; 2] {
+        let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        [0, 8].map(|c| {
+            let v = _mm256_loadu_si256(w.add(c).cast());
+            _mm256_castsi256_ps(_mm256_and_si256(v, high))
+        })
+    }
+
+    /// The even (low) halves of sixteen bf16 pairs from `w`, as f32.
+    #[inline(always)]
+    unsafe fn even_values(w: *const u32) -> [__m256; 2] {
+        [0, 8].map(|c| {
+            let v = _mm256_loadu_si256(w.add(c).cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+        })
+    }
+
+    /// Add one value of a pair (`a` points at row 0's) times `w` to every row's sums.
+    #[inline(always)]
+    unsafe fn accumulate<const ROWS: usize>(
+        acc: &mut [[__m256; 2]; ROWS],
+        a: *const f32,
+        stride: usize,
+        w: [__m256; 2],
+    ) {
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            let av = _mm256_broadcast_ss(&*a.add(r * stride));
+            acc_row[0] = _mm256_fmadd_ps(av, w[0], acc_row[0]);
+            acc_row[1] = _mm256_fmadd_ps(av, w[1], acc_row[1]);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

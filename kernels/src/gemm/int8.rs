@@ -11,8 +11,15 @@
 //! weight sum: `Σ q_x q_w = Σ u q_w - 128 Σ q_w`. Per block the exact integer sum is
 //! converted to f32 and accumulated as `y = fma(sum, s_w s_x, y)`, blocks in order.
 //!
+//! Plain AVX2 has no byte dot product that cannot saturate with these operands
+//! (`vpmaddubsw` adds two u8 x i8 products into a saturating i16), so its path splits each
+//! four-byte group into its even and odd bytes as i16 (a shift pair on the weights per
+//! call of the tile, on the signed activations once per call) and multiplies with
+//! `vpmaddwd`, which adds two i16 products into an i32 exactly: `Σ q_x q_w` without the
+//! offset.
+//!
 //! Integer sums are exact and the f32 steps are the same operations in the same order on
-//! every path, so AVX512-VNNI, AVX-VNNI and the portable path agree bit for bit.
+//! every path, so AVX512-VNNI, AVX-VNNI, AVX2 and the portable path agree bit for bit.
 
 use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
 use super::Isa;
@@ -126,6 +133,8 @@ impl Int8Matrix {
             Isa::Avx512
         } else if cpu.avx2 && cpu.fma && cpu.avxvnni {
             Isa::AvxVnni
+        } else if cpu.avx2 && cpu.fma {
+            Isa::Avx2
         } else {
             Isa::Portable
         }
@@ -138,6 +147,7 @@ impl Int8Matrix {
             Isa::Portable => true,
             Isa::Avx512 => cpu.avx512f && cpu.avx512vnni,
             Isa::AvxVnni => cpu.avx2 && cpu.fma && cpu.avxvnni,
+            Isa::Avx2 => cpu.avx2 && cpu.fma,
         }
     }
 
@@ -164,9 +174,18 @@ impl Int8Matrix {
         let activations = Activations::quantise(x, m, self.cols, self.blocks);
         let blocks = self.blocks;
         let quads = blocks * BLOCK_QUADS;
+        // The AVX2 path reads the activations as signed i16 pairs, two per quad.
+        let signed_pairs;
+        let a = if isa == Isa::Avx2 {
+            signed_pairs = activations.signed_pairs();
+            &signed_pairs
+        } else {
+            &activations.quads
+        };
+        let per_quad = a.len() / (m * quads).max(1);
         let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; MR] {
             let operands = Operands {
-                a: &activations.quads[row0 * quads..(row0 + rows) * quads],
+                a: &a[row0 * quads * per_quad..(row0 + rows) * quads * per_quad],
                 a_scales: &activations.scales[row0 * blocks..(row0 + rows) * blocks],
                 w: &self.packed[panel * quads * NR..(panel + 1) * quads * NR],
                 w_scales: &self.scales[panel * blocks * NR..(panel + 1) * blocks * NR],
@@ -180,6 +199,9 @@ impl Int8Matrix {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `supports` checked AVX2, FMA and AVX-VNNI at run time.
                 Isa::AvxVnni => unsafe { x86::tile_avxvnni(&operands, rows) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `supports` checked AVX2 and FMA at run time.
+                Isa::Avx2 => unsafe { x86::tile_avx2(&operands, rows) },
                 _ => portable_tile(&operands, rows),
             }
         };
@@ -189,7 +211,8 @@ impl Int8Matrix {
 
 /// One tile's inputs: some rows of quantised activations, one weight panel.
 struct Operands<'a> {
-    /// Offset activation bytes, four per u32, `blocks * BLOCK_QUADS` per row.
+    /// Offset activation bytes, four per u32, `blocks * BLOCK_QUADS` per row (on the AVX2
+    /// path: [`Activations::signed_pairs`], two u32 per quad).
     a: &'a [u32],
     /// `s_x` per row and block.
     a_scales: &'a [f32],
@@ -230,6 +253,19 @@ impl Activations {
             }
         }
         Self { quads, scales }
+    }
+
+    /// The activations as signed i16 pairs for `vpmaddwd`: per quad `q0 q1 q2 q3`, the
+    /// u32 holding `q0` (low half) and `q2`, then the one holding `q1` and `q3`.
+    fn signed_pairs(&self) -> Vec<u32> {
+        let signed = |u: u8| (u ^ 0x80) as i8 as i16 as u16 as u32;
+        let mut pairs = Vec::with_capacity(2 * self.quads.len());
+        for &quad in &self.quads {
+            let u = quad.to_le_bytes();
+            pairs.push(signed(u[0]) | (signed(u[2]) << 16));
+            pairs.push(signed(u[1]) | (signed(u[3]) << 16));
+        }
+        pairs
     }
 }
 
@@ -356,6 +392,85 @@ mod x86 {
         for (y_row, out_row) in y.iter().zip(out.iter_mut()) {
             _mm512_storeu_ps(out_row.as_mut_ptr(), y_row[0]);
             _mm512_storeu_ps(out_row.as_mut_ptr().add(16), y_row[1]);
+        }
+    }
+
+    /// As [`tile_avx512`] with AVX2 only: four rows by sixteen columns at a time, each
+    /// weight quad split into its even bytes and its odd bytes as i16 (`q0 q2` and `q1
+    /// q3` per 32-bit lane), multiplied by the matching activation pairs with
+    /// `vpmaddwd` (exact).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `operands` holds `rows` rows, its activations as
+    /// [`super::Activations::signed_pairs`].
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_avx2(operands: &Operands, rows: usize) -> [[f32; NR]; MR] {
+        let quads = operands.blocks * BLOCK_QUADS;
+        assert!(operands.a.len() >= 2 * rows * quads && operands.w.len() >= quads * NR);
+        assert!(operands.a_scales.len() >= rows * operands.blocks);
+        let mut out = [[0f32; NR]; MR];
+        for row0 in (0..rows).step_by(4) {
+            let target = &mut out[row0..];
+            for col0 in [0, 16] {
+                match rows - row0 {
+                    1 => rows_avx2::<1>(operands, row0, col0, target),
+                    2 => rows_avx2::<2>(operands, row0, col0, target),
+                    3 => rows_avx2::<3>(operands, row0, col0, target),
+                    _ => rows_avx2::<4>(operands, row0, col0, target),
+                }
+            }
+        }
+        out
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2<const ROWS: usize>(
+        operands: &Operands,
+        row0: usize,
+        col0: usize,
+        out: &mut [[f32; NR]],
+    ) {
+        let blocks = operands.blocks;
+        let quads = blocks * BLOCK_QUADS;
+        let a = operands.a.as_ptr().add(2 * row0 * quads);
+        let a_scales = operands.a_scales.as_ptr().add(row0 * blocks);
+        let w = operands.w.as_ptr().add(col0);
+        for b in 0..blocks {
+            let mut sums = [[_mm256_setzero_si256(); 2]; ROWS];
+            for k in b * BLOCK_QUADS..(b + 1) * BLOCK_QUADS {
+                // SAFETY: k < quads: sixteen quads from `col0` of quad k lie in the panel.
+                let v = [
+                    _mm256_loadu_si256(w.add(k * NR).cast()),
+                    _mm256_loadu_si256(w.add(k * NR + 8).cast()),
+                ];
+                let even = v.map(|v| _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(v)));
+                let odd = v.map(|v| _mm256_srai_epi16::<8>(v));
+                for (r, sum) in sums.iter_mut().enumerate() {
+                    let at = a.add(2 * (r * quads + k));
+                    let a_even = _mm256_set1_epi32(*at as i32);
+                    let a_odd = _mm256_set1_epi32(*at.add(1) as i32);
+                    for h in 0..2 {
+                        let products = _mm256_add_epi32(
+                            _mm256_madd_epi16(even[h], a_even),
+                            _mm256_madd_epi16(odd[h], a_odd),
+                        );
+                        sum[h] = _mm256_add_epi32(sum[h], products);
+                    }
+                }
+            }
+            let scales = operands.w_scales.as_ptr().add(b * NR + col0);
+            let w_scale = [_mm256_loadu_ps(scales), _mm256_loadu_ps(scales.add(8))];
+            // The running sums live in `out` (zero at first): sixteen registers hold
+            // the block sums and weights.
+            for (r, (sum, out_row)) in sums.iter().zip(out.iter_mut()).enumerate() {
+                let a_scale = _mm256_set1_ps(*a_scales.add(r * blocks + b));
+                for h in 0..2 {
+                    let y = out_row.as_mut_ptr().add(col0 + 8 * h);
+                    let exact = _mm256_cvtepi32_ps(sum[h]);
+                    let scale = _mm256_mul_ps(w_scale[h], a_scale);
+                    _mm256_storeu_ps(y, _mm256_fmadd_ps(exact, scale, _mm256_loadu_ps(y)));
+                }
+            }
         }
     }
 

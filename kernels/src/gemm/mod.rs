@@ -1,8 +1,9 @@
 //! Reduced-precision matrix products for linear layers: `y = x W^T` with `W` packed once
 //! at load in bf16 ([`Bf16Matrix`]) or int8 ([`Int8Matrix`]) and `x` converted per call.
 //!
-//! Each kernel picks its instruction path at run time ([`Isa`]) and has a portable path
-//! that gives the same numbers bit for bit; tiles run in parallel on rayon's pool and the
+//! Each kernel picks its instruction path at run time ([`Isa`], from
+//! [`crate::cpu::CpuFeatures::get`]) and has a portable path that gives the same numbers
+//! bit for bit; tiles run in parallel on rayon's pool and the
 //! result does not depend on the number of threads (see `tiles`).
 
 pub mod bf16;
@@ -20,6 +21,23 @@ pub enum Isa {
     Avx512,
     /// 256-bit AVX-VNNI (int8 only).
     AvxVnni,
+    /// AVX2 and FMA: bf16 widened to f32 in registers, int8 through `vpmaddwd`.
+    Avx2,
     /// Plain Rust, any machine.
     Portable,
+}
+
+impl Isa {
+    /// Every path, widest first.
+    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Portable];
+
+    /// The path's name in benchmark output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        }
+    }
 }

@@ -10,8 +10,11 @@ use rayon::prelude::*;
 pub const NR: usize = 32;
 /// Input rows per microkernel call.
 pub const MR: usize = 8;
-/// Rows of `x` one parallel task covers (a multiple of [`MR`]).
-const ROW_BLOCK: usize = 8 * MR;
+/// Input rows per call of the AVX2 bf16 microkernel (two register tiles of six rows:
+/// twelve accumulators hide the latency of FMA chains, eight do not).
+pub const WIDE_MR: usize = 12;
+/// Rows of `x` one parallel task covers, about (a multiple of the tile's rows).
+const ROW_BLOCK: usize = 64;
 /// Weight panels one parallel task covers.
 const PANELS_PER_TASK: usize = 2;
 
@@ -39,13 +42,19 @@ struct SharedOut {
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
-/// Run `tile(row0, rows, panel)` for every `MR`-row by `NR`-column tile of the `(m, n)`
+/// Run `tile(row0, rows, panel)` for every `ROWS`-row by `NR`-column tile of the `(m, n)`
 /// output, in parallel, and copy (or add, per `store`) the valid part of each tile it
 /// returns (the first `rows` rows, the columns below `n`) into `out` (row-major, `m x n`).
-pub fn for_each_tile<F>(m: usize, n: usize, out: &mut [f32], store: Store, tile: F)
-where
-    F: Fn(usize, usize, usize) -> [[f32; NR]; MR] + Sync,
+pub fn for_each_tile<const ROWS: usize, F>(
+    m: usize,
+    n: usize,
+    out: &mut [f32],
+    store: Store,
+    tile: F,
+) where
+    F: Fn(usize, usize, usize) -> [[f32; NR]; ROWS] + Sync,
 {
+    let row_block = ROWS * (ROW_BLOCK / ROWS).max(1);
     assert_eq!(
         out.len(),
         m * n,
@@ -56,7 +65,7 @@ where
         return;
     }
     let panels = panel_count(n);
-    let row_blocks = m.div_ceil(ROW_BLOCK);
+    let row_blocks = m.div_ceil(row_block);
     let panel_groups = panels.div_ceil(PANELS_PER_TASK);
     let shared = SharedOut {
         ptr: out.as_mut_ptr(),
@@ -65,10 +74,10 @@ where
     let shared = &shared;
     let run_task = |task: usize| {
         let (block, group) = (task / panel_groups, task % panel_groups);
-        let row_end = ((block + 1) * ROW_BLOCK).min(m);
+        let row_end = ((block + 1) * row_block).min(m);
         let panel_end = ((group + 1) * PANELS_PER_TASK).min(panels);
-        for row0 in (block * ROW_BLOCK..row_end).step_by(MR) {
-            let rows = MR.min(m - row0);
+        for row0 in (block * row_block..row_end).step_by(ROWS) {
+            let rows = ROWS.min(m - row0);
             for panel in group * PANELS_PER_TASK..panel_end {
                 let values = tile(row0, rows, panel);
                 let col0 = panel * NR;
