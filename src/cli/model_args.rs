@@ -21,16 +21,19 @@ pub struct ModelArgs {
     #[arg(long, default_value = "auto")]
     pub device: String,
 
-    /// Quantized GGUF weights: auto dequantises to f32 on CPU (faster there) and keeps
-    /// them quantized on GPUs; f32 always dequantises; quantized never does.
+    /// Quantized GGUF weights: auto dequantises to f32 on CPU (faster there) where that
+    /// fits in the available memory, else keeps them as stored, and keeps them quantized
+    /// on GPUs; f32 always dequantises; quantized never does.
     #[arg(long, value_enum, default_value_t = WeightPolicy::Auto)]
     pub weights: WeightPolicy,
 
     /// Arithmetic of the model's matrix products (CPU, decoder-only models): f32 (exact);
     /// bf16 weights with f32 sums (~1.3x faster; the attention projection's inputs kept to
     /// 16 bits, the others rounded to bf16); int8 weights and activations with integer
-    /// sums (least accurate). The output head stays f32. Results are cached per precision.
-    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    /// sums (least accurate); auto: f32, or bf16 where f32 would not fit in the available
+    /// memory (said on stderr). The output head stays f32. Results are cached per
+    /// precision.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Auto)]
     pub precision: PrecisionArg,
 
     /// Most tokens one forward pass computes; bounds memory. Longer prompts are
@@ -51,6 +54,8 @@ pub struct ModelArgs {
 /// `--precision` values (mapped onto [`Precision`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PrecisionArg {
+    /// f32, or bf16 where f32 does not fit in memory.
+    Auto,
     F32,
     Bf16,
     Int8,
@@ -59,7 +64,7 @@ pub enum PrecisionArg {
 impl From<PrecisionArg> for Precision {
     fn from(arg: PrecisionArg) -> Self {
         match arg {
-            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Auto | PrecisionArg::F32 => Precision::F32,
             PrecisionArg::Bf16 => Precision::Bf16,
             PrecisionArg::Int8 => Precision::Int8,
         }
@@ -73,6 +78,8 @@ impl ModelArgs {
         options.device = self.device.clone();
         options.weights = self.weights;
         options.precision = self.precision.into();
+        options.memory.adapt_precision = self.precision == PrecisionArg::Auto;
+        options.progress = super::progress::bars();
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {
