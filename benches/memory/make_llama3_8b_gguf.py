@@ -3,7 +3,7 @@
 half the blocks), to measure nlg-judge's memory at real sizes without the real weights.
 
 The architecture is plain `llama` with the default rope (the llama3 rope scaling is not
-needed to measure memory). The tokenizer is a byte-level BPE over the 256 byte symbols,
+needed to measure memory). The tokenizer is a byte-level BPE over the 256 byte symbols (one merge),
 padded with unreachable filler tokens to Llama 3's 128256. Block bytes are random with
 small, finite scales, generated tensor by tensor and streamed to the file (peak memory
 ~0.3 GB). The file is ~4.9 GB: never commit it.
@@ -71,14 +71,16 @@ def main(path: str) -> None:
     writer.add_file_type(15)  # MOSTLY_Q4_K_M
 
     symbols = byte_symbols()
-    tokens = symbols + [f"<|filler_{i}|>" for i in range(VOCAB - len(symbols) - 2)]
+    # One merge (two spaces), so the BPE model has merges to read.
+    tokens = symbols + ["\u0120\u0120"]
+    tokens += [f"<|filler_{i}|>" for i in range(VOCAB - len(tokens) - 2)]
     tokens += ["<|begin_of_text|>", "<|eot_id|>"]
     types = [1] * (VOCAB - 2) + [3, 3]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_merges([])
+    writer.add_token_merges(["\u0120 \u0120"])
     writer.add_bos_token_id(VOCAB - 2)
     writer.add_eos_token_id(VOCAB - 1)
 

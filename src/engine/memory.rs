@@ -452,8 +452,8 @@ pub fn plan_load(
             .map(|((layout, _, _), need)| format!("{} with {layout}", gib(*need)))
             .collect();
         bail!(
-            "model '{name}' ({:.1}B parameters) needs about {} of memory but {} is available \
-             (MemAvailable; {:.0}% of it may be used). Options: --precision bf16 (~{}) or \
+            "model '{name}' ({:.1}B parameters) needs more memory than is available: about \
+             {}, but {} is available (MemAvailable; {:.0}% of it may be used). Options: --precision bf16 (~{}) or \
              int8 (~{}) for the decoder blocks; --weights quantized to keep a GGUF file's \
              blocks as stored{}; a quantized GGUF of the model; or free memory",
             summary.params() as f64 / 1e9,
