@@ -85,7 +85,9 @@ impl NativeJudge {
             let mut options = LoadOptions::from_env()?;
             options.device = device;
             options.weights = choice::<WeightPolicy>("weights", weights)?;
-            options.precision = choice::<PrecisionArg>("precision", precision)?.into();
+            let precision = choice::<PrecisionArg>("precision", precision)?;
+            options.precision = precision.into();
+            options.memory.adapt_precision = precision == PrecisionArg::Auto;
             options.decoder = DecoderSettings {
                 strategy: choice::<Strategy>("strategy", strategy)?,
                 budget: BatchBudget {

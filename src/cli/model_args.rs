@@ -21,17 +21,19 @@ pub struct ModelArgs {
     #[arg(long, default_value = "auto")]
     pub device: String,
 
-    /// Quantized GGUF weights: auto dequantises to f32 on CPU (faster there) and keeps
-    /// them quantized on GPUs; f32 always dequantises; quantized never does.
+    /// Quantized GGUF weights: auto dequantises to f32 on CPU (faster there) where that
+    /// fits in the available memory, else keeps them as stored, and keeps them quantized
+    /// on GPUs; f32 always dequantises; quantized never does.
     #[arg(long, value_enum, default_value_t = WeightPolicy::Auto)]
     pub weights: WeightPolicy,
 
     /// Arithmetic of the model's matrix products (CPU, decoder-only models): f32 (exact);
     /// bf16 weights with f32 sums (the attention projection's inputs kept to 16 bits, the
     /// others rounded to bf16); int8 weights and activations with integer sums (least
-    /// accurate). The output head stays f32. Results are cached per precision. Whether
+    /// accurate); auto: f32, or bf16 where f32 would not fit in the available memory (said
+    /// on stderr). The output head stays f32. Results are cached per precision. Whether
     /// bf16/int8 are faster than f32 depends on the CPU: see `--help`.
-    #[arg(long, value_enum, default_value_t = PrecisionArg::F32, long_help = precision_help())]
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Auto, long_help = precision_help())]
     pub precision: PrecisionArg,
 
     /// Most tokens one forward pass computes; bounds memory. Longer prompts are
@@ -52,6 +54,8 @@ pub struct ModelArgs {
 /// `--precision` values (mapped onto [`Precision`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PrecisionArg {
+    /// f32, or bf16 where f32 does not fit in memory.
+    Auto,
     F32,
     Bf16,
     Int8,
@@ -60,7 +64,7 @@ pub enum PrecisionArg {
 impl From<PrecisionArg> for Precision {
     fn from(arg: PrecisionArg) -> Self {
         match arg {
-            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Auto | PrecisionArg::F32 => Precision::F32,
             PrecisionArg::Bf16 => Precision::Bf16,
             PrecisionArg::Int8 => Precision::Int8,
         }
@@ -151,7 +155,9 @@ fn precision_help() -> String {
         "Arithmetic of the model's matrix products (CPU, decoder-only models): f32 \
          (exact); bf16 weights with f32 sums (the attention projection's inputs kept to 16 \
          bits, the others rounded to bf16); int8 weights and activations with integer sums \
-         (least accurate). The output head stays f32. Results are cached per precision.\n\n\
+         (least accurate); auto (the default): f32, or bf16 where f32 would not fit in the \
+         available memory (said on stderr). The output head stays f32. Results are cached \
+         per precision.\n\n\
          On this CPU (NLG_JUDGE_CPU=avx2|portable|... hides features to compare paths):",
     );
     for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
@@ -195,6 +201,8 @@ impl ModelArgs {
         options.weights = self.weights;
         options.precision = self.precision.into();
         warn_if_slower(options.precision);
+        options.memory.adapt_precision = self.precision == PrecisionArg::Auto;
+        options.progress = super::progress::bars();
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {

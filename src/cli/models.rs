@@ -7,8 +7,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::HumanBytes;
 
+use crate::engine::memory::weight_memory_by_precision;
 use crate::runtime::fetch::{card_state, FileState};
-use crate::runtime::{fetch_card, CardCatalog, FetchOptions, ModelCache, ModelCard};
+use crate::runtime::{fetch_card, CardCatalog, FetchOptions, ModelCache, ModelCard, WeightFormat};
 
 /// Arguments of `nlg-judge models`.
 #[derive(Debug, Args)]
@@ -39,6 +40,12 @@ pub enum ModelsCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Show a model card: what the model is, its licence, the memory each precision
+    /// needs, where its files come from and what of them is not pinned.
+    Show {
+        /// Model card name.
+        name: String,
+    },
     /// Print the paths of a model's files, without downloading anything.
     Path {
         /// Model card name.
@@ -60,9 +67,16 @@ pub fn run(args: ModelsArgs) -> Result<()> {
     options.progress = !args.no_progress;
     match args.command {
         ModelsCommand::List => list(&catalog, &options),
+        ModelsCommand::Show { name } => {
+            show(find(&catalog, &name)?);
+            Ok(())
+        }
         ModelsCommand::Fetch { name, force } => {
             options.force = force;
             let card = find(&catalog, &name)?;
+            if let Some(why) = card.unpinned() {
+                eprintln!("note: model card '{name}' is not fully pinned: {why}");
+            }
             for file in fetch_card(card, &options)? {
                 println!("{}", file.path.display());
             }
@@ -91,8 +105,16 @@ fn find<'a>(catalog: &'a CardCatalog, name: &str) -> Result<&'a ModelCard> {
 
 fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
     println!(
-        "{:<30} {:<7} {:<15} {:>10}  {:<10} STATUS",
-        "NAME", "ARCH", "FORMAT", "SIZE", "SOURCES"
+        "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} STATUS",
+        "NAME",
+        "ARCH",
+        "FORMAT",
+        "SIZE",
+        "PARAMS",
+        "LICENCE",
+        "WEIGHTS f32/bf16/int8/gguf",
+        "PINNED",
+        "SOURCES"
     );
     for card in catalog.cards() {
         let (bytes, complete) = card.known_size();
@@ -107,17 +129,100 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
             sources.insert(0, "local");
         }
         println!(
-            "{:<30} {:<7} {:<15} {:>10}  {:<10} {}",
+            "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} {}",
             card.name,
             card.architecture.as_str(),
             card.format.to_string(),
             size,
+            card.parameters
+                .map(|p| match p {
+                    p if p >= 1_000_000_000 => format!("{:.1}B", p as f64 / 1e9),
+                    p => format!("{:.0}M", p as f64 / 1e6),
+                })
+                .unwrap_or_else(|| "?".into()),
+            card.licence.as_deref().unwrap_or("?"),
+            memory_column(card),
+            if card.unpinned().is_some() {
+                "no"
+            } else {
+                "yes"
+            },
             sources.join(","),
             status(&card_state(card, options))
         );
     }
-    println!("\ncache: {}", options.cache.root().display());
+    println!(
+        "\nWEIGHTS: GiB the weights need at f32, bf16 and int8 (--precision), and kept as \
+         stored (GGUF); running adds the key/value cache and activations (~1-2 GiB for a \
+         7-8B model). PINNED: revision and every sha256 in the card \
+         (`nlg-judge models show NAME` says what is not)."
+    );
+    println!("cache: {}", options.cache.root().display());
     Ok(())
+}
+
+fn show(card: &ModelCard) {
+    println!("{}: {}", card.name, card.description);
+    println!(
+        "architecture {}, {} weights{}, context window {} tokens",
+        card.architecture,
+        card.format,
+        card.dtype
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default(),
+        card.context_window
+    );
+    if let Some(parameters) = card.parameters {
+        println!("parameters {parameters}");
+    }
+    println!(
+        "licence {}",
+        card.licence.as_deref().unwrap_or("not stated")
+    );
+    if let (Some(parameters), Some(embedding)) = (card.parameters, card.embedding_parameters) {
+        let stored = match card.format {
+            WeightFormat::Gguf => Some(card.known_size().0).filter(|&s| s > 0),
+            _ => None,
+        };
+        for (precision, bytes) in weight_memory_by_precision(parameters, embedding, stored) {
+            println!(
+                "weights at {precision:<6} {:>6.1} GiB",
+                bytes as f64 / (1u64 << 30) as f64
+            );
+        }
+    }
+    println!("chat template {:?}", card.chat.template);
+    for source in &card.sources {
+        match source {
+            crate::runtime::card::Source::Hub(hub) => {
+                println!("source hub {} at {}", hub.repo, hub.revision)
+            }
+            crate::runtime::card::Source::Wheel(wheel) => {
+                println!("source wheels for {}", wheel.file)
+            }
+        }
+    }
+    match card.unpinned() {
+        Some(why) => println!("pinned: no: {why}"),
+        None => println!("pinned: yes (revision and every sha256)"),
+    }
+}
+
+/// "29.9/16.9/10.4/7.8" GiB, "?" without parameter counts.
+fn memory_column(card: &ModelCard) -> String {
+    let (Some(parameters), Some(embedding)) = (card.parameters, card.embedding_parameters) else {
+        return "?".into();
+    };
+    let stored = match card.format {
+        WeightFormat::Gguf => Some(card.known_size().0).filter(|&s| s > 0),
+        _ => None,
+    };
+    let values: Vec<String> = weight_memory_by_precision(parameters, embedding, stored)
+        .into_iter()
+        .map(|(_, bytes)| format!("{:.1}", bytes as f64 / (1u64 << 30) as f64))
+        .collect();
+    values.join("/")
 }
 
 /// One word for the state of a card's files.

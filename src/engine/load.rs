@@ -5,11 +5,13 @@
 use anyhow::{bail, Context, Result};
 
 use super::decoder::{DecoderScorer, DecoderSettings};
+use super::memory::{plan_decoder, MemoryOptions};
 use super::scorer::{ModelInfo, Scorer};
 use super::t5_scorer::T5Scorer;
 use crate::arch::t5::{T5Config, T5Model, WeightFiles};
 use crate::arch::{llama, Precision, WeightPolicy};
 use crate::engine::EngineError;
+use crate::progress::Progress;
 use crate::runtime::{
     load_tokenizer, resolve_model, select_device, Architecture, ResolveOptions, ResolvedModel,
     WeightFormat,
@@ -25,6 +27,10 @@ pub struct LoadOptions {
     /// Arithmetic of the decoder blocks' matrix products.
     pub precision: Precision,
     pub decoder: DecoderSettings,
+    /// Memory planning (`engine::memory`): precision fallback, available bytes.
+    pub memory: MemoryOptions,
+    /// Where notes about the load go (a changed plan, a template that differs).
+    pub progress: Progress,
 }
 
 impl LoadOptions {
@@ -36,6 +42,8 @@ impl LoadOptions {
             weights: WeightPolicy::Auto,
             precision: Precision::F32,
             decoder: DecoderSettings::default(),
+            memory: MemoryOptions::default(),
+            progress: Progress::none(),
         })
     }
 }
@@ -47,8 +55,12 @@ pub fn load_scorer(spec: &str, options: &LoadOptions) -> Result<Box<dyn Scorer>>
         .with_context(|| format!("cannot load model '{}'", resolved.name))
 }
 
-/// Load a resolved model.
+/// Load a resolved model; its resolution notes (an unpinned card, a chat template that
+/// differs from the checkpoint's own) go to the progress sink first.
 pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<Box<dyn Scorer>> {
+    for note in &resolved.notes {
+        options.progress.note(&format!("note: {note}"));
+    }
     match resolved.architecture {
         Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
         Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
@@ -90,9 +102,14 @@ pub fn load_t5(resolved: &ResolvedModel, options: &LoadOptions) -> Result<T5Scor
         .with_max_batch_tokens(options.decoder.budget.max_batch_tokens))
 }
 
-/// Load a llama-family model as a [`DecoderScorer`].
+/// Load a llama-family model as a [`DecoderScorer`], in the weight layout and precision
+/// that fit in memory (`engine::memory`).
 pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<DecoderScorer> {
     let device = select_device(&options.device)?;
+    let plan = plan_decoder(resolved, options, device.is_cpu())?;
+    if let Some(note) = &plan.note {
+        options.progress.note(&format!("note: {note}"));
+    }
     let model = match resolved.format {
         WeightFormat::Gguf => {
             let [path] = resolved.weights.as_slice() else {
@@ -101,14 +118,15 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
                     resolved.weights.len()
                 );
             };
-            llama::from_gguf(path, options.weights, &device)?
+            llama::from_gguf(path, plan.weights, &device)?.with_precision(plan.precision)?
         }
         WeightFormat::Safetensors => {
             let config = resolved
                 .config
                 .as_ref()
                 .context("a safetensors checkpoint needs its config.json")?;
-            llama::from_safetensors(config, &resolved.weights, &device)?
+            // Converted block by block: a bf16 model never exists in f32 as a whole.
+            llama::from_safetensors_at(config, &resolved.weights, &device, plan.precision)?
         }
         WeightFormat::TokenizerOnly => {
             return Err(
@@ -116,10 +134,9 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
             )
         }
     };
-    let model = model.with_precision(options.precision)?;
     let tokenizer = load_tokenizer(resolved)?;
     let mut info = model_info(resolved);
-    info.fingerprint = options.precision.fingerprint(&info.fingerprint);
+    info.fingerprint = plan.precision.fingerprint(&info.fingerprint);
     info.context_window = info.context_window.min(model.config().context_length);
     DecoderScorer::new(
         model,

@@ -8,6 +8,7 @@ pub mod completion;
 pub mod decoder;
 pub mod error;
 pub mod load;
+pub mod memory;
 pub mod mock;
 pub mod request;
 pub mod runner;

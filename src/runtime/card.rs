@@ -55,6 +55,14 @@ const BUILTIN_CARDS: &[(&str, &str)] = &[
         include_str!("../../models/llama-2-13b-chat.toml"),
     ),
     (
+        "llama-3.1-8b-instruct.toml",
+        include_str!("../../models/llama-3.1-8b-instruct.toml"),
+    ),
+    (
+        "qwen2.5-7b-instruct.toml",
+        include_str!("../../models/qwen2.5-7b-instruct.toml"),
+    ),
+    (
         "t5-tokenizer.toml",
         include_str!("../../models/t5-tokenizer.toml"),
     ),
@@ -181,6 +189,17 @@ pub struct CardFile {
 pub enum ChatTemplateKind {
     Chatml,
     Llama2,
+    /// Llama 3.0 header ids.
+    Llama3,
+    /// Llama 3.1 and later: header ids, a system header with the knowledge-cutoff lines.
+    #[serde(rename = "llama3.1")]
+    Llama31,
+    /// Mistral `[INST]`, v0.3 conventions.
+    Mistral,
+    /// Gemma `<start_of_turn>`.
+    Gemma,
+    /// Phi-3 `<|user|>`.
+    Phi3,
     None,
 }
 
@@ -292,6 +311,17 @@ pub struct ModelCard {
     pub context_window: usize,
     /// A directory holding the files already (tried before the cache).
     pub local_dir: Option<PathBuf>,
+    /// Licence of the weights, as the hub's licence tag names it (`apache-2.0`,
+    /// `llama3.1`, `gemma`, `mit`).
+    pub licence: Option<String>,
+    /// Parameters of the model, for memory estimates before anything is downloaded.
+    pub parameters: Option<u64>,
+    /// Of those, the parameters of the token embedding and a separate output head (held
+    /// in f32 at every precision).
+    pub embedding_parameters: Option<u64>,
+    /// What could not be pinned when the card was written (a revision or hashes not
+    /// found published); said whenever the card is used.
+    pub unpinned: Option<String>,
     pub files: Vec<CardFile>,
     pub chat: ChatSpec,
     pub conventions: Conventions,
@@ -330,6 +360,43 @@ impl ModelCard {
         (total, complete)
     }
 
+    /// Why the card's files are not fully pinned, if they are not: the card's own
+    /// `unpinned` note, files without a sha256 in the card (shards of an index
+    /// included: each is checked against the hash recorded at its first download), hub
+    /// revisions that are branch names rather than commits.
+    pub fn unpinned(&self) -> Option<String> {
+        let mut reasons: Vec<String> = self.unpinned.iter().cloned().collect();
+        let mut unhashed: Vec<&str> = self
+            .files
+            .iter()
+            .filter(|f| f.sha256.is_none())
+            .map(|f| f.name.as_str())
+            .collect();
+        if self.files_with_role(FileRole::Index).next().is_some() {
+            unhashed.push("the shards the index names");
+        }
+        if !unhashed.is_empty() {
+            reasons.push(format!(
+                "no sha256 in the card for {} (checked against the hash recorded at first \
+                 download)",
+                unhashed.join(", ")
+            ));
+        }
+        for source in &self.sources {
+            if let Source::Hub(hub) = source {
+                let commit =
+                    hub.revision.len() == 40 && hub.revision.chars().all(|c| c.is_ascii_hexdigit());
+                if !commit {
+                    reasons.push(format!(
+                        "{} follows the branch '{}', not a commit",
+                        hub.repo, hub.revision
+                    ));
+                }
+            }
+        }
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
     fn validate(&self) -> Result<()> {
         if self.name.is_empty()
             || !self
@@ -344,6 +411,11 @@ impl ModelCard {
         }
         if self.context_window == 0 {
             bail!("field 'context_window' must be positive");
+        }
+        if let (Some(all), Some(embedding)) = (self.parameters, self.embedding_parameters) {
+            if embedding > all {
+                bail!("field 'embedding_parameters' ({embedding}) exceeds 'parameters' ({all})");
+            }
         }
         if self.files.is_empty() {
             bail!("field 'files' is empty");
@@ -569,6 +641,43 @@ mod tests {
         assert_eq!(on_disk, built_in);
     }
 
+    /// The cards in `models/next/` name architectures that may not exist yet: every
+    /// field but the architecture must already be valid, and the card must parse once
+    /// the architecture does.
+    #[test]
+    fn next_cards_parse_once_their_architecture_exists() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/next");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            seen += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("architecture = "))
+                .unwrap();
+            let origin = path.display().to_string();
+            let as_llama = text.replace(line, "architecture = \"llama\"");
+            let card = ModelCard::parse(&as_llama, &origin).unwrap();
+            assert_eq!(
+                Some(card.name.as_str()),
+                path.file_stem().and_then(|s| s.to_str())
+            );
+            assert!(
+                card.parameters.is_some() && card.licence.is_some(),
+                "{origin}"
+            );
+            if let Err(error) = ModelCard::parse(&text, &origin) {
+                let error = format!("{error:#}");
+                assert!(error.contains("unknown variant"), "{origin}: {error}");
+            }
+        }
+        assert_eq!(seen, 6);
+    }
+
     #[test]
     fn builtin_cards_parse_with_expected_conventions() {
         let catalog = CardCatalog::builtin().unwrap();
@@ -587,6 +696,28 @@ mod tests {
         assert_eq!(t5.files_with_role(FileRole::Index).count(), 1);
         assert!(!t5.conventions.chat);
         assert_eq!(t5.conventions.label_b, " B");
+    }
+
+    #[test]
+    fn pinning_is_reported() {
+        let catalog = CardCatalog::builtin().unwrap();
+        assert_eq!(
+            catalog.get("smollm2-135m-instruct").unwrap().unpinned(),
+            None
+        );
+        let llama = catalog.get("llama-2-7b-chat").unwrap().unpinned().unwrap();
+        assert!(llama.contains("config.json"), "{llama}");
+        assert!(llama.contains("shards"), "{llama}");
+        let text = card_text()
+            .replace("ab810cf68114990406fdf996510dd3d3c6adbdf5", "main")
+            .replace(
+                "context_window = 8192",
+                "context_window = 8192\nunpinned = \"hashes unknown\"",
+            );
+        let card = ModelCard::parse(&text, "x.toml").unwrap();
+        let why = card.unpinned().unwrap();
+        assert!(why.starts_with("hashes unknown; "), "{why}");
+        assert!(why.contains("follows the branch 'main'"), "{why}");
     }
 
     #[test]

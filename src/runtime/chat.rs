@@ -1,11 +1,21 @@
-//! Chat templates: how a (system, user) exchange and the opening of the model's answer are
-//! written as one string for the tokenizer.
+//! Chat templates: how a conversation (system, user and assistant turns) and the opening
+//! of the model's answer are written as one string for the tokenizer.
 //!
-//! We implement the two families our models use rather than a Jinja engine: ChatML
-//! (SmolLM2, Qwen2) and Llama-2's `[INST]` format. A checkpoint's template is named by its
-//! model card, or, for a bare GGUF file, recognised from its `tokenizer.chat_template`.
+//! We implement the families our models use rather than a Jinja engine: ChatML (SmolLM2,
+//! Qwen2/2.5/3), Llama-2's `[INST] <<SYS>>`, Llama 3's header ids (3.0, and 3.1's dated
+//! system header), Mistral's `[INST]` (v0.3 conventions), Gemma's `<start_of_turn>` and
+//! Phi-3's `<|user|>`. Each is checked against transformers' `apply_chat_template` with
+//! the family's published template (`tests/fixtures/chat_templates`). A checkpoint's
+//! template is named by its model card, or, for a checkpoint without one, recognised
+//! from its own Jinja (`tokenizer.chat_template`, `tokenizer_config.json`);
+//! [`ChatTemplate::differences`] says where a checkpoint's own template visibly departs
+//! from ours. The beginning-of-text token is never written: the tokenizer adds it.
 
 use super::card::{ChatSpec, ChatTemplateKind};
+
+/// Knowledge-cutoff and date lines of Llama 3.1's system header (its template's default
+/// `date_string`; Llama 3.2's template writes the current date instead).
+const LLAMA31_DATES: &str = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
 
 /// A chat template with its default system message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +27,22 @@ pub enum ChatTemplate {
     ChatMl { default_system: Option<String> },
     /// `[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]`; the tokenizer adds `<s>`.
     Llama2 { default_system: Option<String> },
+    /// `<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>` turns (contents
+    /// trimmed), then the assistant header. `dated`: Llama 3.1's template, whose system
+    /// header is always written and opens with the knowledge-cutoff and date lines.
+    Llama3 {
+        default_system: Option<String>,
+        dated: bool,
+    },
+    /// Mistral v0.3: `[INST] ...[/INST]` user turns, ` answer</s>` assistant turns; the
+    /// system message opens the last user turn.
+    Mistral { default_system: Option<String> },
+    /// Gemma: `<start_of_turn>user|model\n...<end_of_turn>\n` (contents trimmed); the
+    /// system message opens the first user turn followed by a blank line (Gemma 3's
+    /// template; Gemma 2's refuses system messages).
+    Gemma { default_system: Option<String> },
+    /// Phi-3 / 3.5: `<|system|>`, `<|user|>`, `<|assistant|>` turns closed by `<|end|>\n`.
+    Phi3 { default_system: Option<String> },
 }
 
 impl ChatTemplate {
@@ -27,25 +53,151 @@ impl ChatTemplate {
             ChatTemplateKind::None => ChatTemplate::None,
             ChatTemplateKind::Chatml => ChatTemplate::ChatMl { default_system },
             ChatTemplateKind::Llama2 => ChatTemplate::Llama2 { default_system },
+            ChatTemplateKind::Llama3 => ChatTemplate::Llama3 {
+                default_system,
+                dated: false,
+            },
+            ChatTemplateKind::Llama31 => ChatTemplate::Llama3 {
+                default_system,
+                dated: true,
+            },
+            ChatTemplateKind::Mistral => ChatTemplate::Mistral { default_system },
+            ChatTemplateKind::Gemma => ChatTemplate::Gemma { default_system },
+            ChatTemplateKind::Phi3 => ChatTemplate::Phi3 { default_system },
         }
     }
 
     /// Recognise a Jinja chat template (GGUF `tokenizer.chat_template`, or
-    /// `tokenizer_config.json`): ChatML if it writes `<|im_start|>`, Llama-2 if it writes
-    /// `[INST]`, else none. A literal default system message in a ChatML template
-    /// (`'<|im_start|>system\nYou are ...<|im_end|>'`) is kept as the default.
+    /// `tokenizer_config.json`) by the markers it writes: Llama 3 header ids (dated when
+    /// it writes the knowledge-cutoff line), Gemma turns, ChatML, Phi-3 turns, `[INST]`
+    /// (Llama-2 with `<<SYS>>`, else Mistral); else none. A literal default system
+    /// message in a ChatML template (`'<|im_start|>system\nYou are ...<|im_end|>'`) is
+    /// kept as the default.
     pub fn detect(jinja: &str) -> Self {
-        if jinja.contains("<|im_start|>") {
+        if jinja.contains("<|start_header_id|>") {
+            ChatTemplate::Llama3 {
+                default_system: None,
+                dated: jinja.contains("Cutting Knowledge Date"),
+            }
+        } else if jinja.contains("<start_of_turn>") {
+            ChatTemplate::Gemma {
+                default_system: None,
+            }
+        } else if jinja.contains("<|im_start|>") {
             ChatTemplate::ChatMl {
                 default_system: literal_chatml_system(jinja),
             }
-        } else if jinja.contains("[INST]") {
+        } else if jinja.contains("<|user|>") && jinja.contains("<|end|>") {
+            ChatTemplate::Phi3 {
+                default_system: None,
+            }
+        } else if jinja.contains("[INST]") && jinja.contains("<<SYS>>") {
             ChatTemplate::Llama2 {
+                default_system: None,
+            }
+        } else if jinja.contains("[INST]") {
+            ChatTemplate::Mistral {
                 default_system: None,
             }
         } else {
             ChatTemplate::None
         }
+    }
+
+    /// The family's name, as model cards write it.
+    pub fn family(&self) -> &'static str {
+        match self {
+            ChatTemplate::None => "none",
+            ChatTemplate::ChatMl { .. } => "chatml",
+            ChatTemplate::Llama2 { .. } => "llama2",
+            ChatTemplate::Llama3 { dated: false, .. } => "llama3",
+            ChatTemplate::Llama3 { dated: true, .. } => "llama3.1",
+            ChatTemplate::Mistral { .. } => "mistral",
+            ChatTemplate::Gemma { .. } => "gemma",
+            ChatTemplate::Phi3 { .. } => "phi3",
+        }
+    }
+
+    /// Where a checkpoint's own Jinja template visibly departs from our rendering: a
+    /// marker we write that none of its string literals writes, a family it does not
+    /// belong to, a default system message or date it writes differently. A check of
+    /// the template's text, not a rendering: empty means nothing was seen, not proof of
+    /// equality (our renderings are proved against the published templates by the
+    /// fixture in `tests/fixtures/chat_templates`).
+    pub fn differences(&self, jinja: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let detected = Self::detect(jinja);
+        if detected.family() != self.family() {
+            found.push(format!(
+                "it looks like the '{}' family, ours is '{}'",
+                detected.family(),
+                self.family()
+            ));
+            return found;
+        }
+        let literals = string_literals(jinja);
+        let writes = |marker: &str| literals.iter().any(|l| l.contains(marker));
+        let (required, forbidden): (&[&str], &[&str]) = match self {
+            ChatTemplate::None => (&[], &[]),
+            ChatTemplate::ChatMl { .. } => (&["<|im_start|>", "<|im_end|>"], &[]),
+            ChatTemplate::Llama2 { .. } => (&["[INST]", "[/INST]", "<<SYS>>"], &[]),
+            ChatTemplate::Llama3 { dated: false, .. } => (
+                &["<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>"],
+                &[],
+            ),
+            ChatTemplate::Llama3 { dated: true, .. } => (
+                &[
+                    "<|start_header_id|>",
+                    "<|end_header_id|>\n\n",
+                    "<|eot_id|>",
+                    "Cutting Knowledge Date: December 2023\n",
+                    "26 Jul 2024",
+                ],
+                &[],
+            ),
+            ChatTemplate::Mistral { .. } => (&["[INST] ", "[/INST]"], &[" [/INST]"]),
+            ChatTemplate::Gemma { .. } => (
+                &[
+                    "<start_of_turn>",
+                    "<end_of_turn>\n",
+                    "<start_of_turn>model\n",
+                ],
+                &[],
+            ),
+            ChatTemplate::Phi3 { .. } => (
+                &["<|system|>\n", "<|user|>\n", "<|assistant|>\n", "<|end|>\n"],
+                &[],
+            ),
+        };
+        for marker in required {
+            if !writes(marker) {
+                found.push(format!("it does not write {marker:?}, ours does"));
+            }
+        }
+        for marker in forbidden {
+            if writes(marker) {
+                found.push(format!("it writes {marker:?}, ours does not"));
+            }
+        }
+        if let ChatTemplate::ChatMl { default_system } = self {
+            let theirs = literal_chatml_system(jinja);
+            if &theirs != default_system {
+                found.push(format!(
+                    "its default system message is {theirs:?}, ours {default_system:?}"
+                ));
+            }
+        }
+        if matches!(self, ChatTemplate::Llama3 { dated: true, .. })
+            && jinja.contains("strftime_now")
+        {
+            found.push("it writes today's date in the system header, ours 26 Jul 2024".into());
+        }
+        if matches!(self, ChatTemplate::Gemma { .. }) && jinja.contains("System role not supported")
+        {
+            found
+                .push("it refuses system messages; ours folds one into the first user turn".into());
+        }
+        found
     }
 
     /// Whether this is a real chat template.
@@ -57,9 +209,12 @@ impl ChatTemplate {
     pub fn default_system(&self) -> Option<&str> {
         match self {
             ChatTemplate::None => None,
-            ChatTemplate::ChatMl { default_system } | ChatTemplate::Llama2 { default_system } => {
-                default_system.as_deref()
-            }
+            ChatTemplate::ChatMl { default_system }
+            | ChatTemplate::Llama2 { default_system }
+            | ChatTemplate::Llama3 { default_system, .. }
+            | ChatTemplate::Mistral { default_system }
+            | ChatTemplate::Gemma { default_system }
+            | ChatTemplate::Phi3 { default_system } => default_system.as_deref(),
         }
     }
 
@@ -90,6 +245,16 @@ impl ChatTemplate {
                     None => user.to_string(),
                 };
                 format!("[INST] {} [/INST]{answer_prefix}", content.trim())
+            }
+            _ => {
+                let mut messages = Vec::with_capacity(2);
+                if let Some(system) = system {
+                    messages.push(("system", system));
+                }
+                messages.push(("user", user));
+                let mut text = self.render_conversation(&messages).unwrap_or_default();
+                text.push_str(answer_prefix);
+                text
             }
         }
     }
@@ -136,8 +301,104 @@ impl ChatTemplate {
                 }
                 Some(text)
             }
+            // Llama 3: every content trimmed; 3.1 always writes the system header, with
+            // its knowledge-cutoff and date lines before the (trimmed) system message.
+            ChatTemplate::Llama3 { dated, .. } => {
+                let header = |role: &str| format!("<|start_header_id|>{role}<|end_header_id|>\n\n");
+                let mut text = String::new();
+                if *dated {
+                    text.push_str(&header("system"));
+                    text.push_str(LLAMA31_DATES);
+                    text.push_str(system.map(str::trim).unwrap_or(""));
+                    text.push_str("<|eot_id|>");
+                } else if let Some(system) = system {
+                    text.push_str(&format!("{}{}<|eot_id|>", header("system"), system.trim()));
+                }
+                for (role, content) in rest {
+                    text.push_str(&format!("{}{}<|eot_id|>", header(role), content.trim()));
+                }
+                text.push_str(&header("assistant"));
+                Some(text)
+            }
+            // Mistral v0.3: the system message opens the last user turn; no space before
+            // `[/INST]`; answers trimmed and closed by `</s>`.
+            ChatTemplate::Mistral { .. } => {
+                let last_user = rest.iter().rposition(|(role, _)| *role == "user");
+                let mut text = String::new();
+                for (index, (role, content)) in rest.iter().enumerate() {
+                    if *role == "assistant" {
+                        text.push_str(&format!(" {}</s>", content.trim()));
+                        continue;
+                    }
+                    match system {
+                        Some(system) if Some(index) == last_user && index + 1 == rest.len() => {
+                            text.push_str(&format!("[INST] {system}\n\n{content}[/INST]"))
+                        }
+                        _ => text.push_str(&format!("[INST] {content}[/INST]")),
+                    }
+                }
+                Some(text)
+            }
+            // Gemma: the assistant is the "model"; the system message and a blank line
+            // open the first turn; contents trimmed.
+            ChatTemplate::Gemma { .. } => {
+                let mut text = String::new();
+                for (index, (role, content)) in rest.iter().enumerate() {
+                    let role = if *role == "assistant" { "model" } else { role };
+                    let prefix = match system {
+                        Some(system) if index == 0 => format!("{system}\n\n"),
+                        _ => String::new(),
+                    };
+                    text.push_str(&format!(
+                        "<start_of_turn>{role}\n{prefix}{}<end_of_turn>\n",
+                        content.trim()
+                    ));
+                }
+                text.push_str("<start_of_turn>model\n");
+                Some(text)
+            }
+            // Phi-3: an empty system message is left out; contents as given.
+            ChatTemplate::Phi3 { .. } => {
+                let mut text = String::new();
+                if let Some(system) = system.filter(|s| !s.is_empty()) {
+                    text.push_str(&format!("<|system|>\n{system}<|end|>\n"));
+                }
+                for (role, content) in rest {
+                    text.push_str(&format!("<|{role}|>\n{content}<|end|>\n"));
+                }
+                text.push_str("<|assistant|>\n");
+                Some(text)
+            }
         }
     }
+}
+
+/// The string literals of a Jinja template (`'...'` and `"..."`), with `\n`, `\t`,
+/// `\\` and quote escapes undone.
+fn string_literals(jinja: &str) -> Vec<String> {
+    let mut literals = Vec::new();
+    let mut chars = jinja.chars();
+    while let Some(c) = chars.next() {
+        if c != '\'' && c != '"' {
+            continue;
+        }
+        let quote = c;
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => literal.push('\n'),
+                    Some('t') => literal.push('\t'),
+                    Some(other) => literal.push(other),
+                    None => break,
+                },
+                c if c == quote => break,
+                c => literal.push(c),
+            }
+        }
+        literals.push(literal);
+    }
+    literals
 }
 
 /// The first `<|im_start|>system\n...<|im_end|>` in the template whose message is plain
@@ -234,9 +495,57 @@ mod tests {
             "[INST] <<SYS>>\nYou judge.\n<</SYS>>\n\n Q [/INST]"
         );
         assert_eq!(
-            ChatTemplate::detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
+            ChatTemplate::detect(
+                "{{ bos_token + '[INST] ' + '<<SYS>>\\n' + content + ' [/INST]' }}"
+            ),
             template
         );
+        // Without a <<SYS>> block, [INST] is Mistral's.
+        assert_eq!(
+            ChatTemplate::detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
+            ChatTemplate::Mistral {
+                default_system: None
+            }
+        );
+    }
+
+    #[test]
+    fn string_literals_are_unescaped() {
+        let jinja = r#"{{ '<|user|>\n' + x + "say \"hi\"" }}{% if a == 'b\'c' %}"#;
+        assert_eq!(
+            string_literals(jinja),
+            vec!["<|user|>\n".to_string(), "say \"hi\"".into(), "b'c".into()]
+        );
+    }
+
+    #[test]
+    fn new_families_keep_the_default_system_and_the_answer_prefix() {
+        let gemma = ChatTemplate::Gemma {
+            default_system: Some("Judge.".into()),
+        };
+        assert_eq!(
+            gemma.render(None, " Q ", "Summary"),
+            "<start_of_turn>user\nJudge.\n\nQ<end_of_turn>\n<start_of_turn>model\nSummary"
+        );
+        let mistral = ChatTemplate::Mistral {
+            default_system: None,
+        };
+        // An answer already given keeps the system message away from earlier turns.
+        assert_eq!(
+            mistral
+                .render_conversation(&[("system", "S"), ("user", "A"), ("assistant", " B ")])
+                .unwrap(),
+            "[INST] A[/INST] B</s>"
+        );
+        let phi = ChatTemplate::Phi3 {
+            default_system: None,
+        };
+        assert_eq!(
+            phi.render(Some(""), "Q", ""),
+            "<|user|>\nQ<|end|>\n<|assistant|>\n"
+        );
+        assert!(phi.is_chat());
+        assert_eq!(phi.family(), "phi3");
     }
 
     #[test]

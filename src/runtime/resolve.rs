@@ -70,6 +70,10 @@ pub struct ResolvedModel {
     pub context_window: usize,
     /// The card's files as fetched (empty for path models).
     pub files: Vec<FetchedFile>,
+    /// What the user should know before trusting results: a card whose revision or
+    /// hashes are not pinned, a checkpoint whose own chat template departs from ours.
+    /// Told by the loader (`engine::load`) through its progress sink.
+    pub notes: Vec<String>,
 }
 
 impl ResolvedModel {
@@ -127,8 +131,20 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
         None if card.format == WeightFormat::Gguf => TokenizerSource::Gguf(weights[0].path.clone()),
         None => bail!("card '{}' has no tokenizer file", card.name),
     };
+    let chat_template = ChatTemplate::from_spec(&card.chat);
+    let mut notes = Vec::new();
+    if let Some(why) = card.unpinned() {
+        notes.push(format!(
+            "model card '{}' is not fully pinned: {why}",
+            card.name
+        ));
+    }
     if card.format == WeightFormat::Gguf {
         let header = GgufHeader::read(&weights[0].path)?;
+        let own = header
+            .chat_template()
+            .with_context(|| format!("in {}", weights[0].path.display()))?;
+        notes.extend(template_notes(&chat_template, own, "its GGUF metadata"));
         let declared = header
             .architecture()
             .with_context(|| format!("in {}", weights[0].path.display()))?;
@@ -161,10 +177,11 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
         config,
         tokenizer,
         fingerprint: fingerprint(weights.iter().map(|f| f.sha256.as_str()).collect()),
-        chat_template: ChatTemplate::from_spec(&card.chat),
+        chat_template,
         conventions: card.conventions.clone(),
         context_window: card.context_window,
         files,
+        notes,
     })
 }
 
@@ -174,9 +191,12 @@ fn resolve_gguf(path: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
     let architecture = header
         .architecture()
         .with_context(|| format!("in {}", path.display()))?;
-    let chat_template = header
+    let own_template = header
         .chat_template()
         .with_context(|| format!("in {}", path.display()))?
+        .map(str::to_string);
+    let chat_template = own_template
+        .as_deref()
         .map(ChatTemplate::detect)
         .unwrap_or(ChatTemplate::None);
     let context_window = header
@@ -194,6 +214,7 @@ fn resolve_gguf(path: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
         tokenizer: TokenizerSource::Gguf(path.to_path_buf()),
         fingerprint: hash,
         conventions: conventions_for(&chat_template),
+        notes: template_notes(&chat_template, own_template.as_deref(), "its GGUF metadata"),
         chat_template,
         context_window,
         files: Vec::new(),
@@ -275,10 +296,35 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
         },
         fingerprint: fingerprint(hashes.iter().map(String::as_str).collect()),
         conventions: conventions_for(&chat_template),
+        notes: template_notes(
+            &chat_template,
+            tokenizer_config
+                .as_ref()
+                .and_then(|c| c.chat_template.as_deref()),
+            "tokenizer_config.json",
+        ),
         chat_template,
         context_window,
         files: Vec::new(),
     })
+}
+
+/// A note when a checkpoint's own chat template (found in `place`) visibly departs from
+/// the one we render its prompts with ([`ChatTemplate::differences`]).
+fn template_notes(ours: &ChatTemplate, own: Option<&str>, place: &str) -> Vec<String> {
+    let Some(own) = own else {
+        return Vec::new();
+    };
+    let found = ours.differences(own);
+    if found.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "the checkpoint's own chat template ({place}) differs from the '{}' template \
+         nlg-judge renders prompts with: {}",
+        ours.family(),
+        found.join("; ")
+    )]
 }
 
 /// The only `.gguf` file in `dir`, if there is exactly one.
@@ -346,16 +392,20 @@ fn default_tokenizer_spec(
     }
 }
 
-/// Conventions for a checkpoint without a card, from its chat template: ChatML models are
-/// asked like the SmolLM2/Qwen2 cards, Llama-2 models like the Llama-2 cards, others like
-/// FlanT5 (plain text, labels " A"/" B" after the item noun).
+/// Conventions for a checkpoint without a card, from its chat template: ChatML, Llama 3,
+/// Gemma and Phi-3 models are asked like the SmolLM2/Qwen2 cards (the assistant turn
+/// opens on its own line), `[INST]` models (Llama-2, Mistral) like the Llama-2 cards,
+/// others like FlanT5 (plain text, labels " A"/" B" after the item noun).
 pub fn conventions_for(template: &ChatTemplate) -> Conventions {
     match template {
-        ChatTemplate::ChatMl { .. } => Conventions {
+        ChatTemplate::ChatMl { .. }
+        | ChatTemplate::Llama3 { .. }
+        | ChatTemplate::Gemma { .. }
+        | ChatTemplate::Phi3 { .. } => Conventions {
             chat: true,
             ..Conventions::default()
         },
-        ChatTemplate::Llama2 { .. } => Conventions {
+        ChatTemplate::Llama2 { .. } | ChatTemplate::Mistral { .. } => Conventions {
             pairwise_suffix: "\n\nAnswer:".to_string(),
             answer_prefix: " {item}".to_string(),
             label_a: "A".to_string(),

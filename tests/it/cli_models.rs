@@ -52,6 +52,47 @@ fn list_shows_every_card_and_nothing_cached() {
 }
 
 #[test]
+fn list_and_show_give_licence_memory_and_pinning() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(cache.path(), &["models", "list"], &[]);
+    let stdout = text(&output.stdout);
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from\n{stdout}"))
+            .to_string()
+    };
+    // 8.03B parameters: 29.9 GiB at f32, 16.9 with bf16 blocks, 10.4 with int8 blocks
+    // (the embedding and head stay f32).
+    let llama = line("llama-3.1-8b-instruct");
+    for part in ["8.0B", "llama3.1", "29.9/16.9/10.4 ", " no "] {
+        assert!(llama.contains(part), "{part}: {llama}");
+    }
+    // A GGUF card also says what its weights need kept as stored.
+    let smol = line("smollm2-135m-instruct");
+    for part in ["135M", "apache-2.0", "0.5/0.3/0.2/0.2 ", " yes "] {
+        assert!(smol.contains(part), "{part}: {smol}");
+    }
+
+    let output = run(
+        cache.path(),
+        &["models", "show", "llama-3.1-8b-instruct"],
+        &[],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown = text(&output.stdout);
+    for part in [
+        "licence llama3.1",
+        "weights at bf16     16.9 GiB",
+        "meta-llama/Llama-3.1-8B-Instruct at 0e9e39f249a16976918f6564b8830bc894c89659",
+        "pinned: no: no sha256 in the card for config.json",
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+}
+
+#[test]
 fn fetch_uses_a_local_model_dir_and_list_shows_it_verified() {
     let source = common::card_file("smollm2-135m-instruct");
     let cache = tempfile::tempdir().unwrap();

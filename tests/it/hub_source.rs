@@ -214,6 +214,8 @@ fn a_t5_checkpoint_from_the_hub_scores_like_the_local_directory() {
         weights: nlg_judge::arch::WeightPolicy::F32,
         precision: nlg_judge::arch::Precision::F32,
         decoder: Default::default(),
+        memory: Default::default(),
+        progress: Default::default(),
     };
     let mut from_hub = nlg_judge::engine::load_resolved(&resolved, &load).unwrap();
     let mut from_dir =

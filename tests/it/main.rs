@@ -4,6 +4,7 @@
 
 mod batched_generation;
 mod bertscore_parity;
+mod chat_templates;
 mod cli;
 mod cli_models;
 mod common;

@@ -14,7 +14,7 @@ use candle_nn::VarBuilder;
 
 use super::config::{LlamaConfig, LlamaVariant};
 use super::{DecoderLayer, LlamaModel};
-use crate::arch::linear::{Linear, WeightPolicy};
+use crate::arch::linear::{Linear, Precision, WeightPolicy};
 
 /// Open a GGUF file and read its header, refusing truncated files up front.
 pub fn read_gguf_header(path: &Path) -> Result<(File, gguf_file::Content)> {
@@ -114,6 +114,18 @@ pub fn from_safetensors(
     weight_paths: &[PathBuf],
     device: &Device,
 ) -> Result<LlamaModel> {
+    from_safetensors_at(config_path, weight_paths, device, Precision::F32)
+}
+
+/// [`from_safetensors`] with each block's projections converted to `precision` as soon
+/// as the block is read, so that the whole model never exists in f32 (an 8B model at
+/// bf16 peaks at its bf16 size plus one block in f32).
+pub fn from_safetensors_at(
+    config_path: &Path,
+    weight_paths: &[PathBuf],
+    device: &Device,
+    precision: Precision,
+) -> Result<LlamaModel> {
     let config = LlamaConfig::from_json_file(config_path)?;
     for path in weight_paths {
         if !path.is_file() {
@@ -159,18 +171,21 @@ pub fn from_safetensors(
             Linear::dense(weight, bias)
         };
         let i = config.intermediate_size;
-        layers.push(DecoderLayer::new(
-            &config,
-            layer.get(h, "input_layernorm.weight")?,
-            linear("self_attn.q_proj", q_out, h, with_bias)?,
-            linear("self_attn.k_proj", kv, h, with_bias)?,
-            linear("self_attn.v_proj", kv, h, with_bias)?,
-            linear("self_attn.o_proj", h, q_out, false)?,
-            layer.get(h, "post_attention_layernorm.weight")?,
-            linear("mlp.gate_proj", i, h, false)?,
-            linear("mlp.up_proj", i, h, false)?,
-            linear("mlp.down_proj", h, i, false)?,
-        )?);
+        layers.push(
+            DecoderLayer::new(
+                &config,
+                layer.get(h, "input_layernorm.weight")?,
+                linear("self_attn.q_proj", q_out, h, with_bias)?,
+                linear("self_attn.k_proj", kv, h, with_bias)?,
+                linear("self_attn.v_proj", kv, h, with_bias)?,
+                linear("self_attn.o_proj", h, q_out, false)?,
+                layer.get(h, "post_attention_layernorm.weight")?,
+                linear("mlp.gate_proj", i, h, false)?,
+                linear("mlp.up_proj", i, h, false)?,
+                linear("mlp.down_proj", h, i, false)?,
+            )?
+            .with_precision(precision)?,
+        );
     }
     LlamaModel::new(config, embedding, layers, final_norm, head, device)
 }

@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 pub use config::{LlamaConfig, LlamaVariant};
 pub use kv::KvCache;
-pub use load::{from_gguf, from_safetensors, read_gguf_header};
+pub use load::{from_gguf, from_safetensors, from_safetensors_at, read_gguf_header};
 
 use self::fused::{log_sum_exp_rows, masked_softmax};
 use super::linear::{Linear, Precision};

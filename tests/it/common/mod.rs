@@ -88,6 +88,8 @@ pub fn smollm2_scorer_at(
         weights: nlg_judge::arch::WeightPolicy::F32,
         precision,
         decoder: settings,
+        memory: Default::default(),
+        progress: Default::default(),
     };
     let resolved = nlg_judge::runtime::resolve_model("smollm2-135m-instruct", &options.resolve)
         .expect("SmolLM2 resolves");

@@ -117,6 +117,8 @@ pub fn load_t5_dir(dir: &Path) -> anyhow::Result<nlg_judge::engine::T5Scorer> {
         weights: nlg_judge::arch::WeightPolicy::F32,
         precision: nlg_judge::arch::Precision::F32,
         decoder: Default::default(),
+        memory: Default::default(),
+        progress: Default::default(),
     };
     let spec = dir
         .to_str()
