@@ -281,3 +281,86 @@ fn reduced_precision_stays_close_to_f32_and_thread_independent() -> Result<()> {
     }
     Ok(())
 }
+
+/// A copy of fixture `kind` in a temporary directory, with `edit` applied to the parsed
+/// `file` (JSON).
+fn edited_copy(
+    kind: &str,
+    file: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(fixtures().join(kind))? {
+        let path = entry?.path();
+        std::fs::copy(
+            &path,
+            dir.path().join(path.file_name().expect("a file name")),
+        )?;
+    }
+    let path = dir.path().join(file);
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    edit(&mut json);
+    std::fs::write(&path, serde_json::to_string(&json)?)?;
+    Ok(dir)
+}
+
+/// The error chain of loading `dir` as a user does.
+fn load_error(dir: &Path) -> String {
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let options = LoadOptions {
+        resolve: common::resolve_options_in(cache.path()),
+        device: "cpu".to_string(),
+        weights: WeightPolicy::F32,
+        precision: Precision::F32,
+        decoder: settings(Strategy::Tree),
+    };
+    let loaded = resolve_model(dir.to_str().expect("a UTF-8 path"), &options.resolve)
+        .and_then(|resolved| load_decoder(&resolved, &options));
+    match loaded {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(error) => format!("{error:#}"),
+    }
+}
+
+#[test]
+fn bad_checkpoints_fail_at_load_naming_the_field() -> Result<()> {
+    let expect = |dir: tempfile::TempDir, needles: &[&str]| {
+        let error = load_error(dir.path());
+        for needle in needles {
+            assert!(error.contains(needle), "'{needle}' not in: {error}");
+        }
+    };
+    expect(
+        edited_copy("gemma2", "config.json", |c| {
+            c["model_type"] = "gpt_neox".into()
+        })?,
+        &["model_type", "'gpt_neox'", "gemma3_text", "phi3"],
+    );
+    expect(
+        edited_copy("llama3", "config.json", |c| {
+            c["rope_parameters"]["rope_type"] = "mrope".into()
+        })?,
+        &["rope_scaling", "'mrope'", "llama3", "longrope"],
+    );
+    // Three layers declared, two stored: the first missing tensor is named.
+    expect(
+        edited_copy("qwen3", "config.json", |c| {
+            c["num_hidden_layers"] = 3.into();
+            c.as_object_mut().map(|c| c.remove("layer_types"));
+        })?,
+        &["model.layers.2.", "qwen3"],
+    );
+    // A tokenizer with a token past the model's vocabulary.
+    expect(
+        edited_copy("mistral", "tokenizer.json", |t| {
+            t["model"]["vocab"]["extra"] = 256.into()
+        })?,
+        &["257 tokens", "vocab_size", "256"],
+    );
+    // config.json's beginning-of-sequence token is not the one the tokenizer adds.
+    expect(
+        edited_copy("llama3", "config.json", |c| c["bos_token_id"] = 5.into())?,
+        &["bos_token_id", "5", "token 1"],
+    );
+    Ok(())
+}
