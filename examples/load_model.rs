@@ -26,7 +26,9 @@ impl ProgressSink for Notes {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let model = args.first().context("usage: load_model MODEL [weights] [precision]")?;
+    let model = args
+        .first()
+        .context("usage: load_model MODEL [weights] [precision]")?;
     let mut options = LoadOptions::from_env()?;
     options.device = "cpu".into();
     options.progress = Progress::to(Arc::new(Notes));

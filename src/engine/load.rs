@@ -14,7 +14,7 @@ use crate::engine::EngineError;
 use crate::progress::Progress;
 use crate::runtime::{
     load_tokenizer, resolve_model, select_device, Architecture, ResolveOptions, ResolvedModel,
-    WeightFormat,
+    TextTokenizer, WeightFormat,
 };
 
 /// How to load a model.
@@ -62,12 +62,15 @@ pub fn load_resolved(resolved: &ResolvedModel, options: &LoadOptions) -> Result<
         options.progress.note(&format!("note: {note}"));
     }
     match resolved.architecture {
-        Architecture::Llama | Architecture::Qwen2 => Ok(Box::new(load_decoder(resolved, options)?)),
         Architecture::T5 => Ok(Box::new(load_t5(resolved, options)?)),
         Architecture::Bert => anyhow::bail!(
             "model '{}' is a BERT encoder for embedding metrics (bertscore), not a scorer",
             resolved.name
         ),
+        decoder => {
+            debug_assert_eq!(decoder.kind(), crate::runtime::ModelKind::DecoderOnly);
+            Ok(Box::new(load_decoder(resolved, options)?))
+        }
     }
 }
 
@@ -135,8 +138,12 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         }
     };
     let tokenizer = load_tokenizer(resolved)?;
+    check_tokenizer_against_model(resolved, &tokenizer, model.config().vocab_size)?;
     let mut info = model_info(resolved);
-    info.fingerprint = plan.precision.fingerprint(&info.fingerprint);
+    // The weights' hash, then what the configuration makes of them (a config.json beside
+    // safetensors is not hashed with them), then the precision.
+    let configured = format!("{}+{}", info.fingerprint, model.config().identity());
+    info.fingerprint = plan.precision.fingerprint(&configured);
     info.context_window = info.context_window.min(model.config().context_length);
     DecoderScorer::new(
         model,
@@ -145,6 +152,44 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         info,
         options.decoder,
     )
+}
+
+/// Catch a tokenizer that does not belong to the weights before the first prompt: ids
+/// past the model's vocabulary, and a beginning-of-sequence token other than the one
+/// `config.json` names (it would start every prompt).
+fn check_tokenizer_against_model(
+    resolved: &ResolvedModel,
+    tokenizer: &TextTokenizer,
+    model_vocab: usize,
+) -> Result<()> {
+    let files = |what: String| -> anyhow::Error { EngineError::Files(what).into() };
+    if tokenizer.vocab_size() > model_vocab {
+        return Err(files(format!(
+            "the tokenizer has {} tokens but the model's vocab_size (embedding rows) is {model_vocab}: tokenizer and weights do not belong together",
+            tokenizer.vocab_size()
+        )));
+    }
+    let Some(config) = &resolved.config else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(config)
+        .with_context(|| format!("cannot read {}", config.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", config.display()))?;
+    let special = tokenizer.special();
+    if let (true, Some(bos), Some(declared)) = (
+        special.add_bos,
+        special.bos,
+        json.get("bos_token_id").and_then(serde_json::Value::as_u64),
+    ) {
+        if u64::from(bos) != declared {
+            return Err(files(format!(
+                "{}: field 'bos_token_id' is {declared} but the tokenizer starts prompts with token {bos}: tokenizer and config disagree",
+                config.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What methods may know about a resolved model (a scorer's `info()`), before the

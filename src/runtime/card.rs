@@ -80,36 +80,70 @@ pub const CARDS_DIR_ENV: &str = "NLG_JUDGE_CARDS";
 #[serde(rename_all = "lowercase")]
 pub enum Architecture {
     Llama,
+    Mistral,
     Qwen2,
+    Qwen3,
+    Gemma2,
+    /// Gemma 3, text only (`gemma3_text`; GGUF says `gemma3`).
+    Gemma3,
+    Phi3,
     T5,
     /// A BERT encoder: embeddings for BERTScore, not a scorer.
     Bert,
 }
 
+/// The one list of architectures: each with the names checkpoints give it (`model_type`
+/// of `config.json` first, then GGUF's `general.architecture` where llama.cpp differs)
+/// and what kind of model it is.
+const ARCHITECTURES: &[(Architecture, &[&str], ModelKind)] = &[
+    (Architecture::Llama, &["llama"], ModelKind::DecoderOnly),
+    (Architecture::Mistral, &["mistral"], ModelKind::DecoderOnly),
+    (Architecture::Qwen2, &["qwen2"], ModelKind::DecoderOnly),
+    (Architecture::Qwen3, &["qwen3"], ModelKind::DecoderOnly),
+    (Architecture::Gemma2, &["gemma2"], ModelKind::DecoderOnly),
+    (
+        Architecture::Gemma3,
+        &["gemma3_text", "gemma3"],
+        ModelKind::DecoderOnly,
+    ),
+    (Architecture::Phi3, &["phi3"], ModelKind::DecoderOnly),
+    (Architecture::T5, &["t5"], ModelKind::EncoderDecoder),
+    (Architecture::Bert, &["bert"], ModelKind::EncoderOnly),
+];
+
 impl Architecture {
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
+        Architecture::Mistral,
         Architecture::Qwen2,
+        Architecture::Qwen3,
+        Architecture::Gemma2,
+        Architecture::Gemma3,
+        Architecture::Phi3,
         Architecture::T5,
         Architecture::Bert,
     ];
 
-    /// The name the weights use (GGUF `general.architecture`, config.json `model_type`).
+    fn entry(self) -> &'static (Architecture, &'static [&'static str], ModelKind) {
+        ARCHITECTURES
+            .iter()
+            .find(|(arch, _, _)| *arch == self)
+            .expect("every architecture is listed in ARCHITECTURES")
+    }
+
+    /// The name the weights use (config.json `model_type`; GGUF `general.architecture`
+    /// may use another of [`Self::names`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::T5 => "t5",
-            Architecture::Bert => "bert",
-        }
+        self.entry().1[0]
+    }
+
+    /// Every name checkpoints give this architecture.
+    pub fn names(self) -> &'static [&'static str] {
+        self.entry().1
     }
 
     pub fn kind(self) -> ModelKind {
-        match self {
-            Architecture::Llama | Architecture::Qwen2 => ModelKind::DecoderOnly,
-            Architecture::T5 => ModelKind::EncoderDecoder,
-            Architecture::Bert => ModelKind::EncoderOnly,
-        }
+        self.entry().2
     }
 }
 
@@ -123,11 +157,15 @@ impl FromStr for Architecture {
     type Err = anyhow::Error;
 
     fn from_str(name: &str) -> Result<Self> {
-        Architecture::ALL
-            .into_iter()
-            .find(|arch| arch.as_str() == name)
+        ARCHITECTURES
+            .iter()
+            .find(|(_, names, _)| names.contains(&name))
+            .map(|(arch, _, _)| *arch)
             .with_context(|| {
-                let known: Vec<_> = Architecture::ALL.iter().map(|a| a.as_str()).collect();
+                let known: Vec<_> = ARCHITECTURES
+                    .iter()
+                    .flat_map(|(_, names, _)| names.iter().copied())
+                    .collect();
                 format!(
                     "unknown architecture '{name}' (supported: {})",
                     known.join(", ")

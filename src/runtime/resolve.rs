@@ -356,7 +356,7 @@ fn fingerprint(hashes: Vec<&str>) -> String {
 
 /// Special tokens for a `tokenizer.json` without a card: T5's fixed ones; for decoder-only
 /// models those of `tokenizer_config.json`, else the family's usual ones (Llama: `<s>`
-/// added in front, `</s>`; Qwen2: `<|endoftext|>`, nothing added).
+/// added in front, `</s>`; Gemma: `<bos>`, `<eos>`; Qwen: `<|endoftext|>`, nothing added).
 fn default_tokenizer_spec(
     architecture: Architecture,
     config: Option<&super::checkpoint::TokenizerConfig>,
@@ -365,13 +365,19 @@ fn default_tokenizer_spec(
         Architecture::T5 => TextTokenizer::t5_spec(),
         // BERT's tokenizer.json adds [CLS] and [SEP] itself.
         Architecture::Bert => TokenizerSpec::default(),
-        Architecture::Llama | Architecture::Qwen2 => {
-            let llama = architecture == Architecture::Llama;
-            let (bos, eos) = if llama {
-                (Some("<s>".to_string()), Some("</s>".to_string()))
-            } else {
-                (None, Some("<|endoftext|>".to_string()))
+        decoder => {
+            // The family's usual tokens when tokenizer_config.json says nothing: llama,
+            // mistral and phi3 add `<s>` in front; gemma `<bos>`; qwen adds nothing.
+            let (bos, eos) = match decoder {
+                Architecture::Qwen2 | Architecture::Qwen3 => {
+                    (None, Some("<|endoftext|>".to_string()))
+                }
+                Architecture::Gemma2 | Architecture::Gemma3 => {
+                    (Some("<bos>".to_string()), Some("<eos>".to_string()))
+                }
+                _ => (Some("<s>".to_string()), Some("</s>".to_string())),
             };
+            let llama = bos.is_some();
             match config {
                 Some(config) => TokenizerSpec {
                     bos: config.bos.clone(),

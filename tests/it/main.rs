@@ -2,6 +2,7 @@
 //! instead of once per file): one module per topic, helpers in `common`. Tests that set
 //! process-wide environment variables live in `tests/process_env/`, apart.
 
+mod archs;
 mod batched_generation;
 mod bertscore_parity;
 mod chat_templates;

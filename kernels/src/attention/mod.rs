@@ -132,6 +132,17 @@ impl SimdPath {
     }
 }
 
+/// What attention applies besides the causal mask (Mistral, Phi-3 and Gemma's sliding
+/// windows; Gemma 2's score soft-capping).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Masking {
+    /// A query at position `p` sees keys at positions `> p - window` only. Positions
+    /// count from the start of the group's prefix.
+    pub window: Option<usize>,
+    /// Scaled scores pass through `c * tanh(s / c)` before the softmax.
+    pub softcap: Option<f32>,
+}
+
 /// `out[token, head] = softmax(scale * q k^T) v` over the group's prefix segments and
 /// the row's own keys up to the token (causal), for every real token of every group.
 /// `queries` and `out` are `(tokens, heads * head_dim)`, tokens packed group after group.
@@ -145,6 +156,18 @@ pub fn segment_attention(
     segment_attention_on(SimdPath::best(), dims, scale, groups, queries, out)
 }
 
+/// [`segment_attention`] with a sliding window and/or soft-capped scores.
+pub fn segment_attention_masked(
+    dims: AttentionDims,
+    scale: f32,
+    masking: Masking,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    segment_attention_masked_on(SimdPath::best(), dims, scale, masking, groups, queries, out)
+}
+
 /// [`segment_attention`] on a chosen instruction path (for tests and benchmarks).
 pub fn segment_attention_on(
     path: SimdPath,
@@ -154,6 +177,24 @@ pub fn segment_attention_on(
     queries: &[f32],
     out: &mut [f32],
 ) -> Result<(), AttentionError> {
+    segment_attention_masked_on(path, dims, scale, Masking::default(), groups, queries, out)
+}
+
+/// [`segment_attention_masked`] on a chosen instruction path.
+pub fn segment_attention_masked_on(
+    path: SimdPath,
+    dims: AttentionDims,
+    scale: f32,
+    masking: Masking,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    if masking.window == Some(0) || masking.softcap.is_some_and(|c| c <= 0.0 || !c.is_finite()) {
+        return Err(AttentionError(format!(
+            "a window must be positive and a soft-cap positive and finite: {masking:?}"
+        )));
+    }
     if !path.available() {
         return Err(AttentionError(format!(
             "{path:?} is not supported by this CPU"
@@ -168,6 +209,7 @@ pub fn segment_attention_on(
             path,
             dims,
             scale,
+            masking,
             groups,
             queries,
             out,
@@ -189,6 +231,7 @@ fn run_job(
     path: SimdPath,
     dims: AttentionDims,
     scale: f32,
+    masking: Masking,
     groups: &[RowGroup],
     queries: &[f32],
     out: &mut [f32],
@@ -201,6 +244,11 @@ fn run_job(
     let job = Job {
         dims,
         scale: scale * std::f32::consts::LOG2_E,
+        window: masking.window,
+        // Scores are in base 2 (times log2 e): so is the cap.
+        softcap: masking
+            .softcap
+            .map_or(0.0, |c| c * std::f32::consts::LOG2_E),
         groups,
         queries,
         out: OutPtr(out.as_mut_ptr()),
@@ -410,6 +458,9 @@ struct Job<'a> {
     dims: AttentionDims,
     /// `scale * log2(e)`: scores come out in base 2.
     scale: f32,
+    window: Option<usize>,
+    /// The soft-cap in base 2 (0: none).
+    softcap: f32,
     groups: &'a [RowGroup<'a>],
     queries: &'a [f32],
     out: OutPtr,
@@ -507,6 +558,8 @@ impl Job<'_> {
             row += 1;
         }
         let mut st = ChunkState::<NV>::new();
+        st.softcap = self.softcap;
+        let prefix_len: usize = group.prefix.iter().map(|s| s.len).sum();
         for i in 0..n {
             let query = first_query + i;
             let token = query / g;
@@ -526,8 +579,12 @@ impl Job<'_> {
             }
         }
 
-        // The shared prefix: every query of the chunk sees every key.
+        // The shared prefix: every query of the chunk sees every key (but those a
+        // sliding window hides: keys at least `window` positions behind the query).
+        let mut segment_start = 0;
         for segment in group.prefix {
+            let segment_at = segment_start;
+            segment_start += segment.len;
             if segment.len == 0 {
                 continue;
             }
@@ -540,6 +597,18 @@ impl Job<'_> {
                 let start = t * KEY_TILE;
                 let len = KEY_TILE.min(segment.len - start);
                 st.visible[..n].fill(len);
+                if let Some(window) = self.window {
+                    let tile_at = segment_at + start;
+                    for (first, &position) in st.first_visible[..n].iter_mut().zip(&positions[..n])
+                    {
+                        // Keys at positions >= p + 1 - window are visible.
+                        let lowest = (prefix_len + position + 1).saturating_sub(window);
+                        *first = lowest.saturating_sub(tile_at).min(len);
+                    }
+                    if st.first_visible[..n].iter().all(|&f| f >= len) {
+                        continue;
+                    }
+                }
                 let at = base + start * hd;
                 st.tile::<M, PV>(
                     0,
@@ -573,6 +642,15 @@ impl Job<'_> {
                     st.visible[from..end].iter_mut().zip(&positions[from..end])
                 {
                     *visible = (position + 1 - start).min(len);
+                }
+                if let Some(window) = self.window {
+                    for (first, &position) in st.first_visible[from..end]
+                        .iter_mut()
+                        .zip(&positions[from..end])
+                    {
+                        let lowest = (position + 1).saturating_sub(window);
+                        *first = lowest.saturating_sub(start).min(len);
+                    }
                 }
                 let at = base + start * hd;
                 let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;

@@ -48,6 +48,11 @@ pub(crate) struct ChunkState<const NV: usize> {
     sum: [Lane; QUERY_CHUNK],
     /// How many keys of the current tile each query sees (from its start).
     pub visible: [usize; QUERY_CHUNK],
+    /// The first key of the current tile each query sees (0 but where a sliding window
+    /// hides the tile's first keys).
+    pub first_visible: [usize; QUERY_CHUNK],
+    /// Soft-cap of the (base-2) scores, `c * tanh(s / c)`; 0 for none.
+    pub softcap: f32,
     /// The current key tile, transposed: `keys_t[v][lane][j]` is dimension
     /// `v * 16 + lane` of key `j` (a copy in the chunk's own memory, at fixed offsets:
     /// read from the shared buffer directly, the score loop does not vectorise).
@@ -66,6 +71,8 @@ impl<const NV: usize> ChunkState<NV> {
             max: [f32::NEG_INFINITY; QUERY_CHUNK],
             sum: [[0.0; LANES]; QUERY_CHUNK],
             visible: [0; QUERY_CHUNK],
+            first_visible: [0; QUERY_CHUNK],
+            softcap: 0.0,
             keys_t: [[[0.0; KEY_TILE]; LANES]; NV],
             scores: [[0.0; KEY_TILE]; QUERY_CHUNK],
         }
@@ -147,15 +154,25 @@ impl<const NV: usize> ChunkState<NV> {
     /// lane array across tiles, reduced once at the end ([`Self::total`]).
     #[inline(always)]
     fn softmax_update<M: MulAdd>(&mut self, i: usize) {
-        let visible = self.visible[i];
+        let (first, visible) = (self.first_visible[i], self.visible[i]);
         let row = &mut self.scores[i];
-        if visible == 0 {
+        if visible <= first {
             // No key of this tile is visible: an exact no-op on the state.
             *row = [0.0; KEY_TILE];
             return;
         }
+        if self.softcap > 0.0 {
+            let cap = self.softcap;
+            for s in row.iter_mut() {
+                *s = cap * (*s / cap).tanh();
+            }
+        }
         for (j, s) in row.iter_mut().enumerate() {
-            *s = if j < visible { *s } else { f32::NEG_INFINITY };
+            *s = if j < visible && j >= first {
+                *s
+            } else {
+                f32::NEG_INFINITY
+            };
         }
         let mut lane_max = [f32::NEG_INFINITY; LANES];
         for half in row.chunks_exact(LANES) {

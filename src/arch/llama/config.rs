@@ -1,44 +1,114 @@
-//! Hyper-parameters of a llama-family decoder, read from GGUF metadata or a Hugging Face
-//! `config.json`.
+//! Hyper-parameters of a llama-family decoder (llama, mistral, qwen2, qwen3, gemma2,
+//! gemma3, phi3), read from a Hugging Face `config.json` here or from GGUF metadata
+//! (`gguf_config.rs`). The families share one forward pass; what sets them apart is a
+//! handful of switches in [`LlamaConfig`], each read from the field that family's
+//! checkpoints use.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use candle_core::quantized::gguf_file;
 use serde::Deserialize;
+use serde_json::Value;
+
+use super::rope::RopeScaling;
 
 /// The members of the family we implement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LlamaVariant {
-    /// Llama, Llama-2, SmolLM2, Mistral-style: no projection biases.
+    /// Llama 1-3, SmolLM2: no projection biases.
     Llama,
+    /// Mistral: llama with an optional sliding window.
+    Mistral,
     /// Qwen2 / Qwen2.5: biases on the query, key and value projections.
     Qwen2,
+    /// Qwen3: per-head RMSNorm of queries and keys, a head width of its own.
+    Qwen3,
+    /// Gemma 2: scaled embeddings, `1 + w` norms around both blocks, GeGLU, soft-capping,
+    /// sliding windows on alternate layers.
+    Gemma2,
+    /// Gemma 3 (text): Gemma 2 without soft-capping, with query/key norms and local
+    /// layers on a rope base of their own.
+    Gemma3,
+    /// Phi-3 / 3.5 / 4-mini: fused query/key/value and gate/up projections.
+    Phi3,
 }
+
+/// Every variant with the names it answers to: `model_type` in `config.json` first, then
+/// GGUF's `general.architecture` where llama.cpp calls it otherwise.
+const NAMES: &[(LlamaVariant, &[&str])] = &[
+    (LlamaVariant::Llama, &["llama"]),
+    (LlamaVariant::Mistral, &["mistral"]),
+    (LlamaVariant::Qwen2, &["qwen2"]),
+    (LlamaVariant::Qwen3, &["qwen3"]),
+    (LlamaVariant::Gemma2, &["gemma2"]),
+    (LlamaVariant::Gemma3, &["gemma3_text", "gemma3"]),
+    (LlamaVariant::Phi3, &["phi3"]),
+];
 
 impl LlamaVariant {
     /// The variant an architecture name denotes (`general.architecture` in GGUF,
     /// `model_type` in `config.json`).
     pub fn from_architecture(name: &str) -> Result<Self> {
-        match name {
-            "llama" | "mistral" => Ok(Self::Llama),
-            "qwen2" => Ok(Self::Qwen2),
-            other => bail!(
-                "unknown architecture '{other}': the llama-family code supports llama, mistral and qwen2"
-            ),
-        }
+        NAMES
+            .iter()
+            .find(|(_, names)| names.contains(&name))
+            .map(|(variant, _)| *variant)
+            .ok_or_else(|| {
+                anyhow!(
+                    "unknown architecture '{name}': the decoder code supports {}",
+                    Self::supported()
+                )
+            })
+    }
+
+    /// The supported names, for messages.
+    pub fn supported() -> String {
+        NAMES
+            .iter()
+            .flat_map(|(_, names)| names.iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Qwen2 => "qwen2",
-        }
+        NAMES
+            .iter()
+            .find(|(variant, _)| *variant == self)
+            .map_or("llama", |(_, names)| names[0])
+    }
+
+    /// Gemma's conventions: embeddings times sqrt(hidden), `1 + w` norms, norms after
+    /// both blocks as well as before, GeGLU.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Self::Gemma2 | Self::Gemma3)
+    }
+
+    /// Queries and keys are RMS-normalised per head before rotation.
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Self::Qwen3 | Self::Gemma3)
     }
 }
 
-/// Everything the forward pass needs to know about the shapes.
+/// The feed-forward block's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// How one layer attends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayerAttention {
+    /// A query at position `p` sees keys at positions `> p - window` only.
+    pub window: Option<usize>,
+    /// Rotate with the local rope tables (Gemma 3's sliding layers).
+    pub local_rope: bool,
+}
+
+/// Everything the forward pass needs to know about the shapes and conventions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
     pub variant: LlamaVariant,
@@ -50,17 +120,83 @@ pub struct LlamaConfig {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub rms_norm_eps: f64,
+    /// Rope base of the (global) layers.
     pub rope_theta: f64,
+    /// How the global layers' frequencies are scaled.
+    pub rope_scaling: RopeScaling,
+    /// Rope base of local layers (Gemma 3's `rope_local_base_freq`), unscaled.
+    pub rope_local_theta: Option<f64>,
     /// Rotate interleaved pairs `(2i, 2i+1)` (GGUF llama, whose q/k rows were permuted at
     /// conversion) rather than halves `(i, i + d/2)` (Hugging Face, GGUF qwen2).
     pub rope_interleaved: bool,
-    /// Longest sequence (prompt + answer) the model was trained for.
+    /// Longest sequence (prompt + answer) the model is run on: the trained window, or
+    /// less where a rope rule is exact only inside less (see `rope.rs`).
     pub context_length: usize,
     /// The output head is the token embedding matrix.
     pub tie_embeddings: bool,
+    /// Biases on the query, key and value projections.
+    pub attention_bias: bool,
+    pub activation: Activation,
+    /// Attention scores are multiplied by this (`head_dim^-1/2`, or Gemma's
+    /// `query_pre_attn_scalar^-1/2`).
+    pub attention_scale: f64,
+    /// Scores pass through `c * tanh(s / c)` before the softmax (Gemma 2).
+    pub attention_softcap: Option<f64>,
+    /// Output logits pass through `c * tanh(l / c)` (Gemma 2).
+    pub final_softcap: Option<f64>,
+    /// Each layer's window and rope tables.
+    pub layers: Vec<LayerAttention>,
 }
 
 impl LlamaConfig {
+    /// A configuration with the llama conventions (no windows, SwiGLU, no soft-capping),
+    /// for the given shapes; readers change what their family does otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn llama_like(
+        variant: LlamaVariant,
+        vocab_size: usize,
+        hidden_size: usize,
+        intermediate_size: usize,
+        num_layers: usize,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        Self {
+            variant,
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10_000.0,
+            rope_scaling: RopeScaling::None,
+            rope_local_theta: None,
+            rope_interleaved: false,
+            context_length: 2048,
+            tie_embeddings: false,
+            attention_bias: variant == LlamaVariant::Qwen2,
+            activation: if variant.is_gemma() {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            attention_scale: 1.0 / (head_dim as f64).sqrt(),
+            attention_softcap: None,
+            final_softcap: None,
+            layers: vec![
+                LayerAttention {
+                    window: None,
+                    local_rope: false
+                };
+                num_layers
+            ],
+        }
+    }
+
     /// Check the shapes are consistent.
     pub fn validate(&self) -> Result<()> {
         if self.num_heads == 0 || self.num_kv_heads == 0 || self.head_dim == 0 {
@@ -79,6 +215,21 @@ impl LlamaConfig {
                 self.head_dim
             );
         }
+        if self.layers.len() != self.num_layers {
+            bail!(
+                "{} layer types for {} layers",
+                self.layers.len(),
+                self.num_layers
+            );
+        }
+        if self.layers.iter().any(|l| l.window == Some(0)) {
+            bail!("a sliding window must hold at least one position");
+        }
+        if self.layers.iter().any(|l| l.local_rope) && self.rope_local_theta.is_none() {
+            bail!("local layers need a local rope base");
+        }
+        self.rope_scaling
+            .inverse_frequencies(self.rope_theta, self.head_dim)?;
         Ok(())
     }
 
@@ -87,70 +238,14 @@ impl LlamaConfig {
         self.num_heads / self.num_kv_heads
     }
 
-    /// Read the configuration from GGUF metadata (keys prefixed by the architecture).
-    pub fn from_gguf(content: &gguf_file::Content, vocab_size: usize) -> Result<Self> {
-        let metadata = &content.metadata;
-        let architecture = metadata
-            .get("general.architecture")
-            .ok_or_else(|| anyhow!("GGUF metadata has no general.architecture"))?
-            .to_string()
-            .map_err(|e| anyhow!("general.architecture is not a string: {e}"))?
-            .clone();
-        let variant = LlamaVariant::from_architecture(&architecture)?;
-        let get_u32 = |key: &str| -> Result<Option<usize>> {
-            let full = format!("{architecture}.{key}");
-            metadata
-                .get(&full)
-                .map(|v| {
-                    v.to_u32()
-                        .map(|x| x as usize)
-                        .map_err(|e| anyhow!("GGUF metadata {full} is not an integer: {e}"))
-                })
-                .transpose()
-        };
-        let get_f32 = |key: &str| -> Result<Option<f64>> {
-            let full = format!("{architecture}.{key}");
-            metadata
-                .get(&full)
-                .map(|v| {
-                    v.to_f32()
-                        .map(f64::from)
-                        .map_err(|e| anyhow!("GGUF metadata {full} is not a number: {e}"))
-                })
-                .transpose()
-        };
-        let require = |key: &str| -> Result<usize> {
-            get_u32(key)?.ok_or_else(|| anyhow!("GGUF metadata lacks {architecture}.{key}"))
-        };
-        let hidden_size = require("embedding_length")?;
-        let num_heads = require("attention.head_count")?;
-        let num_kv_heads = get_u32("attention.head_count_kv")?.unwrap_or(num_heads);
-        let head_dim = match get_u32("rope.dimension_count")? {
-            Some(d) => d,
-            None => hidden_size / num_heads.max(1),
-        };
-        if head_dim * num_heads != hidden_size {
-            bail!(
-                "rope dimension {head_dim} x {num_heads} heads does not match the embedding size {hidden_size} (partial rotary embeddings are not supported)"
-            );
-        }
-        let config = Self {
-            variant,
-            vocab_size,
-            hidden_size,
-            intermediate_size: require("feed_forward_length")?,
-            num_layers: require("block_count")?,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            rms_norm_eps: get_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
-            rope_theta: get_f32("rope.freq_base")?.unwrap_or(10_000.0),
-            rope_interleaved: variant == LlamaVariant::Llama,
-            context_length: require("context_length")?,
-            tie_embeddings: !content.tensor_infos.contains_key("output.weight"),
-        };
-        config.validate()?;
-        Ok(config)
+    /// A short identity of everything that changes the model's arithmetic (the variant
+    /// and a hash of this configuration), for result-cache keys: the weights' hash alone
+    /// does not cover a `config.json` edited beside them.
+    pub fn identity(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{self:?}").as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}-{hex}", self.variant.name())
     }
 
     /// Read a Hugging Face `config.json`.
@@ -163,47 +258,175 @@ impl LlamaConfig {
     /// Parse the text of a Hugging Face `config.json`.
     pub fn from_json(text: &str) -> Result<Self> {
         let raw: HfConfig = serde_json::from_str(text)?;
-        let variant = LlamaVariant::from_architecture(&raw.model_type)?;
-        if let Some(scaling) = raw.rope_scaling.as_ref().filter(|s| !s.is_null()) {
-            bail!("rope_scaling {scaling} is not supported");
-        }
-        // transformers 5 writes `rope_parameters: {rope_theta, rope_type}` instead of a
-        // top-level `rope_theta`.
-        let mut rope_theta = raw.rope_theta;
-        if let Some(parameters) = raw.rope_parameters.as_ref().filter(|p| !p.is_null()) {
-            match parameters.get("rope_type").and_then(|t| t.as_str()) {
-                None | Some("default") => {}
-                Some(other) => bail!("rope_type '{other}' is not supported"),
-            }
-            if let Some(theta) = parameters.get("rope_theta") {
-                rope_theta = Some(
-                    theta
-                        .as_f64()
-                        .ok_or_else(|| anyhow!("rope_parameters.rope_theta is not a number"))?,
-                );
-            }
-        }
+        let variant =
+            LlamaVariant::from_architecture(&raw.model_type).context("field 'model_type'")?;
         let num_kv_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         let head_dim = raw
             .head_dim
             .unwrap_or(raw.hidden_size / raw.num_attention_heads.max(1));
-        let config = Self {
+        if raw.use_bidirectional_attention == Some(true) {
+            bail!(
+                "field 'use_bidirectional_attention' is true: only causal decoders are supported"
+            );
+        }
+        let partial = raw.partial_rotary_factor.or_else(|| {
+            raw.rope_parameters
+                .as_ref()
+                .and_then(|p| p.get("partial_rotary_factor"))
+                .and_then(Value::as_f64)
+        });
+        if let Some(partial) = partial.filter(|&p| p != 1.0) {
+            bail!("field 'partial_rotary_factor' is {partial}: only full rotary embeddings (1.0) are supported");
+        }
+        let mut c = Self::llama_like(
             variant,
-            vocab_size: raw.vocab_size,
-            hidden_size: raw.hidden_size,
-            intermediate_size: raw.intermediate_size,
-            num_layers: raw.num_hidden_layers,
-            num_heads: raw.num_attention_heads,
+            raw.vocab_size,
+            raw.hidden_size,
+            raw.intermediate_size,
+            raw.num_hidden_layers,
+            raw.num_attention_heads,
             num_kv_heads,
             head_dim,
-            rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: rope_theta.unwrap_or(10_000.0),
-            rope_interleaved: false,
-            context_length: raw.max_position_embeddings,
-            tie_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+        );
+        c.rms_norm_eps = raw.rms_norm_eps;
+        c.tie_embeddings = raw.tie_word_embeddings.unwrap_or(variant.is_gemma());
+        if let Some(bias) = raw.attention_bias {
+            c.attention_bias = bias;
+        }
+        if let Some(act) = raw
+            .hidden_activation
+            .as_deref()
+            .or(raw.hidden_act.as_deref())
+        {
+            c.activation = match act {
+                "silu" | "swish" => Activation::Silu,
+                "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
+                other => bail!(
+                    "field 'hidden_act' is '{other}': supported are silu and gelu_pytorch_tanh"
+                ),
+            };
+        }
+
+        // Rope: transformers 4 writes `rope_theta` and `rope_scaling`, transformers 5
+        // `rope_parameters` (Gemma 3: one per layer type).
+        let (mut global, mut local) = (raw.rope_scaling.clone(), None::<Value>);
+        let mut rope_theta = raw.rope_theta;
+        let mut local_theta = raw.rope_local_base_freq;
+        if let Some(parameters) = raw.rope_parameters.as_ref().filter(|p| !p.is_null()) {
+            let (full, sliding) = match parameters.get("full_attention") {
+                Some(full) => (full.clone(), parameters.get("sliding_attention").cloned()),
+                None => (parameters.clone(), None),
+            };
+            if let Some(theta) = full.get("rope_theta") {
+                rope_theta = Some(theta.as_f64().ok_or_else(|| {
+                    anyhow!("field 'rope_parameters.rope_theta' is not a number")
+                })?);
+            }
+            if let Some(sliding) = &sliding {
+                if let Some(theta) = sliding.get("rope_theta").and_then(Value::as_f64) {
+                    local_theta = Some(theta);
+                }
+            }
+            global = Some(full);
+            local = sliding;
+        }
+        if variant == LlamaVariant::Phi3 {
+            // transformers reads Phi-3's old `su` and `yarn` as longrope.
+            if let Some(Value::Object(map)) = global.as_mut() {
+                for key in ["rope_type", "type"] {
+                    if matches!(map.get(key).and_then(Value::as_str), Some("su" | "yarn")) {
+                        map.insert(key.to_string(), Value::from("longrope"));
+                    }
+                }
+            }
+        }
+        c.rope_theta = rope_theta.unwrap_or(10_000.0);
+        let (scaling, window) = RopeScaling::from_hf(
+            global.as_ref(),
+            raw.max_position_embeddings,
+            raw.original_max_position_embeddings,
+            head_dim,
+        )
+        .context("field 'rope_scaling'")?;
+        c.rope_scaling = scaling;
+        c.context_length = window;
+        if let Some(local) = &local {
+            let (scaling, _) =
+                RopeScaling::from_hf(Some(local), raw.max_position_embeddings, None, head_dim)
+                    .context("field 'rope_parameters.sliding_attention'")?;
+            if scaling != RopeScaling::None {
+                bail!("field 'rope_parameters.sliding_attention': local layers with scaled rope are not supported");
+            }
+        }
+
+        // Windows: which layers slide, and how far.
+        let window = match variant {
+            LlamaVariant::Qwen2 | LlamaVariant::Qwen3 => raw
+                .sliding_window
+                .filter(|_| raw.use_sliding_window == Some(true)),
+            LlamaVariant::Llama => None,
+            _ => raw.sliding_window,
         };
-        config.validate()?;
-        Ok(config)
+        let sliding: Vec<bool> = match (&raw.layer_types, variant) {
+            (Some(types), _) => {
+                if types.len() != raw.num_hidden_layers {
+                    bail!(
+                        "field 'layer_types' has {} entries for {} layers",
+                        types.len(),
+                        raw.num_hidden_layers
+                    );
+                }
+                types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        "sliding_attention" => Ok(true),
+                        "full_attention" => Ok(false),
+                        other => bail!(
+                            "field 'layer_types' holds '{other}': supported are full_attention and sliding_attention"
+                        ),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            (None, LlamaVariant::Gemma2) => {
+                (0..raw.num_hidden_layers).map(|i| i % 2 == 0).collect()
+            }
+            (None, LlamaVariant::Gemma3) => {
+                let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);
+                (0..raw.num_hidden_layers)
+                    .map(|i| (i + 1) % pattern != 0)
+                    .collect()
+            }
+            (None, LlamaVariant::Qwen2 | LlamaVariant::Qwen3) => {
+                // transformers: layers from `max_window_layers` on slide.
+                let from = raw.max_window_layers.unwrap_or(raw.num_hidden_layers);
+                (0..raw.num_hidden_layers).map(|i| i >= from).collect()
+            }
+            (None, _) => vec![true; raw.num_hidden_layers],
+        };
+        for (layer, slides) in c.layers.iter_mut().zip(sliding) {
+            layer.window = window.filter(|_| slides);
+            layer.local_rope = slides && variant == LlamaVariant::Gemma3;
+        }
+        if variant == LlamaVariant::Gemma3 {
+            c.rope_local_theta = Some(local_theta.unwrap_or(10_000.0));
+        }
+        if variant.is_gemma() {
+            let scalar = raw.query_pre_attn_scalar.unwrap_or(head_dim as f64);
+            c.attention_scale = 1.0 / scalar.sqrt();
+        }
+        if variant == LlamaVariant::Gemma2 {
+            c.attention_softcap = raw.attn_logit_softcapping;
+            c.final_softcap = raw.final_logit_softcapping;
+        } else if raw.attn_logit_softcapping.is_some() || raw.final_logit_softcapping.is_some() {
+            // Gemma 3 configs carry the fields as null; a value would be a model we do
+            // not know.
+            bail!(
+                "fields 'attn_logit_softcapping' / 'final_logit_softcapping' are set, which {} models do not use",
+                variant.name()
+            );
+        }
+        c.validate()?;
+        Ok(c)
     }
 }
 
@@ -220,11 +443,26 @@ struct HfConfig {
     rms_norm_eps: f64,
     rope_theta: Option<f64>,
     max_position_embeddings: usize,
+    original_max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
-    rope_scaling: Option<serde_json::Value>,
-    rope_parameters: Option<serde_json::Value>,
+    rope_scaling: Option<Value>,
+    rope_parameters: Option<Value>,
+    rope_local_base_freq: Option<f64>,
+    partial_rotary_factor: Option<f64>,
+    use_bidirectional_attention: Option<bool>,
+    attention_bias: Option<bool>,
+    hidden_act: Option<String>,
+    hidden_activation: Option<String>,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    sliding_window_pattern: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    query_pre_attn_scalar: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
+    final_logit_softcapping: Option<f64>,
     #[serde(flatten)]
-    _rest: HashMap<String, serde_json::Value>,
+    _rest: HashMap<String, Value>,
 }
 
 #[cfg(test)]
@@ -244,19 +482,29 @@ mod tests {
         assert_eq!((c.head_dim, c.group_size(), c.num_layers), (64, 3, 30));
         assert!(c.tie_embeddings && !c.rope_interleaved);
         assert_eq!(c.variant, LlamaVariant::Llama);
+        assert!(c.layers.iter().all(|l| l.window.is_none()));
         Ok(())
     }
 
     #[test]
-    fn unknown_architecture_and_rope_scaling_are_refused() {
+    fn unknown_architecture_and_rope_type_are_refused_by_name() {
         let gpt2 = SMOL_CONFIG.replace("\"llama\"", "\"gpt2\"");
-        let err = LlamaConfig::from_json(&gpt2).unwrap_err().to_string();
-        assert!(err.contains("unknown architecture 'gpt2'"), "{err}");
+        let err = format!("{:#}", LlamaConfig::from_json(&gpt2).unwrap_err());
+        assert!(
+            err.contains("unknown architecture 'gpt2'")
+                && err.contains("model_type")
+                && err.contains("gemma3_text"),
+            "{err}"
+        );
         let scaled = SMOL_CONFIG.replace(
             "\"rope_scaling\": null",
-            "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
+            "\"rope_scaling\": {\"type\": \"mrope\", \"factor\": 2.0}",
         );
-        assert!(LlamaConfig::from_json(&scaled).is_err());
+        let err = format!("{:#}", LlamaConfig::from_json(&scaled).unwrap_err());
+        assert!(
+            err.contains("rope_scaling") && err.contains("'mrope'") && err.contains("llama3"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -266,8 +514,31 @@ mod tests {
             "\"rope_parameters\": {\"rope_theta\": 50000.0, \"rope_type\": \"default\"}",
         );
         assert_eq!(LlamaConfig::from_json(&v5)?.rope_theta, 50000.0);
-        let scaled = v5.replace("\"default\"", "\"yarn\"");
-        assert!(LlamaConfig::from_json(&scaled).is_err());
+        let scaled = v5.replace("\"default\"", "\"linear\", \"factor\": 4.0");
+        assert_eq!(
+            LlamaConfig::from_json(&scaled)?.rope_scaling,
+            RopeScaling::Linear { factor: 4.0 }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn gemma2_defaults_alternate_windows_and_soft_caps() -> Result<()> {
+        let gemma = SMOL_CONFIG
+            .replace("\"llama\"", "\"gemma2\"")
+            .replace(
+                "\"rope_scaling\": null",
+                "\"sliding_window\": 4096, \"query_pre_attn_scalar\": 144, \"attn_logit_softcapping\": 50.0, \"final_logit_softcapping\": 30.0",
+            );
+        let c = LlamaConfig::from_json(&gemma)?;
+        assert_eq!(c.layers[0].window, Some(4096));
+        assert_eq!(c.layers[1].window, None);
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert_eq!(
+            (c.attention_softcap, c.final_softcap),
+            (Some(50.0), Some(30.0))
+        );
+        assert!((c.attention_scale - 1.0 / 12.0).abs() < 1e-12);
         Ok(())
     }
 

@@ -5,8 +5,10 @@
 //! Masked softmax.
 //! Attention scores arrive as `(batch, kv_heads, group, queries, keys)` where the keys are
 //! a shared prefix of `prefix_len` positions followed by the batch's own (right-padded)
-//! positions. Row `b`'s query `t` may see the whole prefix and its own keys up to `t`;
-//! queries past a row's length are padding and get all-zero weights. Doing the scaling,
+//! positions. Row `b`'s query `t` may see the whole prefix and its own keys up to `t`
+//! (with a sliding window `w`, only the last `w` of those: keys less than `w` positions
+//! behind it); queries past a row's length are padding and get all-zero weights. Scores
+//! may be soft-capped (`c * tanh(s / c)`, Gemma 2) after scaling and before the mask. Doing the scaling,
 //! the causal/padding mask and the softmax in one pass, with a vectorised exponential,
 //! avoids three full-size temporaries per layer (scale, mask, softmax), which dominated
 //! the cost of attending over long prefixes. Other devices use candle's own operations.
@@ -15,13 +17,22 @@ use anyhow::{bail, Result};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+/// What the attention softmax applies besides the causal and padding mask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionMask {
+    /// Shared prefix positions before the rows' own.
+    pub prefix_len: usize,
+    /// Scores are multiplied by this first.
+    pub scale: f64,
+    /// Keys at least this many positions behind a query are hidden from it.
+    pub window: Option<usize>,
+    /// Scaled scores pass through `c * tanh(s / c)`.
+    pub softcap: Option<f64>,
+}
+
 /// `softmax(scale * scores)` under the causal and padding mask described above.
-pub fn masked_softmax(
-    scores: &Tensor,
-    lengths: &[usize],
-    prefix_len: usize,
-    scale: f64,
-) -> Result<Tensor> {
+pub fn masked_softmax(scores: &Tensor, lengths: &[usize], mask: &AttentionMask) -> Result<Tensor> {
+    let prefix_len = mask.prefix_len;
     let (batch, _, _, queries, keys) = scores.dims5()?;
     if batch != lengths.len() || keys != prefix_len + queries {
         bail!(
@@ -34,12 +45,18 @@ pub fn masked_softmax(
         let op = CausalSoftmax {
             lengths: lengths.to_vec(),
             prefix_len,
-            scale: scale as f32,
+            scale: mask.scale as f32,
+            window: mask.window,
+            softcap: mask.softcap.map(|c| c as f32),
         };
         return Ok(scores.contiguous()?.apply_op1_no_bwd(&op)?);
     }
-    let mask = additive_mask(lengths, prefix_len, queries, scores.device())?;
-    let masked = (scores * scale)?.broadcast_add(&mask)?;
+    let additive = additive_mask(lengths, prefix_len, queries, mask.window, scores.device())?;
+    let mut scaled = (scores * mask.scale)?;
+    if let Some(cap) = mask.softcap {
+        scaled = ((scaled / cap)?.tanh()? * cap)?;
+    }
+    let masked = scaled.broadcast_add(&additive)?;
     Ok(candle_nn::ops::softmax_last_dim(&masked)?)
 }
 
@@ -49,6 +66,7 @@ fn additive_mask(
     lengths: &[usize],
     prefix_len: usize,
     queries: usize,
+    window: Option<usize>,
     device: &Device,
 ) -> Result<Tensor> {
     let keys = prefix_len + queries;
@@ -56,9 +74,15 @@ fn additive_mask(
     for (row, &length) in lengths.iter().enumerate() {
         for query in 0..queries {
             let base = (row * queries + query) * keys;
-            for key in 0..queries {
-                if key > query || key >= length {
-                    mask[base + prefix_len + key] = f32::NEG_INFINITY;
+            let (first, visible) = visible_keys(query, length, prefix_len, window);
+            let (first, visible) = if visible == 0 {
+                (0, 1)
+            } else {
+                (first, visible)
+            };
+            for (key, value) in mask[base..base + keys].iter_mut().enumerate() {
+                if key < first || key >= visible {
+                    *value = f32::NEG_INFINITY;
                 }
             }
         }
@@ -179,12 +203,19 @@ fn lane_max(values: &[f32]) -> f32 {
     max
 }
 
-/// How many keys query `t` of a row of `length` tokens may see (0: a padded query).
-fn visible_keys(t: usize, length: usize, prefix_len: usize) -> usize {
+/// The keys `first..end` query `t` of a row of `length` tokens may see (`(0, 0)`: a
+/// padded query).
+fn visible_keys(
+    t: usize,
+    length: usize,
+    prefix_len: usize,
+    window: Option<usize>,
+) -> (usize, usize) {
     if t < length {
-        prefix_len + t + 1
+        let end = prefix_len + t + 1;
+        (window.map_or(0, |w| end.saturating_sub(w)), end)
     } else {
-        0
+        (0, 0)
     }
 }
 
@@ -192,6 +223,8 @@ struct CausalSoftmax {
     lengths: Vec<usize>,
     prefix_len: usize,
     scale: f32,
+    window: Option<usize>,
+    softcap: Option<f32>,
 }
 
 impl CustomOp1 for CausalSoftmax {
@@ -222,9 +255,20 @@ impl CustomOp1 for CausalSoftmax {
             .for_each(|(index, (out, scores))| {
                 let row = index / per_row;
                 let t = index % queries;
-                let visible = visible_keys(t, self.lengths[row], self.prefix_len);
-                if visible > 0 {
-                    softmax_into(&scores[..visible], &mut out[..visible], self.scale);
+                let (first, end) = visible_keys(t, self.lengths[row], self.prefix_len, self.window);
+                if end == 0 {
+                    return;
+                }
+                let (scores, out) = (&scores[first..end], &mut out[first..end]);
+                match self.softcap {
+                    None => softmax_into(scores, out, self.scale),
+                    Some(cap) => {
+                        let capped: Vec<f32> = scores
+                            .iter()
+                            .map(|&x| cap * ((x * self.scale) / cap).tanh())
+                            .collect();
+                        softmax_into(&capped, out, 1.0);
+                    }
                 }
             });
         Ok((CpuStorage::F32(output), layout.shape().clone()))
@@ -326,18 +370,36 @@ mod tests {
             .collect();
         let scores = Tensor::from_vec(data, (batch, heads, group, queries, keys), &device)?;
         let lengths = [5, 2, 3];
-        let fused = masked_softmax(&scores, &lengths, prefix, 0.125)?;
-        let mask = additive_mask(&lengths, prefix, queries, &device)?;
-        let plain = candle_nn::ops::softmax_last_dim(&(&scores * 0.125)?.broadcast_add(&mask)?)?;
-        let fused: Vec<f32> = fused.flatten_all()?.to_vec1()?;
-        let plain: Vec<f32> = plain.flatten_all()?.to_vec1()?;
-        for (index, (a, b)) in fused.iter().zip(&plain).enumerate() {
-            let t = (index / keys) % queries;
-            let row = index / (heads * group * queries * keys);
-            if t < lengths[row] {
-                assert!((a - b).abs() < 1e-6, "element {index}: {a} vs {b}");
-            } else {
-                assert_eq!(*a, 0.0, "padded query {index} must get zero weights");
+        for (window, softcap) in [(None, None), (Some(3), None), (Some(6), Some(0.5))] {
+            let mask = AttentionMask {
+                prefix_len: prefix,
+                scale: 0.125,
+                window,
+                softcap,
+            };
+            let fused = masked_softmax(&scores, &lengths, &mask)?;
+            let additive = additive_mask(&lengths, prefix, queries, window, &device)?;
+            let mut scaled = (&scores * 0.125)?;
+            if let Some(cap) = softcap {
+                scaled = ((scaled / cap)?.tanh()? * cap)?;
+            }
+            let plain = candle_nn::ops::softmax_last_dim(&scaled.broadcast_add(&additive)?)?;
+            let fused: Vec<f32> = fused.flatten_all()?.to_vec1()?;
+            let plain: Vec<f32> = plain.flatten_all()?.to_vec1()?;
+            for (index, (a, b)) in fused.iter().zip(&plain).enumerate() {
+                let t = (index / keys) % queries;
+                let key = index % keys;
+                let row = index / (heads * group * queries * keys);
+                if t < lengths[row] {
+                    assert!((a - b).abs() < 1e-6, "element {index}: {a} vs {b}");
+                    if let Some(w) = window {
+                        if prefix + t >= key + w {
+                            assert_eq!(*a, 0.0, "key {key} is outside query {t}'s window");
+                        }
+                    }
+                } else {
+                    assert_eq!(*a, 0.0, "padded query {index} must get zero weights");
+                }
             }
         }
         Ok(())
@@ -363,8 +425,14 @@ mod tests {
     #[test]
     fn mismatched_shapes_are_refused() -> Result<()> {
         let scores = Tensor::zeros((2, 1, 1, 3, 5), DType::F32, &Device::Cpu)?;
-        assert!(masked_softmax(&scores, &[3], 2, 1.0).is_err());
-        assert!(masked_softmax(&scores, &[3, 3], 1, 1.0).is_err());
+        let mask = |prefix_len| AttentionMask {
+            prefix_len,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        };
+        assert!(masked_softmax(&scores, &[3], &mask(2)).is_err());
+        assert!(masked_softmax(&scores, &[3, 3], &mask(1)).is_err());
         Ok(())
     }
 }

@@ -12,18 +12,25 @@
 //! results agree with it to rounding; it is taken for CPU models whose projections all
 //! run on slices (f32 dense, bf16, int8), and the tensor path stays for the rest and for
 //! other devices.
+//!
+//! The families' extras run here too: Gemma's embedding scale, norms after both blocks
+//! (the block output goes to a buffer of its own, is normalised, then added) and GeGLU;
+//! Qwen3's and Gemma 3's per-head query/key norms (in place on the projection); sliding
+//! windows and soft-capped scores inside the attention kernel.
 
 use std::cell::RefCell;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use nlg_judge_kernels::attention::{AttentionDims, RopeTables};
+use nlg_judge_kernels::attention::AttentionDims;
 use nlg_judge_kernels::gemm::Store;
 use nlg_judge_kernels::pointwise::{rms_norm, silu_gate};
 use nlg_judge_kernels::reuse::with_reused;
 
 use super::super::linear::with_cpu_values;
-use super::{segment, GateUpProjection, GroupPlan, LlamaModel, QkvProjection, RowGroup};
+use super::{
+    segment, Activation, GateUpProjection, GroupPlan, LlamaModel, QkvProjection, RowGroup,
+};
 
 /// Per-token activations of one pass, grown to the largest pass seen and then reused.
 #[derive(Default)]
@@ -40,6 +47,8 @@ struct Buffers {
     gate_up: Vec<f32>,
     /// Gated activation, `(tokens, intermediate)`.
     activated: Vec<f32>,
+    /// A block's output before its post-norm (Gemma), `(tokens, hidden)`.
+    branch: Vec<f32>,
 }
 
 thread_local! {
@@ -104,11 +113,6 @@ fn run_pass(
     let q_width = c.num_heads * c.head_dim;
     let qkv_width = q_width + 2 * c.num_kv_heads * c.head_dim;
     let intermediate = c.intermediate_size;
-    let rope = RopeTables {
-        cos: &model.rope_cos_cpu,
-        sin: &model.rope_sin_cpu,
-        interleaved: c.rope_interleaved,
-    };
 
     let Buffers {
         residual,
@@ -117,6 +121,7 @@ fn run_pass(
         attended,
         gate_up,
         activated,
+        branch,
     } = buffers;
     let residual = at_least(residual, tokens * hidden);
     let normed = at_least(normed, tokens * hidden);
@@ -124,6 +129,7 @@ fn run_pass(
     let attended = at_least(attended, tokens * q_width);
     let gate_up = at_least(gate_up, tokens * 2 * intermediate);
     let activated = at_least(activated, tokens * intermediate);
+    let branch = at_least(branch, tokens * hidden);
 
     with_cpu_values(&model.embedding, "the token embedding", |table| {
         for (row, &id) in residual.chunks_exact_mut(hidden).zip(ids) {
@@ -131,6 +137,10 @@ fn run_pass(
             row.copy_from_slice(&table[id * hidden..(id + 1) * hidden]);
         }
     })?;
+    if let Some(scale) = model.embedding_scale {
+        let scale = scale as f32;
+        residual.iter_mut().for_each(|x| *x *= scale);
+    }
 
     for (index, layer) in model.layers.iter().enumerate() {
         let (QkvProjection::Fused(qkv_projection), GateUpProjection::Fused(gate_up_projection)) =
@@ -146,9 +156,23 @@ fn run_pass(
         qkv_projection
             .forward_into(normed, tokens, qkv, Store::Overwrite)
             .with_context(|| step("query/key/value projection"))?;
+        if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
+            let (hd, q_heads, kv_heads) = (c.head_dim, c.num_heads, c.num_kv_heads);
+            with_cpu_values(q_norm, "a query norm", |q_weight| {
+                with_cpu_values(k_norm, "a key norm", |k_weight| {
+                    for row in qkv.chunks_exact_mut(qkv_width) {
+                        let (q, rest) = row.split_at_mut(q_heads * hd);
+                        normalise_heads(q, q_weight, eps);
+                        normalise_heads(&mut rest[..kv_heads * hd], k_weight, eps);
+                    }
+                })
+            })??;
+        }
         segment::attend_into(
             dims,
-            rope,
+            model.rope_of(index).cpu_tables(c.rope_interleaved),
+            c.attention_scale as f32,
+            model.masking(index),
             qkv,
             groups,
             plans,
@@ -157,10 +181,19 @@ fn run_pass(
             attended,
         )
         .with_context(|| step("attention"))?;
-        layer
-            .o
-            .forward_into(attended, tokens, residual, Store::Add)
-            .with_context(|| step("output projection"))?;
+        match &layer.post_attn_norm {
+            None => layer
+                .o
+                .forward_into(attended, tokens, residual, Store::Add)
+                .with_context(|| step("output projection"))?,
+            Some(post) => {
+                layer
+                    .o
+                    .forward_into(attended, tokens, branch, Store::Overwrite)
+                    .with_context(|| step("output projection"))?;
+                add_normalised(residual, branch, normed, post, eps)?;
+            }
+        }
 
         with_cpu_values(&layer.mlp_norm, "a feed-forward norm", |weight| {
             rms_norm(residual, weight, eps, normed)
@@ -168,11 +201,23 @@ fn run_pass(
         gate_up_projection
             .forward_into(normed, tokens, gate_up, Store::Overwrite)
             .with_context(|| step("gate/up projection"))?;
-        silu_gate(gate_up, intermediate, activated);
-        layer
-            .down
-            .forward_into(activated, tokens, residual, Store::Add)
-            .with_context(|| step("down projection"))?;
+        match c.activation {
+            Activation::Silu => silu_gate(gate_up, intermediate, activated),
+            Activation::GeluTanh => gelu_tanh_gate(gate_up, intermediate, activated),
+        }
+        match &layer.post_mlp_norm {
+            None => layer
+                .down
+                .forward_into(activated, tokens, residual, Store::Add)
+                .with_context(|| step("down projection"))?,
+            Some(post) => {
+                layer
+                    .down
+                    .forward_into(activated, tokens, branch, Store::Overwrite)
+                    .with_context(|| step("down projection"))?;
+                add_normalised(residual, branch, normed, post, eps)?;
+            }
+        }
     }
 
     let mut out = vec![0f32; tokens * hidden];
@@ -180,4 +225,50 @@ fn run_pass(
         rms_norm(residual, weight, eps, &mut out)
     })?;
     Ok(Tensor::from_vec(out, (tokens, hidden), &Device::Cpu)?)
+}
+
+/// `residual += rms_norm(branch) * weight`, with `scratch` (as long as `branch`) for the
+/// normalised values.
+fn add_normalised(
+    residual: &mut [f32],
+    branch: &[f32],
+    scratch: &mut [f32],
+    weight: &Tensor,
+    eps: f32,
+) -> Result<()> {
+    with_cpu_values(weight, "a post-norm", |weight| {
+        rms_norm(branch, weight, eps, scratch)
+    })?;
+    residual
+        .iter_mut()
+        .zip(scratch.iter())
+        .for_each(|(r, x)| *r += x);
+    Ok(())
+}
+
+/// RMS-normalise each `weight.len()`-wide head of `heads` in place.
+fn normalise_heads(heads: &mut [f32], weight: &[f32], eps: f32) {
+    for head in heads.chunks_exact_mut(weight.len()) {
+        let mean = head.iter().map(|x| x * x).sum::<f32>() / head.len() as f32;
+        let inverse = 1.0 / (mean + eps).sqrt();
+        for (x, w) in head.iter_mut().zip(weight) {
+            *x = *x * inverse * w;
+        }
+    }
+}
+
+/// GeGLU: `gelu_tanh(gate) * up` for rows of `[gate | up]` (`2 * width` each), as
+/// transformers' `gelu_pytorch_tanh`.
+fn gelu_tanh_gate(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (out, row) in out
+        .chunks_exact_mut(width)
+        .zip(gate_up.chunks_exact(2 * width))
+    {
+        let (gate, up) = row.split_at(width);
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            let inner = SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g);
+            *o = 0.5 * g * (1.0 + inner.tanh()) * u;
+        }
+    }
 }

@@ -9,19 +9,24 @@
 
 mod config;
 pub mod fused;
+mod gguf_config;
 mod host;
 pub mod kv;
 mod load;
+pub mod rope;
 mod segment;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
+use nlg_judge_kernels::attention::{AttentionDims, Masking};
 
-pub use config::{LlamaConfig, LlamaVariant};
+pub use config::{Activation, LayerAttention, LlamaConfig, LlamaVariant};
+pub use gguf_config::GgufRopeFactors;
 pub use kv::KvCache;
 pub use load::{from_gguf, from_safetensors, from_safetensors_at, read_gguf_header};
+pub use rope::RopeScaling;
 
-use self::fused::{log_sum_exp_rows, masked_softmax};
+use self::fused::{log_sum_exp_rows, masked_softmax, AttentionMask};
 use super::linear::{Linear, Precision};
 
 /// Rows that continue the same prefix: one group of a forward pass.
@@ -50,16 +55,34 @@ const ATTENTION_CHUNK_ELEMENTS: usize = 2 << 20;
 
 /// Attention projections, fused into one matrix product when the weights are dense.
 #[derive(Debug, Clone)]
-enum QkvProjection {
+pub(crate) enum QkvProjection {
     Fused(Linear),
     Separate { q: Linear, k: Linear, v: Linear },
 }
 
 /// Gate and up projections of the feed-forward block, fused when dense.
 #[derive(Debug, Clone)]
-enum GateUpProjection {
+pub(crate) enum GateUpProjection {
     Fused(Linear),
     Separate { gate: Linear, up: Linear },
+}
+
+/// The tensors of one block as read from a checkpoint.
+pub(crate) struct LayerWeights {
+    pub attn_norm: Tensor,
+    pub qkv: QkvProjection,
+    pub o: Linear,
+    /// The norm before the feed-forward block.
+    pub mlp_norm: Tensor,
+    pub gate_up: GateUpProjection,
+    pub down: Linear,
+    /// Per-head RMSNorm of queries and keys (Qwen3, Gemma 3), `(head_dim)`.
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    /// Norms of the attention and feed-forward outputs before the residual addition
+    /// (Gemma).
+    pub post_attn_norm: Option<Tensor>,
+    pub post_mlp_norm: Option<Tensor>,
 }
 
 /// One transformer block.
@@ -71,34 +94,19 @@ pub struct DecoderLayer {
     mlp_norm: Tensor,
     gate_up: GateUpProjection,
     down: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_attn_norm: Option<Tensor>,
+    post_mlp_norm: Option<Tensor>,
 }
 
 impl DecoderLayer {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        config: &LlamaConfig,
-        attn_norm: Tensor,
-        q: Linear,
-        k: Linear,
-        v: Linear,
-        o: Linear,
-        mlp_norm: Tensor,
-        gate: Linear,
-        up: Linear,
-        down: Linear,
-    ) -> Result<Self> {
+    pub(crate) fn new(config: &LlamaConfig, weights: LayerWeights) -> Result<Self> {
         let q_out = config.num_heads * config.head_dim;
         let kv_out = config.num_kv_heads * config.head_dim;
-        let expected = [
-            ("query", &q, q_out, config.hidden_size),
-            ("key", &k, kv_out, config.hidden_size),
-            ("value", &v, kv_out, config.hidden_size),
-            ("output", &o, config.hidden_size, q_out),
-            ("gate", &gate, config.intermediate_size, config.hidden_size),
-            ("up", &up, config.intermediate_size, config.hidden_size),
-            ("down", &down, config.hidden_size, config.intermediate_size),
-        ];
-        for (name, layer, out, inp) in expected {
+        let h = config.hidden_size;
+        let i = config.intermediate_size;
+        let check = |name: &str, layer: &Linear, out: usize, inp: usize| -> Result<()> {
             if layer.out_features() != out || layer.in_features() != inp {
                 bail!(
                     "{name} projection is {}x{}, expected {out}x{inp}",
@@ -106,22 +114,71 @@ impl DecoderLayer {
                     layer.in_features()
                 );
             }
-        }
-        let qkv = match Linear::fuse(&[&q, &k, &v])? {
-            Some(fused) => QkvProjection::Fused(fused),
-            None => QkvProjection::Separate { q, k, v },
+            Ok(())
         };
-        let gate_up = match Linear::fuse(&[&gate, &up])? {
-            Some(fused) => GateUpProjection::Fused(fused),
-            None => GateUpProjection::Separate { gate, up },
-        };
-        Ok(Self {
-            attn_norm: attn_norm.to_dtype(DType::F32)?,
+        let LayerWeights {
+            attn_norm,
             qkv,
             o,
-            mlp_norm: mlp_norm.to_dtype(DType::F32)?,
+            mlp_norm,
             gate_up,
             down,
+            q_norm,
+            k_norm,
+            post_attn_norm,
+            post_mlp_norm,
+        } = weights;
+        let qkv = match qkv {
+            QkvProjection::Fused(l) => {
+                check("fused query/key/value", &l, q_out + 2 * kv_out, h)?;
+                QkvProjection::Fused(l)
+            }
+            QkvProjection::Separate { q, k, v } => {
+                check("query", &q, q_out, h)?;
+                check("key", &k, kv_out, h)?;
+                check("value", &v, kv_out, h)?;
+                match Linear::fuse(&[&q, &k, &v])? {
+                    Some(fused) => QkvProjection::Fused(fused),
+                    None => QkvProjection::Separate { q, k, v },
+                }
+            }
+        };
+        let gate_up = match gate_up {
+            GateUpProjection::Fused(l) => {
+                check("fused gate/up", &l, 2 * i, h)?;
+                GateUpProjection::Fused(l)
+            }
+            GateUpProjection::Separate { gate, up } => {
+                check("gate", &gate, i, h)?;
+                check("up", &up, i, h)?;
+                match Linear::fuse(&[&gate, &up])? {
+                    Some(fused) => GateUpProjection::Fused(fused),
+                    None => GateUpProjection::Separate { gate, up },
+                }
+            }
+        };
+        check("output", &o, h, q_out)?;
+        check("down", &down, h, i)?;
+        let vector = |t: Option<Tensor>, width: usize, what: &str| -> Result<Option<Tensor>> {
+            t.map(|t| {
+                if t.dims() != [width] {
+                    bail!("{what} norm is {:?}, expected [{width}]", t.dims());
+                }
+                Ok(t.to_dtype(DType::F32)?)
+            })
+            .transpose()
+        };
+        Ok(Self {
+            attn_norm: vector(Some(attn_norm), h, "attention")?.context("attention norm")?,
+            qkv,
+            o,
+            mlp_norm: vector(Some(mlp_norm), h, "feed-forward")?.context("feed-forward norm")?,
+            gate_up,
+            down,
+            q_norm: vector(q_norm, config.head_dim, "query")?,
+            k_norm: vector(k_norm, config.head_dim, "key")?,
+            post_attn_norm: vector(post_attn_norm, h, "post-attention")?,
+            post_mlp_norm: vector(post_mlp_norm, h, "post-feed-forward")?,
         })
     }
 }
@@ -289,11 +346,12 @@ pub struct LlamaModel {
     head: Linear,
     /// The head as a dense `(vocab, hidden)` matrix, for gathering label rows.
     head_rows: Tensor,
-    rope_cos: Tensor,
-    rope_sin: Tensor,
-    /// The same tables as plain vectors, for the CPU attention kernel.
-    rope_cos_cpu: Vec<f32>,
-    rope_sin_cpu: Vec<f32>,
+    /// Rope tables of the (global) layers.
+    rope: RopeSet,
+    /// Rope tables of local layers (Gemma 3), when they differ.
+    local_rope: Option<RopeSet>,
+    /// Token embeddings are multiplied by this (Gemma: sqrt(hidden)).
+    embedding_scale: Option<f64>,
     /// Attend with our CPU kernel where it applies (false: candle's operations always).
     attention_kernel: bool,
 }
@@ -323,12 +381,23 @@ impl LlamaModel {
                 config.hidden_size
             );
         }
+        if layers.len() != config.num_layers {
+            bail!(
+                "{} layers loaded, the configuration has {}",
+                layers.len(),
+                config.num_layers
+            );
+        }
         let head_rows = head.dense_weight()?;
-        let (rope_cos_cpu, rope_sin_cpu) =
-            rope_tables(config.head_dim, config.rope_theta, config.context_length);
-        let half = config.head_dim / 2;
-        let rope_cos = Tensor::from_slice(&rope_cos_cpu, (config.context_length, half), device)?;
-        let rope_sin = Tensor::from_slice(&rope_sin_cpu, (config.context_length, half), device)?;
+        let rope = RopeSet::new(&config, &config.rope_scaling, config.rope_theta, device)?;
+        let local_rope = match config.rope_local_theta {
+            Some(theta) => Some(RopeSet::new(&config, &RopeScaling::None, theta, device)?),
+            None => None,
+        };
+        let embedding_scale = config
+            .variant
+            .is_gemma()
+            .then(|| f64::from((config.hidden_size as f32).sqrt()));
         Ok(Self {
             final_norm: final_norm.to_dtype(DType::F32)?,
             device: device.clone(),
@@ -337,10 +406,9 @@ impl LlamaModel {
             layers,
             head,
             head_rows,
-            rope_cos,
-            rope_sin,
-            rope_cos_cpu,
-            rope_sin_cpu,
+            rope,
+            local_rope,
+            embedding_scale,
             attention_kernel: true,
         })
     }
@@ -436,8 +504,8 @@ impl LlamaModel {
                 start,
                 tokens: ids.len() - start,
                 packing: Packing::new(&lengths, &self.device)?,
-                cos: self.rope_cos.narrow(0, prefix_len, max_len)?,
-                sin: self.rope_sin.narrow(0, prefix_len, max_len)?,
+                cos: self.rope.cos.narrow(0, prefix_len, max_len)?,
+                sin: self.rope.sin.narrow(0, prefix_len, max_len)?,
                 prefix_len,
                 lengths,
             });
@@ -485,12 +553,23 @@ impl LlamaModel {
         let tokens = ids.len();
         let ids = Tensor::from_vec(ids, tokens, &self.device)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
+        if let Some(scale) = self.embedding_scale {
+            x = (x * scale)?;
+        }
+        let eps = self.config.rms_norm_eps as f32;
+        let post_norm = |t: Tensor, norm: &Option<Tensor>| -> Result<Tensor> {
+            Ok(match norm {
+                Some(w) => candle_nn::ops::rms_norm(&t, w, eps)?,
+                None => t,
+            })
+        };
         for (index, layer) in self.layers.iter().enumerate() {
             let attended = self
                 .attention(layer, index, &x, groups, plans, new_kv.as_deref_mut())
                 .with_context(|| format!("attention of layer {index}"))?;
-            x = (x + attended)?;
-            x = (&x + self.feed_forward(layer, &x)?)?;
+            x = (x + post_norm(attended, &layer.post_attn_norm)?)?;
+            let fed = self.feed_forward(layer, &x)?;
+            x = (&x + post_norm(fed, &layer.post_mlp_norm)?)?;
         }
         Ok(candle_nn::ops::rms_norm(
             &x,
@@ -509,12 +588,10 @@ impl LlamaModel {
         x: &Tensor,
         groups: &[RowGroup],
         plans: &[GroupPlan],
-        mut new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+        new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let normed = candle_nn::ops::rms_norm(x, &layer.attn_norm, c.rms_norm_eps as f32)?;
-        let q_width = c.num_heads * c.head_dim;
-        let kv_width = c.num_kv_heads * c.head_dim;
         let projected = match &layer.qkv {
             QkvProjection::Fused(qkv) => qkv.forward(&normed)?,
             QkvProjection::Separate { q, k, v } => Tensor::cat(
@@ -526,17 +603,104 @@ impl LlamaModel {
                 1,
             )?,
         };
-        let kernel = segment::kernel_dims(c, &self.device).filter(|_| self.attention_kernel);
-        if let Some(dims) = kernel {
-            let rope = nlg_judge_kernels::attention::RopeTables {
-                cos: &self.rope_cos_cpu,
-                sin: &self.rope_sin_cpu,
-                interleaved: c.rope_interleaved,
-            };
-            let attended =
-                segment::attend(dims, rope, &projected, groups, plans, layer_index, new_kv)?;
-            return layer.o.forward(&attended);
+        let projected = self.normalise_query_keys(layer, projected)?;
+        let attended = self.attend_projected(layer_index, &projected, groups, plans, new_kv)?;
+        layer.o.forward(&attended)
+    }
+
+    /// Per-head RMSNorm of the queries and keys in a packed projection
+    /// `(tokens, q + 2 kv)` (Qwen3, Gemma 3); the projection as it is otherwise.
+    fn normalise_query_keys(&self, layer: &DecoderLayer, projected: Tensor) -> Result<Tensor> {
+        let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) else {
+            return Ok(projected);
+        };
+        let c = &self.config;
+        let eps = c.rms_norm_eps as f32;
+        let tokens = projected.dim(0)?;
+        let (q_width, kv_width) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let norm = |start: usize, heads: usize, weight: &Tensor| -> Result<Tensor> {
+            let part = projected
+                .narrow(1, start, heads * c.head_dim)?
+                .contiguous()?
+                .reshape((tokens, heads, c.head_dim))?;
+            Ok(candle_nn::ops::rms_norm(&part, weight, eps)?
+                .reshape((tokens, heads * c.head_dim))?)
+        };
+        let q = norm(0, c.num_heads, q_norm)?;
+        let k = norm(q_width, c.num_kv_heads, k_norm)?;
+        let v = projected.narrow(1, q_width + kv_width, kv_width)?;
+        Ok(Tensor::cat(&[&q, &k, &v], 1)?)
+    }
+
+    /// The kernel's shape when this model attends with our CPU kernel (on the CPU, with a
+    /// head width the kernel takes, unless told to use candle's operations).
+    pub(super) fn kernel(&self) -> Option<AttentionDims> {
+        if !self.attention_kernel {
+            return None;
         }
+        segment::kernel_dims(&self.config, &self.device)
+    }
+
+    /// Layer `layer_index`'s window and soft-cap, for the kernel.
+    pub(super) fn masking(&self, layer_index: usize) -> Masking {
+        Masking {
+            window: self.config.layers[layer_index].window,
+            softcap: self.config.attention_softcap.map(|c| c as f32),
+        }
+    }
+
+    /// The rope tables layer `layer_index` rotates with.
+    fn rope_of(&self, layer_index: usize) -> &RopeSet {
+        match &self.local_rope {
+            Some(local) if self.config.layers[layer_index].local_rope => local,
+            _ => &self.rope,
+        }
+    }
+
+    /// Attention of a packed, query/key-normalised projection `(tokens, q + 2 kv)`:
+    /// `(tokens, heads * head_dim)`, by the kernel where it applies.
+    fn attend_projected(
+        &self,
+        layer_index: usize,
+        projected: &Tensor,
+        groups: &[RowGroup],
+        plans: &[GroupPlan],
+        new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    ) -> Result<Tensor> {
+        if let Some(dims) = self.kernel() {
+            let rope = self
+                .rope_of(layer_index)
+                .cpu_tables(self.config.rope_interleaved);
+            let scale = self.config.attention_scale as f32;
+            return segment::attend(
+                dims,
+                rope,
+                scale,
+                self.masking(layer_index),
+                projected,
+                groups,
+                plans,
+                layer_index,
+                new_kv,
+            );
+        }
+        self.attend_on_tensors(layer_index, projected, groups, plans, new_kv)
+    }
+
+    /// [`Self::attend_projected`] with candle's operations, whatever the device: per
+    /// group, padded, with windows and soft-capping.
+    fn attend_on_tensors(
+        &self,
+        layer_index: usize,
+        projected: &Tensor,
+        groups: &[RowGroup],
+        plans: &[GroupPlan],
+        mut new_kv: Option<&mut Vec<Vec<(Tensor, Tensor)>>>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let q_width = c.num_heads * c.head_dim;
+        let kv_width = c.num_kv_heads * c.head_dim;
+        let local = self.config.layers[layer_index].local_rope && self.local_rope.is_some();
         let mut outputs = Vec::with_capacity(groups.len());
         for (group_index, (group, plan)) in groups.iter().zip(plans).enumerate() {
             let (batch, len) = (plan.packing.batch, plan.packing.max_len);
@@ -554,22 +718,30 @@ impl LlamaModel {
             let q = heads(all.narrow(2, 0, q_width)?, c.num_heads)?;
             let k = heads(all.narrow(2, q_width, kv_width)?, c.num_kv_heads)?;
             let v = heads(all.narrow(2, q_width + kv_width, kv_width)?, c.num_kv_heads)?;
-            let q = self.rotate(&q, &plan.cos, &plan.sin)?;
-            let k = self.rotate(&k, &plan.cos, &plan.sin)?;
+            let (cos, sin) = if local {
+                let tables = self.rope_of(layer_index);
+                (
+                    tables.cos.narrow(0, plan.prefix_len, len)?,
+                    tables.sin.narrow(0, plan.prefix_len, len)?,
+                )
+            } else {
+                (plan.cos.clone(), plan.sin.clone())
+            };
+            let q = self.rotate(&q, &cos, &sin)?;
+            let k = self.rotate(&k, &cos, &sin)?;
             let prefix: Vec<&(Tensor, Tensor)> =
                 group.prefix.iter().map(|s| s.layer(layer_index)).collect();
-            let attended = self.attend(&q, &k, &v, &prefix, plan)?;
+            let attended = self.attend(layer_index, &q, &k, &v, &prefix, plan)?;
             outputs.push(plan.packing.pack(&attended)?);
             if let Some(new_kv) = new_kv.as_deref_mut() {
                 new_kv[group_index].push((k, v));
             }
         }
-        let attended = if outputs.len() == 1 {
+        Ok(if outputs.len() == 1 {
             outputs.remove(0)
         } else {
             Tensor::cat(&outputs, 0)?
-        };
-        layer.o.forward(&attended)
+        })
     }
 
     /// Attention of one group: queries `(B, H, T, D)` over the prefix segments' keys and
@@ -578,6 +750,7 @@ impl LlamaModel {
     /// `(B, T, H * D)`.
     fn attend(
         &self,
+        layer_index: usize,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
@@ -591,7 +764,12 @@ impl LlamaModel {
         let q = q.reshape((batch, c.num_kv_heads, group * len, c.head_dim))?;
         let keys_len = plan.prefix_len + len;
         let rows_per_chunk = (ATTENTION_CHUNK_ELEMENTS / (c.num_heads * len * keys_len)).max(1);
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let mask = AttentionMask {
+            prefix_len: plan.prefix_len,
+            scale: c.attention_scale,
+            window: c.layers[layer_index].window,
+            softcap: c.attention_softcap,
+        };
         let mut chunks = Vec::with_capacity(batch.div_ceil(rows_per_chunk));
         for start in (0..batch).step_by(rows_per_chunk) {
             let rows = rows_per_chunk.min(batch - start);
@@ -621,7 +799,7 @@ impl LlamaModel {
                 keys_len,
             ))?;
             let lengths = &plan.lengths[start..start + rows];
-            let weights = masked_softmax(&scores, lengths, plan.prefix_len, scale)?.reshape((
+            let weights = masked_softmax(&scores, lengths, &mask)?.reshape((
                 rows,
                 c.num_kv_heads,
                 group * len,
@@ -663,7 +841,10 @@ impl LlamaModel {
                 (gate.forward(&normed)?, up.forward(&normed)?)
             }
         };
-        let activated = (candle_nn::ops::silu(&gate)? * up)?;
+        let activated = match self.config.activation {
+            Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
+            Activation::GeluTanh => (gate.gelu()? * up)?,
+        };
         layer.down.forward(&activated)
     }
 
@@ -676,12 +857,20 @@ impl LlamaModel {
         }
         let index = Tensor::new(ids, &self.device)?;
         let rows = self.head_rows.index_select(&index, 0)?;
-        Ok(hidden.matmul(&rows.t()?)?)
+        self.soft_cap_logits(hidden.matmul(&rows.t()?)?)
     }
 
     /// Logits over the whole vocabulary: `(n, hidden)` -> `(n, vocab)`.
     pub fn full_logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        self.head.forward(hidden)
+        self.soft_cap_logits(self.head.forward(hidden)?)
+    }
+
+    /// `c * tanh(logits / c)` where the model caps its logits (Gemma 2).
+    fn soft_cap_logits(&self, logits: Tensor) -> Result<Tensor> {
+        Ok(match self.config.final_softcap {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
     }
 
     /// `log sum_v exp(logit_v)` over the whole vocabulary, per row: `(n, hidden)` -> `(n)`.
@@ -691,18 +880,38 @@ impl LlamaModel {
     }
 }
 
-/// Cosine and sine tables `(positions, head_dim / 2)` for rotary embeddings.
-fn rope_tables(head_dim: usize, theta: f64, positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for pos in 0..positions {
-        for i in 0..half {
-            let inv_freq = 1.0 / theta.powf((2 * i) as f64 / head_dim as f64);
-            let angle = pos as f64 * inv_freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+/// Rotary tables `(positions, head_dim / 2)`, as tensors on the model's device and as
+/// vectors for the CPU kernel.
+#[derive(Debug, Clone)]
+struct RopeSet {
+    cos: Tensor,
+    sin: Tensor,
+    cos_cpu: Vec<f32>,
+    sin_cpu: Vec<f32>,
+}
+
+impl RopeSet {
+    fn new(
+        config: &LlamaConfig,
+        scaling: &RopeScaling,
+        theta: f64,
+        device: &Device,
+    ) -> Result<Self> {
+        let (cos_cpu, sin_cpu) = scaling.tables(theta, config.head_dim, config.context_length)?;
+        let shape = (config.context_length, config.head_dim / 2);
+        Ok(Self {
+            cos: Tensor::from_slice(&cos_cpu, shape, device)?,
+            sin: Tensor::from_slice(&sin_cpu, shape, device)?,
+            cos_cpu,
+            sin_cpu,
+        })
+    }
+
+    fn cpu_tables(&self, interleaved: bool) -> nlg_judge_kernels::attention::RopeTables<'_> {
+        nlg_judge_kernels::attention::RopeTables {
+            cos: &self.cos_cpu,
+            sin: &self.sin_cpu,
+            interleaved,
         }
     }
-    (cos, sin)
 }

@@ -13,7 +13,8 @@ use std::cell::RefCell;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Storage, Tensor};
 use nlg_judge_kernels::attention::{
-    segment_attention, split_rotate, AttentionDims, RopeTables, RowGroup as KernelGroup, Segment,
+    segment_attention_masked, split_rotate, AttentionDims, Masking, RopeTables,
+    RowGroup as KernelGroup, Segment,
 };
 
 use super::{GroupPlan, LlamaConfig, RowGroup};
@@ -64,12 +65,14 @@ macro_rules! cpu_slice {
 }
 
 /// Attention of every group's tokens from the packed projection `(tokens, q + 2 kv)`;
-/// returns `(tokens, heads * head_dim)`, and pushes each group's new `(keys, values)`
+/// returns `(tokens, heads * head_dim)` (scores multiplied by `scale`), and pushes each group's new `(keys, values)`
 /// `(rows, kv_heads, longest row, head_dim)` to `new_kv` when asked.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     dims: AttentionDims,
     rope: RopeTables,
+    scale: f32,
+    masking: Masking,
     projected: &Tensor,
     groups: &[RowGroup],
     plans: &[GroupPlan],
@@ -86,6 +89,8 @@ pub(super) fn attend(
         attend_into(
             dims,
             rope,
+            scale,
+            masking,
             data,
             groups,
             plans,
@@ -103,6 +108,8 @@ pub(super) fn attend(
 pub(super) fn attend_into(
     dims: AttentionDims,
     rope: RopeTables,
+    scale: f32,
+    masking: Masking,
     data: &[f32],
     groups: &[RowGroup],
     plans: &[GroupPlan],
@@ -204,10 +211,10 @@ pub(super) fn attend_into(
             segment_at += group.prefix.len();
             offset += n;
         }
-        let scale = 1.0 / (dims.head_dim as f32).sqrt();
-        segment_attention(
+        segment_attention_masked(
             dims,
             scale,
+            masking,
             &kernel_groups,
             &ws.queries[..tokens * q_width],
             out,
