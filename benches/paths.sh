@@ -10,8 +10,10 @@
 #      LEVELS ("portable"; e.g. "avx2 portable" on an AVX-512 machine),
 #      PRECISIONS ("f32 bf16 int8"), LEVEL_PRECISIONS (precisions run at the masked
 #      levels, default "f32 bf16 int8"; the portable bf16/int8 rows take ~5-7 min per doc),
-#      PEER (1: run hf_prefix; needs the peers harness at PEERS and a Python with torch and
-#      transformers at PEERS_PYTHON), NLG_JUDGE_DATA (SummEval directory).
+#      PEER (1: run hf_prefix; needs the peers harness at PEERS and a Python with torch,
+#      transformers and accelerate at PEERS_PYTHON, PYTHONPATH passes through),
+#      NLG_JUDGE_DATA (the directory holding summeval/summeval.jsonl, read by both sides:
+#      point it at a copy holding fewer candidates for a shorter run).
 set -u
 BIN="${1:?usage: benches/paths.sh BINARY}"
 MODEL="${MODEL:-smollm2-135m-instruct}"
