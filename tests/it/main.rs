@@ -4,6 +4,7 @@
 
 mod batched_generation;
 mod bertscore_parity;
+mod cache_faults;
 mod cli;
 mod cli_models;
 mod common;
@@ -15,6 +16,7 @@ mod deploy_files;
 mod dhp_analyze;
 mod dhp_cli;
 mod dhp_pipeline;
+mod fuzz;
 mod hub_source;
 mod llama_model;
 mod llama_safetensors;
@@ -33,6 +35,7 @@ mod score_cli;
 mod score_mock;
 mod score_smollm2;
 mod server;
+mod server_faults;
 mod shard_merge;
 mod t5_candle_reference;
 mod t5_loading;
