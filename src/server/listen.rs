@@ -62,7 +62,8 @@ impl Drain {
     /// Completes when the drain begins.
     pub async fn started(&self) {
         let mut signal = self.signal.clone();
-        if signal.wait_for(|draining| *draining).await.is_err() {
+        let switch_gone = signal.wait_for(|draining| *draining).await.is_err();
+        if switch_gone {
             // The switch is gone without a drain: the drain never begins.
             std::future::pending::<()>().await;
         }
