@@ -232,7 +232,10 @@ fn rank_name(rank: RankMethod) -> &'static str {
     }
 }
 
-/// Write to `path` through a temporary file renamed into place (creating its folder).
+/// Write to `path` through a temporary file renamed into place (creating its folder):
+/// the file appears whole or not at all. The temporary file (`<path>.partial`) is
+/// flushed to disk before the rename and removed when writing fails (a full disk, say),
+/// so an interrupted or failed write leaves any earlier file at `path` as it was.
 pub(crate) fn write_file(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
@@ -247,10 +250,15 @@ pub(crate) fn write_file(
     let file = File::create(&temporary)
         .with_context(|| format!("cannot create {}", temporary.display()))?;
     let mut out = BufWriter::new(file);
-    write(&mut out).with_context(|| format!("cannot write {}", temporary.display()))?;
-    out.flush()
-        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    let written = write(&mut out)
+        .and_then(|()| Ok(out.flush()?))
+        .and_then(|()| Ok(out.get_ref().sync_all()?))
+        .with_context(|| format!("cannot write {}", temporary.display()));
     drop(out);
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(error);
+    }
     std::fs::rename(&temporary, path)
         .with_context(|| format!("cannot move {} to {}", temporary.display(), path.display()))
 }

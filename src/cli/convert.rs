@@ -1,11 +1,9 @@
 //! `nlg-judge convert`: write a shared human-judgement set in the generic JSONL format.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::data::{self, limit_contexts, summeval, topicalchat, webnlg, write_records};
@@ -71,12 +69,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         )?,
     };
     let records = limit_contexts(records, args.limit_contexts);
-    let file = File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let mut out = BufWriter::new(file);
-    write_records(&mut out, &records)
-        .and_then(|()| Ok(out.flush()?))
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    super::compare::write_file(&args.output, |out| write_records(out, &records))?;
     let contexts = records
         .iter()
         .map(|r| r.context_id.as_str())

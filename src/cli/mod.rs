@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod cache;
 pub mod cache_args;
 pub mod labels;
 pub mod merge;
@@ -68,6 +69,8 @@ pub enum Command {
     /// DHP discernment benchmark: perturb references, score originals and perturbed
     /// copies with a judge, test the differences, report discernment scores.
     Dhp(dhp::DhpArgs),
+    /// The result cache: check its integrity, repair a damaged one.
+    Cache(cache::CacheCommandArgs),
     /// Para-Ref: paraphrase every distinct reference n times with a local model.
     Paraphrase(paraphrase::ParaphraseArgs),
     /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
@@ -133,6 +136,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Dhp(args) => dhp::run(args),
+        Command::Cache(args) => cache::run(args),
         Command::Paraphrase(args) => paraphrase::run(args),
         Command::Pararef(args) => pararef::run(args),
         Command::Metric(args) => metric::run(args),

@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::arch::{Precision, WeightPolicy};
-use crate::engine::{load_scorer, LoadOptions};
+use crate::engine::{load_scorer, LoadOptions, MockScorer};
 use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 
 /// Which model to run, where, and how.
@@ -12,7 +12,9 @@ use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 pub struct ModelArgs {
     /// Model: a card name (see `nlg-judge models list`), a .gguf file, or a directory
     /// with config.json, safetensors weights and tokenizer.json. Card files are fetched
-    /// into the cache on first use.
+    /// into the cache on first use. `mock[:delay-ms=N,panic-on=TEXT]` is a scripted model
+    /// without weights for testing the service and its clients (its answers are not
+    /// judgements).
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub model: String,
 
@@ -214,8 +216,12 @@ impl ModelArgs {
         Ok(options)
     }
 
-    /// Resolve, fetch if needed, and load the model.
+    /// Resolve, fetch if needed, and load the model (`mock[:...]`: the scripted model,
+    /// see [`MockScorer::from_spec`]).
     pub fn load(&self) -> Result<Box<dyn Scorer>> {
+        if let Some(mock) = MockScorer::from_spec(&self.model)? {
+            return Ok(Box::new(mock));
+        }
         load_scorer(&self.model, &self.load_options()?)
     }
 }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
@@ -12,7 +13,8 @@ use super::model_args::ModelArgs;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::server::{
     serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES, DEFAULT_PREFIX_CACHE_BYTES,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE, DEFAULT_PREFIX_CACHE_BYTES,
 };
 
 /// Arguments of `nlg-judge serve`.
@@ -42,6 +44,31 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_step_tokens: usize,
 
+    /// Most requests waiting for the model worker; more are answered 503 with
+    /// `Retry-After` instead of queueing without bound.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUE)]
+    pub max_queue: usize,
+
+    /// Most connections served at once; more are answered 503 and closed (memory stays
+    /// below about this times the body limit).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+
+    /// Seconds a request head may take to arrive (idle keep-alive connections are closed
+    /// after it too).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
+    pub header_timeout: f64,
+
+    /// Seconds a request body may take to arrive (else 408).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_BODY_TIMEOUT.as_secs_f64())]
+    pub body_timeout: f64,
+
+    /// On SIGTERM or Ctrl-C: seconds to finish the requests in progress (new connections
+    /// are refused, idle and half-open ones closed at once) before closing what is left
+    /// and exiting.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_TIMEOUT.as_secs_f64())]
+    pub drain_timeout: f64,
+
     /// Most queued requests the model worker serves together in one round.
     #[arg(long, default_value_t = WorkerConfig::default().max_round)]
     pub max_round: usize,
@@ -70,6 +97,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
             max_candidates: args.max_candidates,
+            max_queue: args.max_queue,
+            max_connections: args.max_connections,
+            header_timeout: seconds("--header-timeout", args.header_timeout)?,
+            body_timeout: seconds("--body-timeout", args.body_timeout)?,
+            drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         },
         worker: WorkerConfig {
             steps_max_tokens: args.max_step_tokens,
@@ -82,13 +114,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let report = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&args.addr)
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let address = listener.local_addr()?;
         eprintln!(
-            "serving {} on http://{address} ({}); Ctrl-C stops",
+            "serving {} on http://{address} ({}); Ctrl-C or SIGTERM stops",
             scorer.info().name,
             if config.token.is_some() {
                 "bearer token required"
@@ -106,6 +138,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
         )
         .await
     })?;
-    eprintln!("stopped");
+    eprintln!(
+        "stopped: {} connections open at the signal ({} with a request in progress), {} cut at the drain timeout, drained in {:.2} s",
+        report.connections,
+        report.busy,
+        report.cut,
+        report.elapsed.as_secs_f64()
+    );
+    runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+fn seconds(flag: &str, value: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("{flag} must be a positive number of seconds, not {value}"))
 }

@@ -13,6 +13,10 @@
 //! steps, GPTScore's continuation likelihoods) keep text in a second table, keyed by the
 //! model's fingerprint, a kind (`geval-steps`, `gptscore`) and a key the method derives
 //! from everything that determines the value ([`ResultCache::get_text`]).
+//!
+//! A damaged file, a full disk or a read-only cache is reported as a
+//! [`super::cache_fault::CacheFault`] naming the file and the way out;
+//! [`super::cache_repair`] checks a cache and repairs a damaged one.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +25,7 @@ use anyhow::{bail, Context as _, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
+use super::cache_fault::name;
 use super::request::{LabelResult, LabelScore, TokenPrompt};
 
 /// File name of the cache inside a cache directory.
@@ -120,10 +125,12 @@ impl ResultCache {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
         }
+        let location = path.display().to_string();
         let connection = Connection::open(path)
-            .with_context(|| format!("cannot open result cache {}", path.display()))?;
-        Self::setup(connection, path.display().to_string())
-            .with_context(|| format!("cannot use result cache {}", path.display()))
+            .map_err(|e| name(e, &location))
+            .with_context(|| format!("cannot open result cache {location}"))?;
+        Self::setup(connection, location.clone())
+            .with_context(|| format!("cannot use result cache {location}"))
     }
 
     /// A cache that lives only as long as this value (tests, `--no-cache` dry runs).
@@ -132,14 +139,18 @@ impl ResultCache {
     }
 
     fn setup(connection: Connection, location: String) -> Result<Self> {
+        let named = |e| name(e, &location);
         connection.busy_timeout(Duration::from_secs(30))?;
-        let mode: String =
-            connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        let mode: String = connection
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(named)?;
         if location != ":memory:" && !mode.eq_ignore_ascii_case("wal") {
             bail!("SQLite refused write-ahead logging (journal mode {mode})");
         }
-        connection.pragma_update(None, "synchronous", "NORMAL")?;
-        connection.execute_batch(SCHEMA)?;
+        connection
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(named)?;
+        connection.execute_batch(SCHEMA).map_err(named)?;
         Ok(Self {
             connection,
             location,
@@ -153,16 +164,21 @@ impl ResultCache {
 
     /// The stored result for `key`, if any.
     pub fn get(&self, key: &CacheKey) -> Result<Option<LabelResult>> {
-        let mut statement = self.connection.prepare_cached(
-            "SELECT logprobs, prompt_tokens FROM label_results
+        let named = |e| name(e, &self.location);
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT logprobs, prompt_tokens FROM label_results
              WHERE model = ?1 AND template = ?2 AND prompt = ?3 AND labels = ?4",
-        )?;
+            )
+            .map_err(named)?;
         let row: Option<(Vec<u8>, i64)> = statement
             .query_row(
                 params![key.model, key.template, key.prompt, key.labels_text()],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .optional()
+            .map_err(named)
             .with_context(|| format!("cannot read result cache {}", self.location))?;
         let Some((blob, prompt_tokens)) = row else {
             return Ok(None);
@@ -207,11 +223,15 @@ impl ResultCache {
             .iter()
             .flat_map(|label| label.logprob.to_le_bytes())
             .collect();
-        let mut statement = self.connection.prepare_cached(
-            "INSERT OR REPLACE INTO label_results
+        let named = |e| name(e, &self.location);
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "INSERT OR REPLACE INTO label_results
              (model, template, prompt, labels, logprobs, label_mass, prompt_tokens)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
+            )
+            .map_err(named)?;
         statement
             .execute(params![
                 key.model,
@@ -222,29 +242,40 @@ impl ResultCache {
                 result.label_mass(),
                 i64::try_from(result.prompt_tokens).unwrap_or(i64::MAX),
             ])
+            .map_err(named)
             .with_context(|| format!("cannot write result cache {}", self.location))?;
         Ok(())
     }
 
     /// The text stored under `(model, kind, key)`, if any.
     pub fn get_text(&self, model: &str, kind: &str, key: &str) -> Result<Option<String>> {
-        let mut statement = self.connection.prepare_cached(
-            "SELECT value FROM text_results WHERE model = ?1 AND kind = ?2 AND key = ?3",
-        )?;
+        let named = |e| name(e, &self.location);
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT value FROM text_results WHERE model = ?1 AND kind = ?2 AND key = ?3",
+            )
+            .map_err(named)?;
         statement
             .query_row(params![model, kind, key], |row| row.get(0))
             .optional()
+            .map_err(named)
             .with_context(|| format!("cannot read result cache {}", self.location))
     }
 
     /// Store (or replace) the text under `(model, kind, key)`: one transaction.
     pub fn put_text(&self, model: &str, kind: &str, key: &str, value: &str) -> Result<()> {
-        let mut statement = self.connection.prepare_cached(
-            "INSERT OR REPLACE INTO text_results (model, kind, key, value)
+        let named = |e| name(e, &self.location);
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "INSERT OR REPLACE INTO text_results (model, kind, key, value)
              VALUES (?1, ?2, ?3, ?4)",
-        )?;
+            )
+            .map_err(named)?;
         statement
             .execute(params![model, kind, key, value])
+            .map_err(named)
             .with_context(|| format!("cannot write result cache {}", self.location))?;
         Ok(())
     }

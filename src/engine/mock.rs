@@ -4,6 +4,12 @@
 //! (user text, then the answer prefix; with `chat`, simple tags around the turns),
 //! "tokenises" text as one id per byte, and answers every request from closures the test
 //! provides. It counts the calls so that tests can assert caching and reuse.
+//!
+//! [`MockScorer::from_spec`] makes one from a model name, `mock[:key=value,...]`, so that
+//! the service can be exercised without weights (`nlg-judge serve --model mock`): load
+//! tests of the service itself, client integration, fault drills. Its answers are not
+//! judgements. Keys: `delay-ms` (each model call sleeps this long), `panic-on` (a call
+//! whose prompt contains this text panics, to drill the service's panic handling).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -105,6 +111,64 @@ impl MockScorer {
     ) -> Self {
         self.generation = Box::new(script);
         self
+    }
+
+    /// A mock from a model name `mock[:key=value,...]` (see the module header); `None`
+    /// when `name` is not a mock's.
+    pub fn from_spec(name: &str) -> Result<Option<Self>> {
+        let options = match name.strip_prefix("mock") {
+            Some("") => "",
+            Some(rest) => match rest.strip_prefix(':') {
+                Some(options) => options,
+                None => return Ok(None),
+            },
+            None => return Ok(None),
+        };
+        let mut delay = std::time::Duration::ZERO;
+        let mut panic_on: Option<String> = None;
+        for option in options.split(',').filter(|o| !o.is_empty()) {
+            let (key, value) = option
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("mock model option `{option}` is not key=value"))?;
+            match key {
+                "delay-ms" => {
+                    let ms: u64 = value.parse().map_err(|_| {
+                        anyhow::anyhow!("mock model: delay-ms `{value}` is not a whole number")
+                    })?;
+                    delay = std::time::Duration::from_millis(ms);
+                }
+                "panic-on" if !value.is_empty() => panic_on = Some(value.to_string()),
+                _ => bail!(
+                    "mock model: unknown option `{option}` (known: delay-ms=N, panic-on=TEXT)"
+                ),
+            }
+        }
+        let check = move |prompt: &str| {
+            if let Some(text) = &panic_on {
+                if prompt.contains(text.as_str()) {
+                    panic!("mock model: the prompt contains `{text}`");
+                }
+            }
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+        };
+        let (on_label, on_continuation, on_generation) = (check.clone(), check.clone(), check);
+        Ok(Some(
+            Self::new()
+                .with_labels(move |prompt, labels| {
+                    on_label(prompt);
+                    Ok(vec![(1.0 / labels.len().max(1) as f64).ln(); labels.len()])
+                })
+                .with_continuation(move |prompt, text| {
+                    on_continuation(prompt);
+                    Ok(vec![-1.0; text.len()])
+                })
+                .with_generation(move |prompt| {
+                    on_generation(prompt);
+                    Ok(" 1. Read the text.\n2. Rate it.".to_string())
+                }),
+        ))
     }
 
     /// The call counters (shared: keep a clone before handing the mock away).
@@ -312,6 +376,34 @@ mod tests {
         assert_eq!(calls.labels(), 2);
         let p = results[0].normalised();
         assert!((p[0] - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mock_specs_are_read_and_checked() {
+        assert!(MockScorer::from_spec("smollm2-135m-instruct")
+            .unwrap()
+            .is_none());
+        assert!(MockScorer::from_spec("mockingbird").unwrap().is_none());
+        assert!(MockScorer::from_spec("mock").unwrap().is_some());
+        assert!(MockScorer::from_spec("mock:delay-ms=1,panic-on=BOOM")
+            .unwrap()
+            .is_some());
+        for bad in ["mock:delay-ms=x", "mock:colour=red", "mock:delay-ms"] {
+            assert!(MockScorer::from_spec(bad).is_err(), "{bad}");
+        }
+        let mut mock = MockScorer::from_spec("mock:panic-on=BOOM")
+            .unwrap()
+            .unwrap();
+        let request = |text: &str| LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user(text)),
+            labels: vec![" 1".into(), " 2".into()],
+        };
+        let fine = mock.label_logprobs(&[request("calm")]).unwrap();
+        assert!((fine[0].normalised()[0] - 0.5).abs() < 1e-12);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mock.label_logprobs(&[request("a BOOM here")])
+        }));
+        assert!(panicked.is_err());
     }
 
     #[test]

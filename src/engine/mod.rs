@@ -4,6 +4,8 @@
 //! templates, batching, prefix sharing) and return log-probabilities or text.
 
 pub mod cache;
+pub mod cache_fault;
+pub mod cache_repair;
 pub mod completion;
 pub mod decoder;
 pub mod error;
@@ -17,6 +19,7 @@ pub mod scorer;
 pub mod t5_scorer;
 
 pub use cache::{CacheKey, ResultCache};
+pub use cache_fault::{cache_fault, CacheFault};
 pub use completion::{
     ChatMessage, ChatRole, CompletionRequest, CompletionResult, ScoredToken, TokenLogprob,
     TokenPiece, MAX_TOP_LOGPROBS,

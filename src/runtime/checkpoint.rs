@@ -132,22 +132,41 @@ impl GgufHeader {
             .metadata()
             .with_context(|| format!("cannot read metadata of {}", path.display()))?
             .len();
-        let content = gguf_file::Content::read(&mut file).map_err(|error| {
-            anyhow::anyhow!(
+        // candle's reader panics on some headers that lie (a zero `general.alignment`
+        // divides by zero): such a file is as unreadable as a truncated one.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            gguf_file::Content::read(&mut file)
+        }));
+        let content = match read {
+            Ok(Ok(content)) => content,
+            Ok(Err(error)) => bail!(
                 "{} is not a readable GGUF file (truncated or corrupt?): {error}",
                 path.display()
-            )
-        })?;
+            ),
+            Err(_) => bail!(
+                "{} is not a readable GGUF file: its header is inconsistent (corrupt?)",
+                path.display()
+            ),
+        };
         for (name, info) in &content.tensor_infos {
             let elements = info.shape.elem_count() as u64;
-            let block = info.ggml_dtype.block_size() as u64;
-            let bytes = elements / block * info.ggml_dtype.type_size() as u64;
-            let end = content.tensor_data_offset + info.offset + bytes;
-            if end > file_size {
-                bail!(
+            let block = (info.ggml_dtype.block_size() as u64).max(1);
+            let end = (elements / block)
+                .checked_mul(info.ggml_dtype.type_size() as u64)
+                .and_then(|bytes| bytes.checked_add(info.offset))
+                .and_then(|end| end.checked_add(content.tensor_data_offset));
+            match end {
+                Some(end) if end <= file_size => {}
+                Some(end) => bail!(
                     "{} is truncated: tensor '{name}' ends at byte {end} but the file has {file_size} bytes",
                     path.display()
-                );
+                ),
+                None => bail!(
+                    "{} is corrupt: tensor '{name}' lies beyond any file size (offset {}, shape {:?})",
+                    path.display(),
+                    info.offset,
+                    info.shape.dims()
+                ),
             }
         }
         Ok(Self { content })

@@ -1,15 +1,19 @@
 //! Routes, handlers and middleware of the metrics service.
 //!
-//! Handlers read the body as bytes (the body limit answers 413), parse and check it
-//! (400 naming the field, line and column; 422 for too many candidates), send a job to
-//! the model worker and wait for its reply. `/healthz` never touches the worker, so it
-//! answers while the model is busy. Every `/v1` route needs the bearer token when one is
+//! The body of every `/v1` request is read first, within the body timeout (408 when it
+//! does not arrive in time, 413 over the limit, 503 when the service starts draining
+//! meanwhile). Handlers then parse and check it (400 naming the field, line and column;
+//! 422 for too many candidates), send a job to the model worker and wait for its reply;
+//! when `max_queue` jobs already wait, the answer is 503 at once. Every 503 carries
+//! `Retry-After`. `/healthz` never touches the worker, so it answers while the model is
+//! busy: `ready` (200), or `draining` (503) once shutdown has begun. Every `/v1` route needs the bearer token when one is
 //! configured (401 otherwise). The log records method, path, body size, status and
 //! time — never the texts, which may be sensitive.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -31,11 +35,46 @@ use super::worker::{Job, LabelTask, Reply, WorkerStats};
 use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
 
-/// Request limits.
+/// Request and connection limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_candidates: usize,
+    /// Most jobs waiting for the model worker (more: 503 with `Retry-After`).
+    pub max_queue: usize,
+    /// Most connections served at once (more: 503 and closed).
+    pub max_connections: usize,
+    /// A request head must arrive within this (idle keep-alive connections close after it).
+    pub header_timeout: Duration,
+    /// A request body must arrive within this (else 408).
+    pub body_timeout: Duration,
+    /// How long shutdown waits for requests in progress before closing their connections.
+    pub drain_timeout: Duration,
+}
+
+/// Default bound on the jobs waiting for the model worker.
+pub const DEFAULT_MAX_QUEUE: usize = 256;
+/// Default bound on open connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default time a request head may take.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a request body may take.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on the drain at shutdown (under Kubernetes' default 30 s grace period).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: super::DEFAULT_MAX_BODY_BYTES,
+            max_candidates: super::DEFAULT_MAX_CANDIDATES,
+            max_queue: DEFAULT_MAX_QUEUE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
 }
 
 /// What every handler shares.
@@ -48,6 +87,8 @@ pub struct AppState {
     pub limits: Limits,
     /// What the OpenAI-compatible routes keep.
     pub openai: Arc<super::openai::Backend>,
+    /// Whether shutdown has begun.
+    pub drain: super::listen::Drain,
 }
 
 /// An error answer: `{"error": message}` with a status.
@@ -93,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/geval", post(geval))
         .route("/v1/score", post(score))
         .route("/v1/compare", post(compare))
+        .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(healthz))
@@ -100,8 +142,87 @@ pub fn router(state: AppState) -> Router {
         .merge(super::openai::router(state.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(middleware::from_fn(retry_after))
         .layer(middleware::from_fn(log_requests))
         .with_state(state)
+}
+
+/// Every 503 tells when to come back.
+async fn retry_after(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .entry(header::RETRY_AFTER)
+            .or_insert(HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// Read the whole body before the handler runs (see [`buffer_body`]).
+async fn read_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match buffer_body(&state, request).await {
+        Ok(request) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The request with its whole body read within the body timeout and the size limit
+/// (408, 413; 503 when the drain begins meanwhile), so that a client that stops sending
+/// holds nothing for long.
+pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Request, ApiError> {
+    let limit = state.limits.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let (parts, body) = request.into_parts();
+    let timeout = state.limits.body_timeout;
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit));
+    let bytes = tokio::select! {
+        read = read => match read {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(error)) => {
+                let over = std::error::Error::source(&error)
+                    .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+                return Err(if over {
+                    too_large()
+                } else {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("cannot read the request body: {error}"),
+                    )
+                });
+            }
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s",
+                        timeout.as_secs_f64()
+                    ),
+                ))
+            }
+        },
+        () = state.drain.started() => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the service is stopping; the request body had not fully arrived",
+            ))
+        }
+    };
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request body is larger than this service accepts",
+    )
 }
 
 /// Log method, path, body size, status and time of every request (never its content).
@@ -162,15 +283,17 @@ pub(crate) async fn submit<T>(
     job: impl FnOnce(Reply<T>) -> Job,
 ) -> Result<T, ApiError> {
     let (reply, answer) = oneshot::channel();
-    state
-        .stats
-        .queued
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let waiting = state.stats.queued.fetch_add(1, Ordering::SeqCst);
+    if waiting >= state.limits.max_queue {
+        state.stats.queued.fetch_sub(1, Ordering::SeqCst);
+        state.stats.refused.fetch_add(1, Ordering::SeqCst);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the service is at capacity ({waiting} requests waiting); retry later"),
+        ));
+    }
     if state.jobs.send(job(reply)).is_err() {
-        state
-            .stats
-            .queued
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        state.stats.queued.fetch_sub(1, Ordering::SeqCst);
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the model worker has stopped",
@@ -188,9 +311,10 @@ pub(crate) async fn submit<T>(
                 format!("the model failed: {}", failure.message),
             ),
         }),
+        // The worker drops a reply only when a panic escaped its round.
         Err(_) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the model worker stopped before answering",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the model worker failed before answering (see the service log)",
         )),
     }
 }
@@ -265,14 +389,24 @@ async fn compare(
     }))
 }
 
-async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
+async fn healthz(State(state): State<AppState>) -> Response {
     let stats = &state.stats;
-    Json(json!({
-        "status": "ok",
+    let draining = state.drain.is_draining();
+    let status = if draining {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    let body = Json(json!({
+        "status": if draining { "draining" } else { "ready" },
         "model": state.model.name,
         "queued": WorkerStats::get(&stats.queued),
+        "max_queue": state.limits.max_queue,
+        "refused": WorkerStats::get(&stats.refused),
         "jobs": WorkerStats::get(&stats.jobs),
         "rounds": WorkerStats::get(&stats.rounds),
         "label_calls": WorkerStats::get(&stats.label_calls),
-    }))
+        "panics": WorkerStats::get(&stats.panics),
+    }));
+    (status, body).into_response()
 }

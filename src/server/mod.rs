@@ -3,10 +3,13 @@
 //! - [`api`]: request and response bodies and their checks;
 //! - [`http`]: routes, handlers, authentication and logging middleware;
 //! - [`auth`]: the optional bearer token;
-//! - [`worker`]: the one thread that owns the model and serves queued jobs together.
+//! - [`worker`]: the one thread that owns the model and serves queued jobs together;
+//! - [`listen`]: the connection loop every route goes through (timeouts, connection
+//!   bound, drain).
 //!
-//! [`serve`] runs the service on a bound listener until its shutdown future completes;
-//! requests in flight are finished first, then the worker thread ends.
+//! [`serve`] runs the service on a bound listener until its shutdown future completes,
+//! then drains: new connections are refused, idle and half-open ones closed, requests in
+//! progress finished within the drain timeout, and the worker thread ends.
 //!
 //! | route | body | answer |
 //! |---|---|---|
@@ -22,22 +25,31 @@
 //!
 //! Errors answer `{"error": message}`: 400 malformed or invalid body (the message names
 //! the field, line and column), 401 missing or wrong bearer token, 413 body over the
-//! limit, 422 too many candidates or a request the model cannot score (e.g. longer than
-//! its context window), 503 the worker has stopped.
+//! limit, 408 body not received within the body timeout, 422 too many candidates or a
+//! request the model cannot score (e.g. longer than its context window), 500 the model
+//! failed (a panic in the model code included: that request fails, the worker goes on),
+//! 503 with `Retry-After` when the queue or the connection bound is full or the service
+//! is draining.
 
 pub mod api;
 pub mod auth;
 pub mod http;
+pub mod listen;
 pub mod openai;
 pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context as _, Result};
 
 pub use auth::BearerToken;
-pub use http::Limits;
+pub use http::{
+    Limits, DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
+};
+pub use listen::DrainReport;
 pub use worker::{WorkerConfig, WorkerStats, DEFAULT_PREFIX_CACHE_BYTES};
 
 use crate::engine::{ResultCache, Scorer};
@@ -60,17 +72,58 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             token: None,
-            limits: Limits {
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                max_candidates: DEFAULT_MAX_CANDIDATES,
-            },
+            limits: Limits::default(),
             worker: WorkerConfig::default(),
         }
     }
 }
 
-/// Serve on `listener` with `scorer` until `shutdown` completes, then finish the
-/// requests in flight and stop the worker. `stats` (shared with the caller) counts the
+/// The routes with their model worker, ready for a connection loop: what [`serve`]
+/// runs, and a way to drive the routes in-process (`tower::ServiceExt::oneshot`).
+pub struct App {
+    pub router: axum::Router,
+    /// The model worker; it ends once the router (every clone) is dropped.
+    pub worker: std::thread::JoinHandle<()>,
+    /// Starts the drain of the router's handlers.
+    pub switch: listen::DrainSwitch,
+    pub limits: Limits,
+}
+
+/// Start the model worker and build the routes.
+pub fn app(
+    scorer: Box<dyn Scorer>,
+    cache: ResultCache,
+    config: ServerConfig,
+    stats: Arc<WorkerStats>,
+) -> Result<App> {
+    let model = Arc::new(scorer.info().clone());
+    let openai = Arc::new(openai::Backend::new(scorer.as_ref()));
+    let (jobs, worker) = worker::spawn(scorer, cache, config.worker, stats.clone())?;
+    let (switch, drain) = listen::DrainSwitch::new();
+    let limits = config.limits;
+    let state = http::AppState {
+        jobs,
+        stats,
+        model,
+        token: config.token,
+        limits,
+        openai,
+        drain,
+    };
+    Ok(App {
+        router: http::router(state),
+        worker,
+        switch,
+        limits,
+    })
+}
+
+/// How long the end of the service waits for the model worker's last call after the
+/// drain; past it the worker is left to the process's exit.
+const WORKER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serve on `listener` with `scorer` until `shutdown` completes, then drain (see the
+/// module header) and stop the worker. `stats` (shared with the caller) counts the
 /// worker's jobs and rounds.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -79,28 +132,37 @@ pub async fn serve(
     config: ServerConfig,
     stats: Arc<WorkerStats>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let model = Arc::new(scorer.info().clone());
-    let openai = Arc::new(openai::Backend::new(scorer.as_ref()));
-    let (jobs, worker) = worker::spawn(scorer, cache, config.worker, stats.clone())?;
-    let state = http::AppState {
-        jobs,
-        stats,
-        model,
-        token: config.token,
-        limits: config.limits,
-        openai,
-    };
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("the HTTP server failed")?;
+) -> Result<DrainReport> {
+    let App {
+        router,
+        worker,
+        switch,
+        limits,
+    } = app(scorer, cache, config, stats)?;
+    let report = listen::run(listener, router, limits, switch, shutdown).await;
+    tracing::info!(
+        connections = report.connections,
+        busy = report.busy,
+        cut = report.cut,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "drained"
+    );
     // The router and every job sender are gone: the worker ends after its last round.
-    tokio::task::spawn_blocking(move || worker.join())
-        .await
-        .context("cannot wait for the model worker")?
-        .map_err(|_| anyhow!("the model worker panicked"))?;
-    Ok(())
+    // Joined from a thread of its own, so that neither this task nor the runtime's
+    // shutdown waits for a call that does not end.
+    let (joined, join) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("nlg-judge-join".to_string())
+        .spawn(move || {
+            let _ = joined.send(worker.join().is_ok());
+        })
+        .context("cannot start a thread to wait for the model worker")?;
+    match tokio::time::timeout(WORKER_STOP_TIMEOUT, join).await {
+        Ok(Ok(true)) => {}
+        Ok(_) => return Err(anyhow!("the model worker panicked")),
+        Err(_) => tracing::warn!("the model worker is still in a call; leaving it to the exit"),
+    }
+    Ok(report)
 }
 
 /// Completes on Ctrl-C or (on Unix) SIGTERM.

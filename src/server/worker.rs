@@ -11,7 +11,14 @@
 //! one so that one bad request does not fail the others. Completion jobs (the OpenAI
 //! routes) go to the engine together too, with the worker's prefix cache
 //! ([`super::openai::worker`]).
+//!
+//! A panic inside the model code is caught ([`guarded`]): it becomes an error of the
+//! call that panicked (500 for its request; a joint call is retried one by one as for
+//! any error, so only the request that panics fails), and the worker goes on. Whatever
+//! escapes that (a panic in the worker's own bookkeeping) fails the round's requests
+//! with 500 and the worker still goes on.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -105,6 +112,10 @@ pub struct WorkerStats {
     pub rounds: AtomicUsize,
     /// Scorer calls made for label jobs.
     pub label_calls: AtomicUsize,
+    /// Jobs refused because the queue was full.
+    pub refused: AtomicUsize,
+    /// Panics caught in the model code.
+    pub panics: AtomicUsize,
 }
 
 impl WorkerStats {
@@ -185,6 +196,47 @@ fn chain(error: &anyhow::Error) -> String {
     format!("{error:#}")
 }
 
+/// Marks an error made from a caught panic (a model failure: 500).
+#[derive(Debug)]
+pub struct ModelPanic(pub String);
+
+impl std::fmt::Display for ModelPanic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the model code panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for ModelPanic {}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_string()
+    }
+}
+
+/// Run model code, turning a panic into an error ([`ModelPanic`]) counted in `stats`.
+/// The scorer may hold partial state after a panic; every call starts its own batch, so
+/// the worker goes on with it.
+pub(crate) fn guarded<T>(stats: &WorkerStats, work: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(work)) {
+        Ok(result) => result,
+        Err(payload) => {
+            stats.panics.fetch_add(1, Ordering::SeqCst);
+            let message = panic_message(payload.as_ref());
+            tracing::error!(
+                message,
+                "the model code panicked; the request fails, the worker goes on"
+            );
+            Err(anyhow::Error::new(ModelPanic(message)))
+        }
+    }
+}
+
 impl Worker {
     fn run(&mut self, receiver: mpsc::Receiver<Job>) {
         while let Ok(first) = receiver.recv() {
@@ -200,7 +252,15 @@ impl Worker {
             self.stats.rounds.fetch_add(1, Ordering::SeqCst);
             let started = std::time::Instant::now();
             let jobs = round.len();
-            self.serve_round(round);
+            // Replies still unsent when a panic escapes are dropped: their handlers answer
+            // 500 (see `super::http::submit`).
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.serve_round(round))) {
+                self.stats.panics.fetch_add(1, Ordering::SeqCst);
+                tracing::error!(
+                    message = panic_message(payload.as_ref()),
+                    "a round panicked; its requests fail, the worker goes on"
+                );
+            }
             tracing::info!(
                 jobs,
                 elapsed_ms = started.elapsed().as_millis() as u64,
@@ -218,7 +278,8 @@ impl Worker {
                     if reply.is_closed() {
                         continue; // the client went away
                     }
-                    match self.plan(&task) {
+                    let stats = self.stats.clone();
+                    match guarded(&stats, || self.plan(&task)) {
                         Ok((label, scale, steps)) => planned.push(Planned {
                             label,
                             scale,
@@ -238,12 +299,14 @@ impl Worker {
                     if reply.is_closed() {
                         continue;
                     }
-                    let result = run_compare(
-                        self.scorer.as_mut(),
-                        std::slice::from_ref(&context),
-                        &options,
-                        Some(&self.cache),
-                    );
+                    let result = guarded(&self.stats, || {
+                        run_compare(
+                            self.scorer.as_mut(),
+                            std::slice::from_ref(&context),
+                            &options,
+                            Some(&self.cache),
+                        )
+                    });
                     let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
                 }
                 Job::Complete { requests, reply } => {
@@ -255,7 +318,12 @@ impl Worker {
             self.score_planned(planned);
         }
         if !completions.is_empty() {
-            openai::worker::serve(self.scorer.as_mut(), &mut self.prefix_cache, completions);
+            openai::worker::serve(
+                self.scorer.as_mut(),
+                &mut self.prefix_cache,
+                &self.stats,
+                completions,
+            );
         }
     }
 
@@ -360,7 +428,10 @@ impl Worker {
             return Ok(());
         }
         self.stats.label_calls.fetch_add(1, Ordering::SeqCst);
-        plan.fill(self.scorer.as_mut(), Some(&self.cache), &mut |_| Ok(()))?;
+        let stats = self.stats.clone();
+        guarded(&stats, || {
+            plan.fill(self.scorer.as_mut(), Some(&self.cache), &mut |_| Ok(()))
+        })?;
         Ok(())
     }
 }

@@ -84,7 +84,7 @@ fn mock(gate: Arc<Gate>) -> MockScorer {
 struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<()>>,
+    task: tokio::task::JoinHandle<Result<nlg_judge::server::DrainReport>>,
     stats: Arc<WorkerStats>,
 }
 
@@ -267,7 +267,7 @@ async fn a_configured_token_is_required_on_every_v1_route() {
     assert_eq!(models["models"][0]["name"], "mock");
     assert!(models["criteria"].as_array().unwrap().len() >= 9);
     let (status, health) = http(server.addr, "GET", "/healthz", &[], b"").await;
-    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!((status, health["status"].as_str()), (200, Some("ready")));
     server.shutdown().await;
 }
 

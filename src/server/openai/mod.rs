@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use self::body::{ChatBody, CompletionBody};
 use self::error::OpenAiError;
 use self::reply::{Meta, Usage};
-use super::http::{body_bytes, submit, AppState};
+use super::http::{body_bytes, buffer_body, submit, AppState};
 use super::worker::Job;
 use crate::engine::{ModelInfo, Scorer};
 use crate::judge::geval::Criteria;
@@ -85,7 +85,16 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/tokenizer_info", get(tokenize::tokenizer_info))
+        .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
         .route_layer(middleware::from_fn_with_state(state, require_token))
+}
+
+/// The whole body read first, as on the metrics routes, with errors in OpenAI's shape.
+async fn read_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match buffer_body(&state, request).await {
+        Ok(request) => next.run(request).await,
+        Err(error) => OpenAiError::from(error).into_response(),
+    }
 }
 
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::body::JobRequest;
 use crate::engine::{CompletionRequest, CompletionResult, PrefixCache, Scorer};
-use crate::server::worker::{JobFailure, Reply};
+use crate::server::worker::{guarded, JobFailure, Reply, WorkerStats};
 
 /// One completion job as the worker holds it.
 pub struct CompletionWork {
@@ -38,25 +38,35 @@ fn prepare(scorer: &dyn Scorer, requests: &[JobRequest]) -> Result<Vec<Completio
 }
 
 /// Serve a round's completion jobs together.
-pub fn serve(scorer: &mut dyn Scorer, cache: &mut PrefixCache, work: Vec<CompletionWork>) {
+pub fn serve(
+    scorer: &mut dyn Scorer,
+    cache: &mut PrefixCache,
+    stats: &WorkerStats,
+    work: Vec<CompletionWork>,
+) {
     let mut ready = Vec::with_capacity(work.len());
     for job in work {
         if job.reply.is_closed() {
             continue; // the client went away
         }
-        match prepare(scorer, &job.requests) {
+        match guarded(stats, || prepare(scorer, &job.requests)) {
             Ok(requests) => ready.push((requests, job.reply)),
             Err(error) => {
                 let _ = job.reply.send(Err(JobFailure::of(&error)));
             }
         }
     }
-    complete(scorer, cache, ready);
+    complete(scorer, cache, stats, ready);
 }
 
 type Ready = (Vec<CompletionRequest>, Reply<Vec<CompletionResult>>);
 
-fn complete(scorer: &mut dyn Scorer, cache: &mut PrefixCache, jobs: Vec<Ready>) {
+fn complete(
+    scorer: &mut dyn Scorer,
+    cache: &mut PrefixCache,
+    stats: &WorkerStats,
+    jobs: Vec<Ready>,
+) {
     if jobs.is_empty() {
         return;
     }
@@ -65,7 +75,7 @@ fn complete(scorer: &mut dyn Scorer, cache: &mut PrefixCache, jobs: Vec<Ready>) 
         .flat_map(|(requests, _)| requests.iter().cloned())
         .collect();
     let started = std::time::Instant::now();
-    match scorer.complete(&all, cache) {
+    match guarded(stats, || scorer.complete(&all, cache)) {
         Ok(results) => {
             tracing::info!(
                 jobs = jobs.len(),
@@ -83,7 +93,7 @@ fn complete(scorer: &mut dyn Scorer, cache: &mut PrefixCache, jobs: Vec<Ready>) 
         Err(error) if jobs.len() > 1 => {
             tracing::debug!(error = %format!("{error:#}"), "joint completion failed; serving jobs one by one");
             for job in jobs {
-                complete(scorer, cache, vec![job]);
+                complete(scorer, cache, stats, vec![job]);
             }
         }
         Err(error) => {

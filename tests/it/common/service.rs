@@ -17,7 +17,7 @@ pub struct Service {
     pub addr: SocketAddr,
     pub stats: Arc<WorkerStats>,
     stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<()>>,
+    task: tokio::task::JoinHandle<Result<nlg_judge::server::DrainReport>>,
 }
 
 impl Service {
