@@ -84,6 +84,8 @@ fn scorer(kind: &str, strategy: Strategy, precision: Precision) -> Result<Decode
         weights: WeightPolicy::F32,
         precision,
         decoder: settings(strategy),
+        memory: Default::default(),
+        progress: Default::default(),
     };
     let dir = fixtures().join(kind);
     let resolved = resolve_model(dir.to_str().expect("a UTF-8 path"), &options.resolve)?;
@@ -313,6 +315,8 @@ fn load_error(dir: &Path) -> String {
         weights: WeightPolicy::F32,
         precision: Precision::F32,
         decoder: settings(Strategy::Tree),
+        memory: Default::default(),
+        progress: Default::default(),
     };
     let loaded = resolve_model(dir.to_str().expect("a UTF-8 path"), &options.resolve)
         .and_then(|resolved| load_decoder(&resolved, &options));
