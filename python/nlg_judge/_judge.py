@@ -34,8 +34,9 @@ class Judge:
         device: ``auto`` (a GPU when compiled in and present, else the CPU), ``cpu``,
             ``cuda[:N]`` or ``metal`` (``--device``).
         precision: arithmetic of the model's matrix products on the CPU: ``f32``
-            (exact), ``bf16`` or ``int8`` (``--precision``). Results are cached per
-            precision.
+            (exact, the default here), ``bf16``, ``int8``, or ``auto`` (f32, or bf16
+            where f32 would not fit in the available memory; the command line's
+            default) (``--precision``). Results are cached per precision.
         cache: the result cache (SQLite file): None for the default
             (``$NLG_JUDGE_CACHE/results.sqlite``, else the user cache directory), a
             path, or False for none (``--no-cache``: everything computed anew).

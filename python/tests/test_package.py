@@ -57,7 +57,7 @@ def test_option_names_are_the_command_lines(cli):
     help_text = cli("compare", "--help").stdout
     for value in names["design"] + names["rank"] + names["task"]:
         assert value in help_text, value
-    assert names["precision"] == ["f32", "bf16", "int8"]
+    assert names["precision"] == ["auto", "f32", "bf16", "int8"]
 
 
 def test_the_console_script_is_the_command(cli):
