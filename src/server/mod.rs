@@ -61,21 +61,11 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_CANDIDATES: usize = 16;
 
 /// Settings of the service.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ServerConfig {
     pub token: Option<BearerToken>,
     pub limits: Limits,
     pub worker: WorkerConfig,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            token: None,
-            limits: Limits::default(),
-            worker: WorkerConfig::default(),
-        }
-    }
 }
 
 /// The routes with their model worker, ready for a connection loop: what [`serve`]
