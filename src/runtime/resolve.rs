@@ -13,7 +13,9 @@ use anyhow::{bail, Context, Result};
 use super::cache::combine_hashes;
 use super::card::{Architecture, CardCatalog, FileRole, ModelCard, TokenizerSpec, WeightFormat};
 use super::chat::ChatTemplate;
-use super::checkpoint::{read_config, read_tokenizer_config, safetensors_shards, GgufHeader};
+use super::checkpoint::{
+    read_config, read_tokenizer_config, safetensors_shards, GgufHeader, TokenizerConfig,
+};
 use super::conventions::{Conventions, ModelKind};
 use super::fetch::{fetch_card, FetchOptions, FetchedFile};
 use super::gguf_tokenizer::tokenizer_from_gguf;
@@ -123,10 +125,9 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
     let tokenizer = match with_role(FileRole::Tokenizer).next() {
         Some(file) => TokenizerSource::Json {
             path: file.path.clone(),
-            spec: card
-                .tokenizer
-                .clone()
-                .unwrap_or_else(|| default_tokenizer_spec(card.architecture, None)),
+            spec: card.tokenizer.clone().unwrap_or_else(|| {
+                default_tokenizer_spec(card.architecture, None, FrontToken::Unknown)
+            }),
         },
         None if card.format == WeightFormat::Gguf => TokenizerSource::Gguf(weights[0].path.clone()),
         None => bail!("card '{}' has no tokenizer file", card.name),
@@ -269,12 +270,19 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
     } else {
         None
     };
-    let chat_template = tokenizer_config
-        .as_ref()
-        .and_then(|c| c.chat_template.as_deref())
+    // Checkpoints saved by transformers 4.43 and later keep the template in its own file,
+    // chat_template.jinja, beside (or instead of) tokenizer_config.json's field.
+    let (shipped_template, template_file) = shipped_chat_template(dir, tokenizer_config.as_ref())?;
+    let chat_template = shipped_template
+        .as_deref()
         .map(ChatTemplate::detect)
         .unwrap_or(ChatTemplate::None);
-    let spec = default_tokenizer_spec(summary.architecture, tokenizer_config.as_ref());
+    // The post-processor decides unless tokenizer_config.json says (see the function).
+    let front = match &tokenizer_config {
+        Some(config) if config.add_bos.is_some() => FrontToken::Unknown,
+        _ => front_token(&tokenizer_json)?,
+    };
+    let spec = default_tokenizer_spec(summary.architecture, tokenizer_config.as_ref(), front);
     let mut hashes = Vec::new();
     for path in &weights {
         hashes.push(options.cache.sha256(path, options.progress)?);
@@ -296,13 +304,7 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
         },
         fingerprint: fingerprint(hashes.iter().map(String::as_str).collect()),
         conventions: conventions_for(&chat_template),
-        notes: template_notes(
-            &chat_template,
-            tokenizer_config
-                .as_ref()
-                .and_then(|c| c.chat_template.as_deref()),
-            "tokenizer_config.json",
-        ),
+        notes: template_notes(&chat_template, shipped_template.as_deref(), template_file),
         chat_template,
         context_window,
         files: Vec::new(),
@@ -311,6 +313,24 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
 
 /// A note when a checkpoint's own chat template (found in `place`) visibly departs from
 /// the one we render its prompts with ([`ChatTemplate::differences`]).
+/// The chat template a checkpoint directory ships, and the file it came from:
+/// `tokenizer_config.json`'s `chat_template` field, else a `chat_template.jinja` file.
+fn shipped_chat_template(
+    dir: &Path,
+    tokenizer_config: Option<&TokenizerConfig>,
+) -> Result<(Option<String>, &'static str)> {
+    if let Some(template) = tokenizer_config.and_then(|c| c.chat_template.clone()) {
+        return Ok((Some(template), "tokenizer_config.json"));
+    }
+    let jinja = dir.join("chat_template.jinja");
+    if !jinja.is_file() {
+        return Ok((None, "tokenizer_config.json"));
+    }
+    let template = std::fs::read_to_string(&jinja)
+        .with_context(|| format!("cannot read {}", jinja.display()))?;
+    Ok((Some(template), "chat_template.jinja"))
+}
+
 fn template_notes(ours: &ChatTemplate, own: Option<&str>, place: &str) -> Vec<String> {
     let Some(own) = own else {
         return Vec::new();
@@ -355,19 +375,23 @@ fn fingerprint(hashes: Vec<&str>) -> String {
 }
 
 /// Special tokens for a `tokenizer.json` without a card: T5's fixed ones; for decoder-only
-/// models those of `tokenizer_config.json`, else the family's usual ones (Llama: `<s>`
-/// added in front, `</s>`; Gemma: `<bos>`, `<eos>`; Qwen: `<|endoftext|>`, nothing added).
+/// models those of `tokenizer_config.json`, else the family's usual ones (Llama: `<s>`,
+/// `</s>`; Gemma: `<bos>`, `<eos>`; Qwen: `<|endoftext|>`). Whether a token is added in
+/// front is what transformers (5.x) does: `add_bos_token` where tokenizer_config.json
+/// says, else what `tokenizer.json`'s post-processor puts in front (`front`; checked with
+/// transformers 5.24 for no config, a generic class and `LlamaTokenizer` alike), else, for
+/// a post-processor this reading does not know, the family's habit (Llama and Gemma add
+/// one, Qwen none).
 fn default_tokenizer_spec(
     architecture: Architecture,
     config: Option<&super::checkpoint::TokenizerConfig>,
+    front: FrontToken,
 ) -> TokenizerSpec {
     match architecture {
         Architecture::T5 => TextTokenizer::t5_spec(),
         // BERT's tokenizer.json adds [CLS] and [SEP] itself.
         Architecture::Bert => TokenizerSpec::default(),
         decoder => {
-            // The family's usual tokens when tokenizer_config.json says nothing: llama,
-            // mistral and phi3 add `<s>` in front; gemma `<bos>`; qwen adds nothing.
             let (bos, eos) = match decoder {
                 Architecture::Qwen2 | Architecture::Qwen3 => {
                     (None, Some("<|endoftext|>".to_string()))
@@ -377,24 +401,78 @@ fn default_tokenizer_spec(
                 }
                 _ => (Some("<s>".to_string()), Some("</s>".to_string())),
             };
-            let llama = bos.is_some();
-            match config {
-                Some(config) => TokenizerSpec {
-                    bos: config.bos.clone(),
-                    eos: config.eos.clone().or(eos),
-                    pad: config.pad.clone(),
-                    add_bos: config.add_bos.unwrap_or(llama && config.bos.is_some()),
-                    append_eos: config.add_eos.unwrap_or(false),
-                },
-                None => TokenizerSpec {
-                    add_bos: llama,
-                    bos,
-                    eos,
-                    pad: None,
-                    append_eos: false,
-                },
+            let family_adds = bos.is_some();
+            let said = config.and_then(|c| c.add_bos);
+            let (bos, eos, pad) = match config {
+                Some(config) => (
+                    config.bos.clone().or(bos),
+                    config.eos.clone().or(eos),
+                    config.pad.clone(),
+                ),
+                None => (bos, eos, None),
+            };
+            let (add_bos, bos) = match (said, front) {
+                (Some(add), _) => (add, bos),
+                (None, FrontToken::Special(token)) => (true, Some(token)),
+                (None, FrontToken::Nothing) => (false, bos),
+                (None, FrontToken::Unknown) => (family_adds, bos),
+            };
+            TokenizerSpec {
+                bos,
+                eos,
+                pad,
+                add_bos,
+                append_eos: config.and_then(|c| c.add_eos).unwrap_or(false),
             }
         }
+    }
+}
+
+/// What a `tokenizer.json`'s post-processor puts in front of a single sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FrontToken {
+    /// This special token (a `TemplateProcessing` that opens with one).
+    Special(String),
+    /// Nothing (no post-processor, or one that adds nothing in front).
+    Nothing,
+    /// A post-processor this reading does not know: the family's habit decides.
+    Unknown,
+}
+
+/// Read the front token of `tokenizer.json`'s post-processor (see [`FrontToken`]).
+fn front_token(tokenizer_json: &Path) -> Result<FrontToken> {
+    let text = std::fs::read_to_string(tokenizer_json)
+        .with_context(|| format!("cannot read {}", tokenizer_json.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", tokenizer_json.display()))?;
+    Ok(front_of(&json["post_processor"]))
+}
+
+fn front_of(processor: &serde_json::Value) -> FrontToken {
+    if processor.is_null() {
+        return FrontToken::Nothing;
+    }
+    match processor["type"].as_str() {
+        Some("TemplateProcessing") => match processor["single"].get(0) {
+            Some(first) => match first["SpecialToken"]["id"].as_str() {
+                Some(token) => FrontToken::Special(token.to_string()),
+                None => FrontToken::Nothing,
+            },
+            None => FrontToken::Nothing,
+        },
+        Some("ByteLevel") => FrontToken::Nothing,
+        Some("Sequence") => {
+            let steps = processor["processors"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            steps
+                .iter()
+                .map(front_of)
+                .find(|front| *front != FrontToken::Nothing)
+                .unwrap_or(FrontToken::Nothing)
+        }
+        _ => FrontToken::Unknown,
     }
 }
 

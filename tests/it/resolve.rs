@@ -221,3 +221,82 @@ fn directory_errors_are_specific() {
     ]);
     assert_eq!(model.fingerprint, expected);
 }
+
+/// transformers 4.43 and later save a checkpoint's chat template as `chat_template.jinja`
+/// rather than in `tokenizer_config.json`; a directory saved that way is still chatted with.
+#[test]
+fn chat_template_jinja_file_is_read() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs/qwen3");
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(file), dir.path().join(file)).unwrap();
+    }
+    let spec = dir.path().to_str().unwrap().to_string();
+    assert_eq!(resolve_path(&spec).chat_template, ChatTemplate::None);
+    std::fs::write(
+        dir.path().join("chat_template.jinja"),
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + \
+         message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}\
+         {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    )
+    .unwrap();
+    let model = resolve_path(&spec);
+    assert!(
+        matches!(model.chat_template, ChatTemplate::ChatMl { .. }),
+        "{:?}",
+        model.chat_template
+    );
+    assert!(model.conventions.chat);
+}
+
+/// Whether a BOS token goes in front: `tokenizer.json`'s post-processor, whatever the
+/// family or tokenizer class, as transformers 5.24 decides it (`AutoTokenizer` on the same
+/// first four folders encoded "A B" as [6, 7], [6, 7], [3, 6, 7] and [6, 7]); an explicit
+/// `add_bos_token: true` is honoured (transformers 4's Llama tokenizers honour it; 5.24's
+/// generic backend ignores it, encoding [6, 7]).
+#[test]
+fn bos_follows_the_post_processor() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs/llama3");
+    let tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let with_bos_template = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<bos>": {"id": "<bos>", "ids": [3], "tokens": ["<bos>"]}}
+    });
+    let generic = r#"{"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}"#;
+    let llama_class =
+        r#"{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}"#;
+    let said = r#"{"bos_token": "<s>", "add_bos_token": true}"#;
+    let cases: [(Option<&str>, bool, Vec<u32>); 5] = [
+        (None, false, vec![6, 7]),
+        (Some(generic), false, vec![6, 7]),
+        (Some(generic), true, vec![3, 6, 7]),
+        (Some(llama_class), false, vec![6, 7]),
+        (Some(said), false, vec![1, 6, 7]),
+    ];
+    for (config, template, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["config.json", "model.safetensors"] {
+            std::fs::copy(fixture.join(file), dir.path().join(file)).unwrap();
+        }
+        let mut json = tokenizer.clone();
+        if template {
+            json["post_processor"] = with_bos_template.clone();
+        }
+        std::fs::write(dir.path().join("tokenizer.json"), json.to_string()).unwrap();
+        if let Some(config) = config {
+            std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
+        }
+        let model = resolve_path(dir.path().to_str().unwrap());
+        let ids = load_tokenizer(&model)
+            .unwrap()
+            .encode_prompt("A B")
+            .unwrap();
+        assert_eq!(ids, expected, "config {config:?}, BOS template {template}");
+    }
+}
