@@ -52,17 +52,27 @@ pub fn masked_softmax(scores: &Tensor, lengths: &[usize], mask: &AttentionMask) 
         return Ok(scores.contiguous()?.apply_op1_no_bwd(&op)?);
     }
     let additive = additive_mask(lengths, prefix_len, queries, mask.window, scores.device())?;
+    masked_softmax_with(scores, &additive, mask)
+}
+
+/// [`masked_softmax`] with candle's operations and the mask already built by
+/// [`additive_mask`] (on a GPU, built once and reused by every layer).
+pub fn masked_softmax_with(
+    scores: &Tensor,
+    additive: &Tensor,
+    mask: &AttentionMask,
+) -> Result<Tensor> {
     let mut scaled = (scores * mask.scale)?;
     if let Some(cap) = mask.softcap {
         scaled = ((scaled / cap)?.tanh()? * cap)?;
     }
-    let masked = scaled.broadcast_add(&additive)?;
+    let masked = scaled.broadcast_add(additive)?;
     Ok(candle_nn::ops::softmax_last_dim(&masked)?)
 }
 
 /// The mask as an additive tensor `(B, 1, 1, T, P + T)`: 0 where a query may look,
 /// -inf elsewhere (padded queries see key 0 only, to stay finite; their output is unused).
-fn additive_mask(
+pub fn additive_mask(
     lengths: &[usize],
     prefix_len: usize,
     queries: usize,

@@ -16,6 +16,9 @@ mod load;
 pub mod rope;
 mod segment;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use nlg_judge_kernels::attention::{AttentionDims, Masking};
@@ -26,7 +29,9 @@ pub use kv::KvCache;
 pub use load::{from_gguf, from_safetensors, from_safetensors_at, read_gguf_header};
 pub use rope::RopeScaling;
 
-use self::fused::{log_sum_exp_rows, masked_softmax, AttentionMask};
+use self::fused::{
+    additive_mask, log_sum_exp_rows, masked_softmax, masked_softmax_with, AttentionMask,
+};
 use super::linear::{Linear, Precision};
 
 /// Rows that continue the same prefix: one group of a forward pass.
@@ -48,10 +53,18 @@ struct GroupPlan {
     sin: Tensor,
     prefix_len: usize,
     lengths: Vec<usize>,
+    /// Additive attention masks already uploaded, by (first row, rows, window): every
+    /// layer of a forward pass masks the same way (but for sliding windows), so on a GPU
+    /// each mask is built on the host and copied to the device once per pass, not once
+    /// per layer.
+    masks: Mutex<HashMap<(usize, usize, Option<usize>), Tensor>>,
 }
 
-/// Largest attention-score block computed at once (elements): 8 MB of f32.
+/// Largest attention-score block computed at once (elements): 8 MB of f32 on the CPU,
+/// where it stays in cache-friendly pieces; 128 MB on other devices, where every piece
+/// costs kernel launches and a mask copy.
 const ATTENTION_CHUNK_ELEMENTS: usize = 2 << 20;
+const ATTENTION_CHUNK_ELEMENTS_GPU: usize = 32 << 20;
 
 /// Attention projections, fused into one matrix product when the weights are dense.
 #[derive(Debug, Clone)]
@@ -508,6 +521,7 @@ impl LlamaModel {
                 sin: self.rope.sin.narrow(0, prefix_len, max_len)?,
                 prefix_len,
                 lengths,
+                masks: Mutex::new(HashMap::new()),
             });
         }
         let mut new_kv: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::new(); groups.len()];
@@ -763,7 +777,13 @@ impl LlamaModel {
         // Query heads grouped by the key/value head they share: (B, Hkv, G*T, D).
         let q = q.reshape((batch, c.num_kv_heads, group * len, c.head_dim))?;
         let keys_len = plan.prefix_len + len;
-        let rows_per_chunk = (ATTENTION_CHUNK_ELEMENTS / (c.num_heads * len * keys_len)).max(1);
+        let on_cpu = q.device().is_cpu();
+        let budget = if on_cpu {
+            ATTENTION_CHUNK_ELEMENTS
+        } else {
+            ATTENTION_CHUNK_ELEMENTS_GPU
+        };
+        let rows_per_chunk = (budget / (c.num_heads * len * keys_len)).max(1);
         let mask = AttentionMask {
             prefix_len: plan.prefix_len,
             scale: c.attention_scale,
@@ -799,12 +819,28 @@ impl LlamaModel {
                 keys_len,
             ))?;
             let lengths = &plan.lengths[start..start + rows];
-            let weights = masked_softmax(&scores, lengths, &mask)?.reshape((
-                rows,
-                c.num_kv_heads,
-                group * len,
-                keys_len,
-            ))?;
+            let weights = if on_cpu {
+                masked_softmax(&scores, lengths, &mask)?
+            } else {
+                let key = (start, rows, mask.window);
+                let mut masks = plan.masks.lock().unwrap_or_else(|e| e.into_inner());
+                let additive = match masks.get(&key) {
+                    Some(additive) => additive.clone(),
+                    None => {
+                        let additive = additive_mask(
+                            lengths,
+                            plan.prefix_len,
+                            len,
+                            mask.window,
+                            scores.device(),
+                        )?;
+                        masks.insert(key, additive.clone());
+                        additive
+                    }
+                };
+                masked_softmax_with(&scores, &additive, &mask)?
+            };
+            let weights = weights.reshape((rows, c.num_kv_heads, group * len, keys_len))?;
             chunks.push(weights.matmul(&values)?);
         }
         let attended = if chunks.len() == 1 {
