@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fill the folder the GPU check carries (GPU_DIR, default .gpu; ignored by git): the
+# `--features cuda` release build (`.ci/cuda-build` with CUDA_BUILD_PROFILE=release and the
+# CUDA line of the GPU's driver, e.g. CUDA_WHEEL_VERSION=13.0 CUDA_COMPUTE_CAP=90),
+# xz-compressed, what `prepare.py` and `gguf_metadata.py` write, and the `gguf` wheel. At most 64 MiB travel.
+# Usage: scripts/gpu/pack.sh BINARY   (env: PYTHON with transformers and gguf, GPU_DIR)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=$1
+G="${GPU_DIR:-.gpu}"
+py="${PYTHON:-python3}"
+cache="${NLG_JUDGE_CACHE:-$HOME/.cache/nlg-judge}"
+mkdir -p "$G"
+[ -f "$G/smollm2-135m/prompts.json" ] || "$py" scripts/gpu/prepare.py "$G" 0 1
+[ -f "$G/smollm2-metadata.gguf" ] || "$py" scripts/gpu/gguf_metadata.py \
+  "$cache/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" "$G/smollm2-metadata.gguf"
+[ -n "$(ls "$G"/whl/gguf-*.whl 2>/dev/null)" ] || "$py" -m pip download -q --no-deps \
+  --only-binary=:all: -d "$G/whl" gguf==0.19.0
+strip -o "$G/nlg-judge" "$bin"
+xz -T2 -6 -f "$G/nlg-judge"
+du -sh "$G"
+du -sh --apparent-size "$G"/* "$G"/*/* | sort -h | tail -8

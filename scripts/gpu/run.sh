@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU check, run on a machine with an NVIDIA GPU from the repository root, with the
+# folder that `scripts/gpu/pack.sh` fills (GPU_DIR, default .gpu): our `--features cuda`
+# build, compressed, the models' shapes, tokenizers and prompts, SmolLM2's GGUF metadata and
+# the `gguf` wheel. Needs python3 with torch and transformers (the GPU machine's own).
+# Writes its log and one archive of JSON results to OUT (default /tmp/gpu-out).
+#
+# Each step runs on its own with a time bound, so one failure does not hide the rest:
+#   1. the binary starts and sees the GPU;
+#   2. random-weight checkpoints of the real shapes (SmolLM2-135M, Qwen2.5-0.5B: f32
+#      safetensors) and a full-size SmolLM2 GGUF quantized as the real file is (Q8_0
+#      embeddings, Q4_1 matrices) from the same weights;
+#   3. parity: `bench pairwise` on SummEval document 0 (240 comparisons) on the GPU against
+#      the same binary on the CPU (SmolLM2-shaped f32 safetensors; the GGUF with its weights
+#      kept quantized, candle's quantized CUDA kernels, and dequantised to f32);
+#   4. speed and agreement: ours (naive and tree) and transformers (`peer_prefix.py`, f32 and
+#      bf16, batch 1 and batched) on the same GPU, SummEval documents 0 and 1 (480
+#      comparisons, the same token ids), for both shapes.
+set -u
+G="${GPU_DIR:-.gpu}"
+OUT="${OUT:-/tmp/gpu-out}"
+W=/tmp/gpu-work
+mkdir -p "$OUT" "$W"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+trap 'tar -C "$W" -czf "$OUT/results.tar.gz" --exclude "*.safetensors" --exclude "*.gguf" .' EXIT
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore
+export TOKENIZERS_PARALLELISM=false RUST_BACKTRACE=1
+export NLG_JUDGE_CACHE=/tmp/nlg-judge-cache NLG_JUDGE_DATA="$G/data"
+# GPU_DEVICE=cpu runs the same steps without a GPU (to check this script on small models);
+# SKIP_QUANTIZED=1 leaves out the quantized GGUF (its making and its parity step).
+GPU="${GPU_DEVICE:-cuda}"
+SKIP_QUANTIZED="${SKIP_QUANTIZED:-0}"
+step() { echo; echo "== $(date -u +%T) $*"; }
+# Run with a time bound; say how it ended.
+bounded() {
+  local limit=$1 start
+  shift
+  start=$(date +%s%N)
+  timeout "$limit" "$@" 2>&1 | grep -vE '^\s*$|Loading|it/s\]'
+  local rc=${PIPESTATUS[0]}
+  echo "-- rc=$rc in $((($(date +%s%N) - start) / 1000000)) ms" >&2
+  return "$rc"
+}
+
+step machine
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+echo "$(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+
+step binary
+bin=/tmp/nlg-judge
+python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('$G/nlg-judge.xz'), open('$bin', 'wb'))"
+chmod +x "$bin"
+nvroot=$(python3 -c 'import os, nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+libdirs=$(find "$nvroot" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ldd "$bin" | grep -E 'cuda|cublas|curand|nvrtc|not found'
+"$bin" --version
+
+step "models: random weights of the real shapes, and the quantized GGUF"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$G"/whl/*.whl
+bounded 150 python3 scripts/gpu/make_random_models.py "$G/smollm2-135m" "$G/qwen2.5-0.5b"
+[ "$SKIP_QUANTIZED" = 1 ] || bounded 120 env PYTHONPATH=/tmp/site python3 \
+  scripts/gpu/make_quantized_gguf.py "$G/smollm2-135m" "$G/smollm2-metadata.gguf" "$W/smollm2-q4_1.gguf"
+
+pair=("$bin" bench pairwise --docs 1 --mode tree)
+
+step "parity, SmolLM2-shaped f32: CPU reference, then the GPU"
+bounded 150 "${pair[@]}" --model "$G/smollm2-135m" --device cpu --save-probabilities "$W/smollm2-cpu.json"
+bounded 120 "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" --compare-with "$W/smollm2-cpu.json" \
+  --save-probabilities "$W/smollm2-gpu.json" || { echo "the GPU run failed: stopping here"; exit 1; }
+python3 scripts/gpu/compare_probabilities.py "$W/smollm2-gpu.json" "$W/smollm2-cpu.json"
+
+speed() {
+  local model=$1 variant
+  step "speed: $model, ours on the GPU, SummEval documents 0-1"
+  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode both \
+    --json --save-probabilities "$W/ours-$model-p.json" >"$W/ours-$model.json"
+  for variant in "prefix f32" "prefix_b15 f32" "prefix_b15 bf16"; do
+    set -- $variant
+    step "speed: $model, transformers $1 $2"
+    bounded 150 python3 scripts/gpu/peer_prefix.py "$G/$model" --mode "$1" --dtype "$2" \
+      --device "$GPU" --out "$W/peer-$model-$1-$2.json"
+    python3 scripts/gpu/summarize.py "$W/ours-$model.json" "$W/ours-$model-p.json" \
+      "$W/peer-$model-$1-$2.json"
+  done
+}
+speed smollm2-135m
+
+[ "$SKIP_QUANTIZED" = 1 ] || {
+step "parity, SmolLM2 GGUF (Q8_0/Q4_1): CPU dequantised, then the GPU quantized and dequantised"
+bounded 150 "${pair[@]}" --model "$W/smollm2-q4_1.gguf" --device cpu --weights f32 \
+  --save-probabilities "$W/q4-cpu.json"
+for weights in quantized f32; do
+  bounded 120 "${pair[@]}" --model "$W/smollm2-q4_1.gguf" --device "$GPU" --weights "$weights" \
+    --compare-with "$W/q4-cpu.json" --save-probabilities "$W/q4-gpu-$weights.json"
+  python3 scripts/gpu/compare_probabilities.py "$W/q4-gpu-$weights.json" "$W/q4-cpu.json"
+done
+}
+
+# Qwen2.5's agreement is checked against transformers on the GPU (the speed step's last column).
+speed qwen2.5-0.5b
+step done
