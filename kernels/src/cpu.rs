@@ -3,23 +3,34 @@
 //!
 //! Kernels choose their instruction paths from this record rather than from compile-time
 //! target features, so one build serves machines with and without AVX-512 and its
-//! BF16/VNNI extensions. `NLG_JUDGE_CPU` hides features from the kernels so that one
-//! machine can run (and measure) the narrower paths next to its best one:
+//! BF16/VNNI extensions (x86-64), or with and without the dot-product extension
+//! (aarch64). `NLG_JUDGE_CPU` hides features from the kernels so that one machine can run
+//! (and measure) the narrower paths next to its best one:
 //!
-//! | value      | kernels see                                              |
-//! |------------|----------------------------------------------------------|
-//! | `native`   | everything detected (the default)                        |
-//! | `avx512`   | everything detected; an error if AVX-512F is missing     |
-//! | `avx512f`  | AVX-512F/BW/VL, AVX2, FMA, F16C: no BF16/VNNI extensions |
-//! | `avxvnni`  | AVX2, FMA, F16C, AVX-VNNI: no AVX-512                    |
-//! | `avx2`     | AVX2, FMA, F16C: no AVX-512, no AVX-VNNI                 |
-//! | `portable` | nothing: plain Rust everywhere                           |
+//! | value      | kernels see                                                    |
+//! |------------|----------------------------------------------------------------|
+//! | `native`   | everything detected (the default)                              |
+//! | `avx512`   | everything detected; an error if AVX-512F is missing           |
+//! | `avx512f`  | AVX-512F/BW/VL, AVX2, FMA, F16C: no BF16/VNNI extensions       |
+//! | `avxvnni`  | AVX2, FMA, F16C, AVX-VNNI: no AVX-512                          |
+//! | `avx2`     | AVX2, FMA, F16C: no AVX-512, no AVX-VNNI                       |
+//! | `dotprod`  | aarch64: NEON and the dot product (`sdot`): no BF16, no I8MM   |
+//! | `neon`     | aarch64: NEON only: no dot product                             |
+//! | `portable` | nothing: plain Rust everywhere                                 |
 //!
 //! The switch only lowers: a value asking for what the CPU lacks is reported by
 //! [`requested_level`] (the command line refuses to run with it), and [`CpuFeatures::get`]
-//! then falls back to the features the CPU has within the request. It governs this
-//! crate's kernels only (attention, pointwise, bf16/int8 products), not f32 matrix
-//! products done elsewhere.
+//! then falls back to the features the CPU has within the request. A level of the other
+//! architecture (`avx2` on an ARM CPU, `neon` on an x86-64 one) asks for features the CPU
+//! lacks and is refused the same way. It governs this crate's kernels only (attention,
+//! pointwise, bf16/int8 products), not f32 matrix products done elsewhere.
+//!
+//! On aarch64, `bf16` and `i8mm` are detected and named (benchmark headers) but no kernel
+//! uses them: `bfdot`/`bfmmla` do not round as the portable bf16 sums do (so they could
+//! not give the same numbers bit for bit), and the `smmla` intrinsics are not stable Rust.
+//! NEON is part of every aarch64 Linux or macOS target, so there `portable` is plain Rust
+//! that the compiler still vectorises, without the fused multiply-adds and the
+//! hand-written products of the `neon`/`dotprod` paths.
 
 use std::sync::OnceLock;
 
@@ -38,6 +49,14 @@ pub struct CpuFeatures {
     pub avx512bf16: bool,
     pub avx512vnni: bool,
     pub avxvnni: bool,
+    /// aarch64 Advanced SIMD.
+    pub neon: bool,
+    /// aarch64 `sdot`/`udot` (FEAT_DotProd).
+    pub dotprod: bool,
+    /// aarch64 BFloat16 arithmetic (FEAT_BF16): detected, not used.
+    pub bf16: bool,
+    /// aarch64 int8 matrix multiply (FEAT_I8MM): detected, not used.
+    pub i8mm: bool,
 }
 
 /// A level `NLG_JUDGE_CPU` can ask for (see the module documentation).
@@ -48,17 +67,21 @@ pub enum Level {
     Avx512f,
     AvxVnni,
     Avx2,
+    Dotprod,
+    Neon,
     Portable,
 }
 
 impl Level {
-    /// Every level, widest first.
-    pub const ALL: [Level; 6] = [
+    /// Every level, widest first (x86-64's, then aarch64's).
+    pub const ALL: [Level; 8] = [
         Level::Native,
         Level::Avx512,
         Level::Avx512f,
         Level::AvxVnni,
         Level::Avx2,
+        Level::Dotprod,
+        Level::Neon,
         Level::Portable,
     ];
 
@@ -70,6 +93,8 @@ impl Level {
             Level::Avx512f => "avx512f",
             Level::AvxVnni => "avxvnni",
             Level::Avx2 => "avx2",
+            Level::Dotprod => "dotprod",
+            Level::Neon => "neon",
             Level::Portable => "portable",
         }
     }
@@ -89,6 +114,10 @@ impl Level {
             f16c: features.f16c,
             ..none
         };
+        let neon = CpuFeatures {
+            neon: features.neon,
+            ..none
+        };
         match self {
             Level::Native | Level::Avx512 => features,
             Level::Avx512f => CpuFeatures {
@@ -102,6 +131,11 @@ impl Level {
                 ..avx2
             },
             Level::Avx2 => avx2,
+            Level::Dotprod => CpuFeatures {
+                dotprod: features.dotprod,
+                ..neon
+            },
+            Level::Neon => neon,
             Level::Portable => none,
         }
     }
@@ -114,6 +148,8 @@ impl Level {
             Level::Avx512 | Level::Avx512f => avx2 && features.avx512f,
             Level::AvxVnni => avx2 && features.avxvnni,
             Level::Avx2 => avx2,
+            Level::Dotprod => features.neon && features.dotprod,
+            Level::Neon => features.neon,
         }
     }
 }
@@ -211,10 +247,25 @@ impl CpuFeatures {
             avx512bf16: has!("avx512bf16"),
             avx512vnni: has!("avx512vnni"),
             avxvnni: has!("avxvnni"),
+            ..CpuFeatures::default()
         }
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    fn detect() -> CpuFeatures {
+        use std::arch::is_aarch64_feature_detected as has;
+        let neon = has!("neon");
+        CpuFeatures {
+            neon,
+            // The extensions are used (or would be) only through NEON registers.
+            dotprod: neon && has!("dotprod"),
+            bf16: neon && has!("bf16"),
+            i8mm: neon && has!("i8mm"),
+            ..CpuFeatures::default()
+        }
+    }
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn detect() -> CpuFeatures {
         CpuFeatures::default()
     }
@@ -231,6 +282,10 @@ impl CpuFeatures {
             ("avx512bf16", self.avx512bf16),
             ("avx512vnni", self.avx512vnni),
             ("avxvnni", self.avxvnni),
+            ("neon", self.neon),
+            ("dotprod", self.dotprod),
+            ("bf16", self.bf16),
+            ("i8mm", self.i8mm),
         ];
         all.iter()
             .filter(|(_, present)| *present)
@@ -242,13 +297,14 @@ impl CpuFeatures {
 /// The instruction path each kernel family takes with the features of
 /// [`CpuFeatures::get`]: `("attention", ...)` (segment attention and the pointwise
 /// kernels, f32), `("bf16", ...)` and `("int8", ...)` (the reduced-precision products),
-/// each `avx512`, `avxvnni`, `avx2` or `portable`.
+/// each `avx512`, `avxvnni`, `avx2`, `dotprod`, `neon` or `portable`.
 pub fn paths() -> [(&'static str, &'static str); 3] {
     use crate::attention::SimdPath;
     use crate::gemm::{Bf16Matrix, Int8Matrix};
     let attention = match SimdPath::best() {
         SimdPath::Avx512 => "avx512",
         SimdPath::Avx2 => "avx2",
+        SimdPath::Neon => "neon",
         SimdPath::Portable => "portable",
     };
     [
@@ -281,7 +337,36 @@ mod tests {
         avx512bf16: true,
         avx512vnni: true,
         avxvnni: true,
+        ..NONE
     };
+
+    const NONE: CpuFeatures = CpuFeatures {
+        avx2: false,
+        fma: false,
+        f16c: false,
+        avx512f: false,
+        avx512bw: false,
+        avx512vl: false,
+        avx512bf16: false,
+        avx512vnni: false,
+        avxvnni: false,
+        neon: false,
+        dotprod: false,
+        bf16: false,
+        i8mm: false,
+    };
+
+    /// An Arm Neoverse V1/V2 (Graviton 3/4) or Apple M2 and later.
+    const NEOVERSE: CpuFeatures = CpuFeatures {
+        neon: true,
+        dotprod: true,
+        bf16: true,
+        i8mm: true,
+        ..NONE
+    };
+
+    /// A Cortex-A72 (Raspberry Pi 4, Graviton 1): NEON without the dot product.
+    const A72: CpuFeatures = CpuFeatures { neon: true, ..NONE };
 
     const ZEN2: CpuFeatures = CpuFeatures {
         avx2: true,
@@ -293,6 +378,7 @@ mod tests {
         avx512bf16: false,
         avx512vnni: false,
         avxvnni: false,
+        ..NONE
     };
 
     #[test]
@@ -302,6 +388,16 @@ mod tests {
         if features.avx512bf16 || features.avx512vnni || features.avx512bw {
             assert!(features.avx512f, "{features:?}");
         }
+        if features.dotprod || features.bf16 || features.i8mm {
+            assert!(features.neon, "{features:?}");
+        }
+        // One architecture's features only.
+        assert!(!(features.neon && features.avx2), "{features:?}");
+        #[cfg(target_arch = "aarch64")]
+        assert!(
+            features.neon,
+            "NEON is part of every aarch64 target we build for"
+        );
         assert_eq!(features, CpuFeatures::detected(), "detection is cached");
         assert_eq!(CpuFeatures::get(), CpuFeatures::get(), "masking is cached");
         assert!(paths_used().starts_with("attention "), "{}", paths_used());
@@ -310,7 +406,7 @@ mod tests {
     #[test]
     fn levels_only_hide_features() {
         for level in Level::ALL {
-            for cpu in [ZEN5, ZEN2, CpuFeatures::default()] {
+            for cpu in [ZEN5, ZEN2, NEOVERSE, A72, CpuFeatures::default()] {
                 let masked = level.mask(cpu);
                 let (kept, had) = (masked.names(), cpu.names());
                 assert!(kept.iter().all(|n| had.contains(n)), "{level:?}: {kept:?}");
@@ -325,6 +421,13 @@ mod tests {
         );
         let avx512f = Level::Avx512f.mask(ZEN5);
         assert!(avx512f.avx512f && !avx512f.avx512bf16 && !avx512f.avx512vnni);
+        assert_eq!(Level::Dotprod.mask(NEOVERSE).names(), ["neon", "dotprod"]);
+        assert_eq!(Level::Neon.mask(NEOVERSE), A72);
+        assert_eq!(Level::Neon.mask(A72), A72);
+        assert_eq!(Level::Portable.mask(NEOVERSE), CpuFeatures::default());
+        // A level of the other architecture hides everything.
+        assert_eq!(Level::Avx2.mask(NEOVERSE), CpuFeatures::default());
+        assert_eq!(Level::Neon.mask(ZEN5), CpuFeatures::default());
     }
 
     #[test]
@@ -343,5 +446,30 @@ mod tests {
         ));
         let unknown = check_level("sse9", ZEN5).unwrap_err();
         assert!(unknown.to_string().contains("portable"), "{unknown}");
+        assert!(unknown.to_string().contains("neon"), "{unknown}");
+    }
+
+    #[test]
+    fn aarch64_levels_are_checked_like_the_x86_ones() {
+        assert_eq!(check_level("dotprod", NEOVERSE), Ok(Some(Level::Dotprod)));
+        assert_eq!(check_level(" NEON", A72), Ok(Some(Level::Neon)));
+        assert_eq!(check_level("portable", A72), Ok(Some(Level::Portable)));
+        assert_eq!(check_level("native", A72), Ok(Some(Level::Native)));
+        let refused = check_level("dotprod", A72).unwrap_err();
+        assert!(
+            refused.to_string().contains("lacks") && refused.to_string().contains("neon"),
+            "{refused}"
+        );
+        // The other architecture's levels are refused as missing features are.
+        for (level, cpu) in [("neon", ZEN5), ("dotprod", ZEN2), ("avx2", NEOVERSE)] {
+            assert!(
+                matches!(check_level(level, cpu), Err(LevelError::Unavailable { .. })),
+                "{level} on {cpu:?}"
+            );
+        }
+        assert!(matches!(
+            check_level("avx512", A72),
+            Err(LevelError::Unavailable { .. })
+        ));
     }
 }

@@ -43,6 +43,9 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             SimdPath::Avx2 => unsafe { rms_norm_row_avx2(x, weight, eps, out) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: as above.
+            SimdPath::Neon => unsafe { rms_norm_row_neon(x, weight, eps, out) },
             _ => rms_norm_row(x, weight, eps, out),
         });
 }
@@ -56,6 +59,12 @@ unsafe fn rms_norm_row_avx512(x: &[f32], weight: &[f32], eps: f32, out: &mut [f3
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rms_norm_row_avx2(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    rms_norm_row(x, weight, eps, out)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn rms_norm_row_neon(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     rms_norm_row(x, weight, eps, out)
 }
 
@@ -102,6 +111,9 @@ pub fn silu_gate(gate_up: &[f32], width: usize, out: &mut [f32]) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as above.
                 SimdPath::Avx2 => unsafe { silu_row_avx2(gate, up, out) },
+                #[cfg(target_arch = "aarch64")]
+                // SAFETY: as above.
+                SimdPath::Neon => unsafe { silu_row_neon(gate, up, out) },
                 _ => silu_row::<Separate>(gate, up, out),
             }
         });
@@ -116,6 +128,12 @@ unsafe fn silu_row_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn silu_row_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    silu_row::<Fused>(gate, up, out)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn silu_row_neon(gate: &[f32], up: &[f32], out: &mut [f32]) {
     silu_row::<Fused>(gate, up, out)
 }
 

@@ -181,12 +181,16 @@ fn reference(case: &Case) -> Vec<f32> {
                     let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                     let total: f64 = weights.iter().sum();
-                    for i in 0..hd {
-                        let x: f64 = weights
-                            .iter()
-                            .zip(&values)
-                            .map(|(w, v)| w * v[i] as f64)
-                            .sum();
+                    // Key by key (each output still sums its terms in key order):
+                    // dimension by dimension, the strided reads made this reference the
+                    // slowest part of the tests, minutes under an emulator.
+                    let mut x = vec![0f64; hd];
+                    for (w, v) in weights.iter().zip(&values) {
+                        for (x, &v) in x.iter_mut().zip(v.iter()) {
+                            *x += w * v as f64;
+                        }
+                    }
+                    for (i, x) in x.iter().enumerate() {
                         out[token * width + head * hd + i] = (x / total) as f32;
                     }
                 }
@@ -205,13 +209,16 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// Every path this CPU runs (x86-64's or aarch64's vector paths, and the portable one).
 fn paths() -> Vec<SimdPath> {
-    let mut paths = vec![SimdPath::Portable];
-    for p in [SimdPath::Avx2, SimdPath::Avx512] {
-        if SimdPath::best() == p || (p == SimdPath::Avx2 && SimdPath::best() == SimdPath::Avx512) {
-            paths.push(p);
-        }
-    }
+    let all = [
+        SimdPath::Portable,
+        SimdPath::Avx2,
+        SimdPath::Avx512,
+        SimdPath::Neon,
+    ];
+    let paths: Vec<SimdPath> = all.into_iter().filter(|p| p.available()).collect();
+    assert!(paths.contains(&SimdPath::best()), "{paths:?}");
     paths
 }
 
@@ -263,18 +270,23 @@ fn one_and_two_threads_give_identical_results() {
         head_dim: 64,
     };
     let case = random_case(&mut rng, dims, 700, 3);
-    let on = |threads: usize| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(|| run(&case, None))
-    };
-    let one = on(1);
-    let two = on(2);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&one), bits(&two));
-    assert!(one.iter().all(|x| x.is_finite()));
+    for path in paths() {
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| run(&case, Some(path)))
+        };
+        let one = on(1);
+        let two = on(2);
+        assert_eq!(bits(&one), bits(&two), "{path:?}");
+        assert!(one.iter().all(|x| x.is_finite()), "{path:?}");
+        if path == SimdPath::best() {
+            assert_eq!(bits(&run(&case, None)), bits(&one), "the default path");
+        }
+    }
 }
 
 #[test]

@@ -241,6 +241,46 @@ fn one_and_two_threads_give_identical_results() {
     assert!(one.0.iter().all(|v| v.is_finite()) && one.1.iter().all(|v| v.is_finite()));
     assert_eq!(one.0, two.0, "bf16");
     assert_eq!(one.1, two.1, "int8");
+    // Every other path too (the default one above is the best).
+    for isa in Isa::ALL {
+        if Bf16Matrix::supports(isa) {
+            let on = |threads| with_threads(threads, || run_bf16(&bf16_matrix, isa, &x, m));
+            assert_eq!(on(1), on(2), "bf16 {isa:?}");
+        }
+        if Int8Matrix::supports(isa) {
+            let on = |threads| with_threads(threads, || run_int8(&int8_matrix, isa, &x, m));
+            assert_eq!(on(1), on(2), "int8 {isa:?}");
+        }
+    }
+}
+
+/// The paths the products take on this CPU: the best one is supported, each family has
+/// one path of its architecture at least, and `NLG_JUDGE_CPU` levels are obeyed.
+#[test]
+fn the_best_paths_are_the_widest_supported() {
+    for (best, supports) in [
+        (
+            Bf16Matrix::best_isa(),
+            Bf16Matrix::supports as fn(Isa) -> bool,
+        ),
+        (Int8Matrix::best_isa(), Int8Matrix::supports),
+    ] {
+        assert!(supports(best) && supports(Isa::Portable), "{best:?}");
+        let widest = Isa::ALL.into_iter().find(|&isa| supports(isa));
+        assert_eq!(widest, Some(best));
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let cpu = nlg_judge_kernels::cpu::CpuFeatures::get();
+        let level = std::env::var(nlg_judge_kernels::cpu::ENV).unwrap_or_default();
+        if level.is_empty() || level == "native" {
+            assert!(cpu.neon, "{cpu:?}");
+            assert_eq!(Bf16Matrix::best_isa(), Isa::Neon);
+            let int8 = if cpu.dotprod { Isa::Dotprod } else { Isa::Neon };
+            assert_eq!(Int8Matrix::best_isa(), int8);
+        }
+        assert!(!Bf16Matrix::supports(Isa::Avx2) && !Int8Matrix::supports(Isa::Avx512));
+    }
 }
 
 #[test]

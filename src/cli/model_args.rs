@@ -78,13 +78,22 @@ impl From<PrecisionArg> for Precision {
 /// instruction path").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrecisionPath {
-    /// The kernels' path: `avx512`, `avxvnni`, `avx2`, `portable`, or `candle` (f32).
+    /// The kernels' path: `avx512`, `avxvnni`, `avx2`, `dotprod`, `neon`, `portable`, or
+    /// `candle` (f32).
     pub path: &'static str,
     /// One line on what the path does and how fast it was measured.
     pub description: &'static str,
     /// Whether f32 is faster than this precision on this path.
     pub slower_than_f32: bool,
 }
+
+/// What the portable products do (measured on x86-64; on aarch64 only reached with
+/// `NLG_JUDGE_CPU=portable`).
+const PORTABLE: &str = if cfg!(target_arch = "aarch64") {
+    "plain Rust (no NEON): several times slower than f32"
+} else {
+    "plain Rust (no AVX2): several times slower than f32"
+};
 
 /// [`PrecisionPath`] of `precision` with the paths `bf16` and `int8` (as named by
 /// `nlg_judge_kernels::cpu::paths`).
@@ -96,7 +105,11 @@ pub fn precision_path(
     let (path, description, slower_than_f32) = match (precision, bf16, int8) {
         (Precision::F32, _, _) => (
             "candle",
-            "candle's f32 matrix products (the gemm crate's own AVX/AVX2/AVX-512 code)",
+            if cfg!(target_arch = "aarch64") {
+                "candle's f32 matrix products (the gemm crate's own NEON code)"
+            } else {
+                "candle's f32 matrix products (the gemm crate's own AVX/AVX2/AVX-512 code)"
+            },
             false,
         ),
         (Precision::Bf16, "avx512", _) => (
@@ -111,11 +124,14 @@ pub fn precision_path(
              (generation), 0.64x f32 end to end on long prompts (scoring, comparisons)",
             true,
         ),
-        (Precision::Bf16, _, _) => (
-            "portable",
-            "plain Rust (no AVX2): several times slower than f32",
-            true,
+        (Precision::Bf16, "neon", _) => (
+            "neon",
+            "NEON: no bf16 arithmetic used (bfdot rounds differently), bf16 is widened to f32 \
+             in registers and added with fmla, the AVX2 path's method; speed not measured on \
+             ARM (on AVX2 the method was slower than f32 end to end on long prompts)",
+            false,
         ),
+        (Precision::Bf16, _, _) => ("portable", PORTABLE, true),
         (Precision::Int8, "avx512", _) | (Precision::Int8, _, "avx512") => (
             "avx512",
             "AVX512-VNNI (vpdpbusd): measured 0.96-1.23x f32 on Zen 5",
@@ -133,11 +149,19 @@ pub fn precision_path(
              few tokens (generation), 0.67x f32 end to end on long prompts (scoring)",
             true,
         ),
-        (Precision::Int8, _, _) => (
-            "portable",
-            "plain Rust (no AVX2): several times slower than f32",
-            true,
+        (Precision::Int8, _, "dotprod") => (
+            "dotprod",
+            "NEON dot product (sdot, four byte products per lane): speed not measured on ARM",
+            false,
         ),
+        (Precision::Int8, _, "neon") => (
+            "neon",
+            "NEON without the dot product: bytes multiplied into 16 bits (smull) and added \
+             pairwise, the AVX2 path's kind of method; speed not measured on ARM (on AVX2 \
+             such a path was slower than f32 end to end on long prompts)",
+            false,
+        ),
+        (Precision::Int8, _, _) => ("portable", PORTABLE, true),
     };
     PrecisionPath {
         path,
@@ -243,6 +267,17 @@ mod tests {
             precision_path(Precision::Int8, "avx2", "avxvnni").path,
             "avxvnni"
         );
+        // aarch64's paths are not measured (as AVX-VNNI's): no warning, and the help says so.
+        for (precision, path) in [
+            (Precision::Bf16, "neon"),
+            (Precision::Int8, "dotprod"),
+            (Precision::Int8, "neon"),
+        ] {
+            assert!(!slower(precision, path, path), "{precision:?} {path}");
+            let here = precision_path(precision, path, path);
+            assert_eq!(here.path, path);
+            assert!(here.description.contains("not measured"), "{here:?}");
+        }
         assert!(precision_help().contains("On this CPU"));
     }
 }

@@ -32,8 +32,9 @@ pub(crate) fn exp2_non_positive<M: MulAdd>(x: f32) -> f32 {
     p * scale
 }
 
-/// `a * b + c`, fused or not: fused only where the CPU has FMA (otherwise it would be a
-/// slow library call).
+/// `a * b + c`, fused or not: fused only where the CPU has FMA (x86-64's FMA3, or any
+/// aarch64 CPU: `fmadd`/`fmla` are part of its base instruction set); elsewhere it would
+/// be a slow library call.
 pub(crate) trait MulAdd {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }

@@ -102,10 +102,17 @@ impl std::fmt::Display for AttentionError {
 impl std::error::Error for AttentionError {}
 
 /// Which instructions the kernel runs on.
+///
+/// The vector paths compile the same source as the portable one with the CPU's vector
+/// features enabled and fused multiply-adds (see `tile.rs`): their numbers agree with the
+/// plain formulation to the tests' tolerance, not bit for bit with the portable path
+/// (whose multiply-adds round twice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimdPath {
     Avx512,
     Avx2,
+    /// aarch64 NEON with its fused multiply-add (`fmla`).
+    Neon,
     Portable,
 }
 
@@ -117,16 +124,20 @@ impl SimdPath {
             SimdPath::Avx512
         } else if f.avx2 && f.fma {
             SimdPath::Avx2
+        } else if f.neon {
+            SimdPath::Neon
         } else {
             SimdPath::Portable
         }
     }
 
-    fn available(self) -> bool {
+    /// Whether this CPU (with `NLG_JUDGE_CPU` applied) runs this path.
+    pub fn available(self) -> bool {
         let f = CpuFeatures::get();
         match self {
             SimdPath::Avx512 => f.avx512f && f.fma,
             SimdPath::Avx2 => f.avx2 && f.fma,
+            SimdPath::Neon => f.neon,
             SimdPath::Portable => true,
         }
     }
@@ -494,6 +505,7 @@ impl Job<'_> {
                 match path {
                     SimdPath::Avx512 => self.item_avx512::<NV, PV>(item),
                     SimdPath::Avx2 => self.item_avx2::<NV, PV>(item),
+                    SimdPath::Neon => self.item_neon::<NV, PV>(item),
                     SimdPath::Portable => self.item::<Separate, NV, PV>(item),
                 }
             }
@@ -510,6 +522,11 @@ impl Job<'_> {
 
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
     unsafe fn item_avx2<const NV: usize, const PV: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV>(item)
+    }
+
+    #[cfg_attr(target_arch = "aarch64", target_feature(enable = "neon"))]
+    unsafe fn item_neon<const NV: usize, const PV: usize>(&self, item: usize) {
         self.item::<Fused, NV, PV>(item)
     }
 

@@ -22,6 +22,11 @@
 //! flushed either. The weight's extremes are found at load and the activations' per
 //! call; a call outside those bounds (never seen in a model) runs the portable tiles, so
 //! the AVX2 path, too, gives the portable numbers bit for bit.
+//!
+//! The aarch64 NEON path is the AVX2 path's method with 128-bit registers: the same
+//! widened pairs, `fmla` (fused, as the FMA) in the same order, the same bounds check,
+//! so it too gives the portable numbers bit for bit. (The BF16 extension's `bfdot` and
+//! `bfmmla` would not: they round and flush their sums differently.)
 
 use super::tiles::{for_each_tile, panel_count, Store, MR, NR, WIDE_MR};
 use super::Isa;
@@ -179,6 +184,8 @@ impl Bf16Matrix {
             Isa::Avx512
         } else if cpu.avx2 && cpu.fma {
             Isa::Avx2
+        } else if cpu.neon {
+            Isa::Neon
         } else {
             Isa::Portable
         }
@@ -191,7 +198,8 @@ impl Bf16Matrix {
             Isa::Portable => true,
             Isa::Avx512 => cpu.avx512f && cpu.avx512bf16,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
-            Isa::AvxVnni => false,
+            Isa::Neon => cpu.neon,
+            Isa::AvxVnni | Isa::Dotprod => false,
         }
     }
 
@@ -224,8 +232,8 @@ impl Bf16Matrix {
             let (hi, lo) = buffer.split_at(len);
             let hi = &hi[..len];
             let lo = if self.split { &lo[..len] } else { &lo[..0] };
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+            if Some(isa) == WIDE_ISA {
                 return crate::reuse::with_reused(&WIDENED, |wide| {
                     let (wide, magnitudes) = widen_pairs(hi, lo, wide);
                     if magnitudes.products_stay_normal(self.magnitudes) {
@@ -240,9 +248,9 @@ impl Bf16Matrix {
         });
     }
 
-    #[cfg(target_arch = "x86_64")]
-    /// The AVX2 tiles of the product of widened activations `hi` (and `lo`, empty when
-    /// not split), each `(m, pairs)` pairs of f32 (odd value first).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    /// The [`WIDE_ISA`] tiles of the product of widened activations `hi` (and `lo`, empty
+    /// when not split), each `(m, pairs)` pairs of f32 (odd value first).
     fn wide_tiles(&self, hi: &[f32], lo: &[f32], m: usize, out: &mut [f32], store: Store) {
         let pairs = self.pairs;
         let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; WIDE_MR] {
@@ -250,8 +258,13 @@ impl Bf16Matrix {
             let a = &hi[span.clone()];
             let a_lo = if lo.is_empty() { lo } else { &lo[span] };
             let w = &self.packed[panel * pairs * NR..(panel + 1) * pairs * NR];
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: `supports` checked AVX2 and FMA at run time (the only caller).
-            unsafe { avx2::tile(a, a_lo, rows, pairs, w) }
+            let values = unsafe { avx2::tile(a, a_lo, rows, pairs, w) };
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `supports` checked NEON at run time (the only caller).
+            let values = unsafe { neon::tile(a, a_lo, rows, pairs, w) };
+            values
         };
         for_each_tile(m, self.rows, out, store, tile);
     }
@@ -275,6 +288,15 @@ impl Bf16Matrix {
         for_each_tile(m, self.rows, out, store, tile);
     }
 }
+
+/// The path that multiplies widened activations ([`Bf16Matrix::wide_tiles`]) on this
+/// architecture.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const WIDE_ISA: Option<Isa> = if cfg!(target_arch = "x86_64") {
+    Some(Isa::Avx2)
+} else {
+    Some(Isa::Neon)
+};
 
 /// Round to bf16, nearest with ties to even; subnormals become (signed) zero, NaN stays
 /// NaN.
@@ -302,12 +324,12 @@ fn pack_pair(even: f32, odd: f32) -> u32 {
 thread_local! {
     /// Rounded activations of the products this thread runs, reused from call to call.
     static ACTIVATIONS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The same widened to f32 pairs for the AVX2 path.
-    #[cfg(target_arch = "x86_64")]
+    /// The same widened to f32 pairs for the AVX2 and NEON paths.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// The bf16 pairs of `hi` then `lo` widened to f32 pairs, odd value first, into `wide`
 /// (grown as needed; the returned slice holds exactly those), and their magnitudes.
 fn widen_pairs<'a>(hi: &[u32], lo: &[u32], wide: &'a mut Vec<f32>) -> (&'a [f32], Magnitudes) {
@@ -560,6 +582,160 @@ mod avx2 {
             let av = _mm256_broadcast_ss(&*a.add(r * stride));
             acc_row[0] = _mm256_fmadd_ps(av, w[0], acc_row[0]);
             acc_row[1] = _mm256_fmadd_ps(av, w[1], acc_row[1]);
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{NR, WIDE_MR};
+    use std::arch::aarch64::*;
+
+    /// Rows of one register tile (by sixteen columns: 24 accumulators of the 32
+    /// registers, four for the weights).
+    const ROWS: usize = 6;
+
+    /// Pairs of the inner dimension per chunk (as on AVX2: 12 rows of activations, 9 KiB,
+    /// and a panel's weights, 12 KiB, stay in L1).
+    const PAIRS_PER_CHUNK: usize = 96;
+
+    /// A `WIDE_MR x NR` tile: `rows` rows of widened activation pairs `a` (`2 * pairs`
+    /// f32 per row, odd value first), and of their second parts `lo` when not empty,
+    /// against one weight panel `w`; six rows by sixteen columns at a time. The same
+    /// loop as the AVX2 tile, so every sum adds the same products in the same order.
+    ///
+    /// # Safety
+    /// The CPU must have NEON; `a` (and a non-empty `lo`) hold `2 * rows * pairs` values
+    /// and `w` holds `pairs * NR`.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn tile(
+        a: &[f32],
+        lo: &[f32],
+        rows: usize,
+        pairs: usize,
+        w: &[u32],
+    ) -> [[f32; NR]; WIDE_MR] {
+        assert!(rows <= WIDE_MR && a.len() >= 2 * rows * pairs && w.len() >= pairs * NR);
+        assert!(lo.is_empty() || lo.len() >= 2 * rows * pairs);
+        let mut out = [[0f32; NR]; WIDE_MR];
+        let split = !lo.is_empty();
+        for k0 in (0..pairs).step_by(PAIRS_PER_CHUNK) {
+            let k1 = (k0 + PAIRS_PER_CHUNK).min(pairs);
+            for row0 in (0..rows).step_by(ROWS) {
+                let a = a.as_ptr().add(2 * row0 * pairs);
+                let lo = if split {
+                    lo.as_ptr().add(2 * row0 * pairs)
+                } else {
+                    a
+                };
+                let target = &mut out[row0..];
+                let operands = Operands {
+                    a,
+                    lo,
+                    pairs,
+                    k0,
+                    k1,
+                };
+                for col0 in [0, 16] {
+                    let w = w.as_ptr().add(col0);
+                    match (rows - row0, split) {
+                        (1, false) => rows_tile::<1, false>(&operands, w, target, col0),
+                        (2, false) => rows_tile::<2, false>(&operands, w, target, col0),
+                        (3, false) => rows_tile::<3, false>(&operands, w, target, col0),
+                        (4, false) => rows_tile::<4, false>(&operands, w, target, col0),
+                        (5, false) => rows_tile::<5, false>(&operands, w, target, col0),
+                        (_, false) => rows_tile::<ROWS, false>(&operands, w, target, col0),
+                        (1, true) => rows_tile::<1, true>(&operands, w, target, col0),
+                        (2, true) => rows_tile::<2, true>(&operands, w, target, col0),
+                        (3, true) => rows_tile::<3, true>(&operands, w, target, col0),
+                        (4, true) => rows_tile::<4, true>(&operands, w, target, col0),
+                        (5, true) => rows_tile::<5, true>(&operands, w, target, col0),
+                        (_, true) => rows_tile::<ROWS, true>(&operands, w, target, col0),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Activation rows from a register tile's first (`a`, and `lo` when split: `a`
+    /// otherwise), `pairs` per row, and the chunk `k0..k1` of pairs to add.
+    #[derive(Clone, Copy)]
+    struct Operands {
+        a: *const f32,
+        lo: *const f32,
+        pairs: usize,
+        k0: usize,
+        k1: usize,
+    }
+
+    /// `ROWS` rows by the sixteen columns from `col0` of the panel `w` points into, over
+    /// one chunk of pairs, added to the sums in `out`.
+    #[target_feature(enable = "neon")]
+    unsafe fn rows_tile<const ROWS: usize, const SPLIT: bool>(
+        operands: &Operands,
+        w: *const u32,
+        out: &mut [[f32; NR]],
+        col0: usize,
+    ) {
+        let Operands {
+            a,
+            lo,
+            pairs,
+            k0,
+            k1,
+        } = *operands;
+        let mut acc = [[vdupq_n_f32(0.0); 4]; ROWS];
+        for (acc_row, out_row) in acc.iter_mut().zip(out.iter()) {
+            for (q, acc) in acc_row.iter_mut().enumerate() {
+                *acc = vld1q_f32(out_row.as_ptr().add(col0 + 4 * q));
+            }
+        }
+        let stride = 2 * pairs;
+        for k in k0..k1 {
+            // SAFETY: k < pairs: sixteen u32 from `col0` of pair k lie inside the panel.
+            let v = w.add(k * NR);
+            accumulate(&mut acc, a.add(2 * k), stride, odd_values(v));
+            accumulate(&mut acc, a.add(2 * k + 1), stride, even_values(v));
+            if SPLIT {
+                accumulate(&mut acc, lo.add(2 * k), stride, odd_values(v));
+                accumulate(&mut acc, lo.add(2 * k + 1), stride, even_values(v));
+            }
+        }
+        for (acc_row, out_row) in acc.iter().zip(out.iter_mut()) {
+            for (q, acc) in acc_row.iter().enumerate() {
+                vst1q_f32(out_row.as_mut_ptr().add(col0 + 4 * q), *acc);
+            }
+        }
+    }
+
+    /// The odd (high) halves of sixteen bf16 pairs from `w`, as f32.
+    #[inline(always)]
+    unsafe fn odd_values(w: *const u32) -> [float32x4_t; 4] {
+        let high = vdupq_n_u32(0xffff_0000);
+        [0, 4, 8, 12].map(|c| vreinterpretq_f32_u32(vandq_u32(vld1q_u32(w.add(c)), high)))
+    }
+
+    /// The even (low) halves of sixteen bf16 pairs from `w`, as f32.
+    #[inline(always)]
+    unsafe fn even_values(w: *const u32) -> [float32x4_t; 4] {
+        [0, 4, 8, 12].map(|c| vreinterpretq_f32_u32(vshlq_n_u32::<16>(vld1q_u32(w.add(c)))))
+    }
+
+    /// Add one value of a pair (`a` points at row 0's) times `w` to every row's sums,
+    /// each with one fused multiply-add (`fmla` by element).
+    #[inline(always)]
+    unsafe fn accumulate<const ROWS: usize>(
+        acc: &mut [[float32x4_t; 4]; ROWS],
+        a: *const f32,
+        stride: usize,
+        w: [float32x4_t; 4],
+    ) {
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            let av = *a.add(r * stride);
+            for (acc, &w) in acc_row.iter_mut().zip(&w) {
+                *acc = vfmaq_n_f32(*acc, w, av);
+            }
         }
     }
 }

@@ -18,8 +18,16 @@
 //! `vpmaddwd`, which adds two i16 products into an i32 exactly: `Σ q_x q_w` without the
 //! offset.
 //!
+//! On aarch64 the activations are used signed, as on AVX2 (`q_x = u - 128`, no offset to
+//! take out): with the dot-product extension, `sdot` adds four i8 x i8 products into an
+//! i32 exactly; without it, `smull` multiplies bytes into i16 products, and two pairwise
+//! additions (`addp` in i16, then `sadalp` into the i32 sums) add each quad's four. The
+//! first addition cannot overflow: quantised values lie in [-127, 127], so two products
+//! sum to at most 2 x 127^2 = 32258 < 2^15.
+//!
 //! Integer sums are exact and the f32 steps are the same operations in the same order on
-//! every path, so AVX512-VNNI, AVX-VNNI, AVX2 and the portable path agree bit for bit.
+//! every path, so AVX512-VNNI, AVX-VNNI, AVX2, NEON (with or without the dot product) and
+//! the portable path agree bit for bit.
 
 use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
 use super::Isa;
@@ -135,6 +143,10 @@ impl Int8Matrix {
             Isa::AvxVnni
         } else if cpu.avx2 && cpu.fma {
             Isa::Avx2
+        } else if cpu.neon && cpu.dotprod {
+            Isa::Dotprod
+        } else if cpu.neon {
+            Isa::Neon
         } else {
             Isa::Portable
         }
@@ -148,6 +160,8 @@ impl Int8Matrix {
             Isa::Avx512 => cpu.avx512f && cpu.avx512vnni,
             Isa::AvxVnni => cpu.avx2 && cpu.fma && cpu.avxvnni,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
+            Isa::Dotprod => cpu.neon && cpu.dotprod,
+            Isa::Neon => cpu.neon,
         }
     }
 
@@ -174,13 +188,19 @@ impl Int8Matrix {
         let activations = Activations::quantise(x, m, self.cols, self.blocks);
         let blocks = self.blocks;
         let quads = blocks * BLOCK_QUADS;
-        // The AVX2 path reads the activations as signed i16 pairs, two per quad.
-        let signed_pairs;
-        let a = if isa == Isa::Avx2 {
-            signed_pairs = activations.signed_pairs();
-            &signed_pairs
-        } else {
-            &activations.quads
+        // The AVX2 path reads the activations as signed i16 pairs, two per quad; the NEON
+        // paths as signed bytes.
+        let signed;
+        let a = match isa {
+            Isa::Avx2 => {
+                signed = activations.signed_pairs();
+                &signed
+            }
+            Isa::Dotprod | Isa::Neon => {
+                signed = activations.signed_quads();
+                &signed
+            }
+            _ => &activations.quads,
         };
         let per_quad = a.len() / (m * quads).max(1);
         let tile = |row0: usize, rows: usize, panel: usize| -> [[f32; NR]; MR] {
@@ -202,6 +222,12 @@ impl Int8Matrix {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `supports` checked AVX2 and FMA at run time.
                 Isa::Avx2 => unsafe { x86::tile_avx2(&operands, rows) },
+                #[cfg(target_arch = "aarch64")]
+                // SAFETY: `supports` checked NEON and the dot product at run time.
+                Isa::Dotprod => unsafe { neon::tile::<true>(&operands, rows) },
+                #[cfg(target_arch = "aarch64")]
+                // SAFETY: `supports` checked NEON at run time.
+                Isa::Neon => unsafe { neon::tile::<false>(&operands, rows) },
                 _ => portable_tile(&operands, rows),
             }
         };
@@ -212,7 +238,8 @@ impl Int8Matrix {
 /// One tile's inputs: some rows of quantised activations, one weight panel.
 struct Operands<'a> {
     /// Offset activation bytes, four per u32, `blocks * BLOCK_QUADS` per row (on the AVX2
-    /// path: [`Activations::signed_pairs`], two u32 per quad).
+    /// path: [`Activations::signed_pairs`], two u32 per quad; on the NEON paths:
+    /// [`Activations::signed_quads`]).
     a: &'a [u32],
     /// `s_x` per row and block.
     a_scales: &'a [f32],
@@ -266,6 +293,12 @@ impl Activations {
             pairs.push(signed(u[1]) | (signed(u[3]) << 16));
         }
         pairs
+    }
+
+    /// The activations as signed bytes (`q`, not `q + 128`) for the NEON paths, four per
+    /// u32 as in [`Self::quads`]; padding holds 0.
+    fn signed_quads(&self) -> Vec<u32> {
+        self.quads.iter().map(|&quad| quad ^ 0x8080_8080).collect()
     }
 }
 
@@ -513,5 +546,160 @@ mod x86 {
             }
         }
         out
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{Operands, BLOCK_QUADS, MR, NR};
+    use std::arch::aarch64::*;
+
+    /// An `MR x NR` tile, four rows by sixteen columns at a time (sixteen i32 block sums
+    /// in registers; the running f32 sums wait in `out`, zero at first, as on AVX2). With
+    /// `DOT`, each quad's four products are added by `sdot`; without, by widening
+    /// multiplies and pairwise additions (see the module documentation).
+    ///
+    /// # Safety
+    /// The CPU must have NEON, and the dot-product extension with `DOT`; `operands` holds
+    /// `rows` rows, its activations as [`super::Activations::signed_quads`].
+    #[target_feature(enable = "neon")]
+    pub unsafe fn tile<const DOT: bool>(operands: &Operands, rows: usize) -> [[f32; NR]; MR] {
+        let quads = operands.blocks * BLOCK_QUADS;
+        assert!(rows <= MR && operands.a.len() >= rows * quads && operands.w.len() >= quads * NR);
+        assert!(operands.a_scales.len() >= rows * operands.blocks);
+        let mut out = [[0f32; NR]; MR];
+        for row0 in (0..rows).step_by(4) {
+            let target = &mut out[row0..];
+            for col0 in [0, 16] {
+                match (rows - row0, DOT) {
+                    (1, true) => rows_dot::<1>(operands, row0, col0, target),
+                    (2, true) => rows_dot::<2>(operands, row0, col0, target),
+                    (3, true) => rows_dot::<3>(operands, row0, col0, target),
+                    (_, true) => rows_dot::<4>(operands, row0, col0, target),
+                    (1, false) => rows_widening::<1>(operands, row0, col0, target),
+                    (2, false) => rows_widening::<2>(operands, row0, col0, target),
+                    (3, false) => rows_widening::<3>(operands, row0, col0, target),
+                    (_, false) => rows_widening::<4>(operands, row0, col0, target),
+                }
+            }
+        }
+        out
+    }
+
+    /// `ROWS` rows by the sixteen columns from `col0`, with `sdot`.
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn rows_dot<const ROWS: usize>(
+        operands: &Operands,
+        row0: usize,
+        col0: usize,
+        out: &mut [[f32; NR]],
+    ) {
+        let blocks = operands.blocks;
+        let quads = blocks * BLOCK_QUADS;
+        let a = operands.a.as_ptr().add(row0 * quads);
+        let w = operands.w.as_ptr().add(col0);
+        for b in 0..blocks {
+            let mut sums = [[vdupq_n_s32(0); 4]; ROWS];
+            // Four quads of each row's activations per load, one lane per `sdot`.
+            for k in (b * BLOCK_QUADS..(b + 1) * BLOCK_QUADS).step_by(4) {
+                let mut av = [vdupq_n_s8(0); ROWS];
+                for (r, av) in av.iter_mut().enumerate() {
+                    // SAFETY: a block holds BLOCK_QUADS (a multiple of 4) quads per row.
+                    *av = vreinterpretq_s8_u32(vld1q_u32(a.add(r * quads + k)));
+                }
+                macro_rules! quad {
+                    ($lane:literal) => {
+                        // SAFETY: k + lane < quads: sixteen quads from `col0` lie in the panel.
+                        let wq = [0, 4, 8, 12]
+                            .map(|c| vreinterpretq_s8_u32(vld1q_u32(w.add((k + $lane) * NR + c))));
+                        for (sum, &av) in sums.iter_mut().zip(&av) {
+                            for (s, &wq) in sum.iter_mut().zip(&wq) {
+                                *s = sdot_lane::<$lane>(*s, wq, av);
+                            }
+                        }
+                    };
+                }
+                quad!(0);
+                quad!(1);
+                quad!(2);
+                quad!(3);
+            }
+            accumulate_block(operands, row0, col0, b, &sums, out);
+        }
+    }
+
+    /// `ROWS` rows by the sixteen columns from `col0`, without the dot product: per quad
+    /// and four columns, two `smull` (eight i16 products each), an `addp` (pairs of
+    /// products, no overflow) and a `sadalp` into the i32 sums.
+    #[target_feature(enable = "neon")]
+    unsafe fn rows_widening<const ROWS: usize>(
+        operands: &Operands,
+        row0: usize,
+        col0: usize,
+        out: &mut [[f32; NR]],
+    ) {
+        let blocks = operands.blocks;
+        let quads = blocks * BLOCK_QUADS;
+        let a = operands.a.as_ptr().add(row0 * quads);
+        let w = operands.w.as_ptr().add(col0);
+        for b in 0..blocks {
+            let mut sums = [[vdupq_n_s32(0); 4]; ROWS];
+            for k in b * BLOCK_QUADS..(b + 1) * BLOCK_QUADS {
+                // SAFETY: k < quads: sixteen quads from `col0` of quad k lie in the panel.
+                let wq = [0, 4, 8, 12].map(|c| vreinterpretq_s8_u32(vld1q_u32(w.add(k * NR + c))));
+                for (r, sum) in sums.iter_mut().enumerate() {
+                    // The row's quad in every 32-bit lane: its bytes face each column's.
+                    let av = vreinterpretq_s8_u32(vdupq_n_u32(*a.add(r * quads + k)));
+                    for (s, &wq) in sum.iter_mut().zip(&wq) {
+                        let low = vmull_s8(vget_low_s8(wq), vget_low_s8(av));
+                        let high = vmull_high_s8(wq, av);
+                        *s = vpadalq_s16(*s, vpaddq_s16(low, high));
+                    }
+                }
+            }
+            accumulate_block(operands, row0, col0, b, &sums, out);
+        }
+    }
+
+    /// Add block `b`'s exact sums, scaled, to the running sums in `out`: per column
+    /// `y = fma(sum as f32, s_w s_x, y)`, as the portable path does.
+    #[inline(always)]
+    unsafe fn accumulate_block<const ROWS: usize>(
+        operands: &Operands,
+        row0: usize,
+        col0: usize,
+        b: usize,
+        sums: &[[int32x4_t; 4]; ROWS],
+        out: &mut [[f32; NR]],
+    ) {
+        let blocks = operands.blocks;
+        let scales = operands.w_scales.as_ptr().add(b * NR + col0);
+        let a_scales = operands.a_scales.as_ptr().add(row0 * blocks);
+        for (r, (sum, out_row)) in sums.iter().zip(out.iter_mut()).enumerate() {
+            let a_scale = vdupq_n_f32(*a_scales.add(r * blocks + b));
+            for (q, &sum) in sum.iter().enumerate() {
+                let y = out_row.as_mut_ptr().add(col0 + 4 * q);
+                let exact = vcvtq_f32_s32(sum);
+                let scale = vmulq_f32(vld1q_f32(scales.add(4 * q)), a_scale);
+                vst1q_f32(y, vfmaq_f32(vld1q_f32(y), exact, scale));
+            }
+        }
+    }
+
+    /// `acc + w . a[LANE]`: per 32-bit lane of `acc`, the four i8 products of that lane's
+    /// bytes of `w` and the bytes of quad `LANE` of `a`, added exactly (`sdot`, by
+    /// element; inline assembly as its intrinsic is not stable Rust).
+    #[inline(always)]
+    unsafe fn sdot_lane<const LANE: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{lane}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            lane = const LANE,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        acc
     }
 }

@@ -23,13 +23,25 @@ pub enum Isa {
     AvxVnni,
     /// AVX2 and FMA: bf16 widened to f32 in registers, int8 through `vpmaddwd`.
     Avx2,
+    /// aarch64 NEON with the dot-product extension (int8 only: `sdot`).
+    Dotprod,
+    /// aarch64 NEON: bf16 widened to f32 in registers (`fmla`), int8 through widening
+    /// multiplies (`smull`) and pairwise additions.
+    Neon,
     /// Plain Rust, any machine.
     Portable,
 }
 
 impl Isa {
-    /// Every path, widest first.
-    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Portable];
+    /// Every path, widest first (x86-64's, then aarch64's).
+    pub const ALL: [Isa; 6] = [
+        Isa::Avx512,
+        Isa::AvxVnni,
+        Isa::Avx2,
+        Isa::Dotprod,
+        Isa::Neon,
+        Isa::Portable,
+    ];
 
     /// The path's name in benchmark output.
     pub fn name(self) -> &'static str {
@@ -37,6 +49,8 @@ impl Isa {
             Isa::Avx512 => "avx512",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx2 => "avx2",
+            Isa::Dotprod => "dotprod",
+            Isa::Neon => "neon",
             Isa::Portable => "portable",
         }
     }

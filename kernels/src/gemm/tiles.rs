@@ -10,8 +10,8 @@ use rayon::prelude::*;
 pub const NR: usize = 32;
 /// Input rows per microkernel call.
 pub const MR: usize = 8;
-/// Input rows per call of the AVX2 bf16 microkernel (two register tiles of six rows:
-/// twelve accumulators hide the latency of FMA chains, eight do not).
+/// Input rows per call of the AVX2 and NEON bf16 microkernels (two register tiles of six
+/// rows: twelve accumulators hide the latency of FMA chains on AVX2, eight do not).
 pub const WIDE_MR: usize = 12;
 /// Rows of `x` one parallel task covers, about (a multiple of the tile's rows).
 const ROW_BLOCK: usize = 64;
