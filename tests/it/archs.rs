@@ -361,10 +361,21 @@ fn bad_checkpoints_fail_at_load_naming_the_field() -> Result<()> {
         })?,
         &["257 tokens", "vocab_size", "256"],
     );
-    // config.json's beginning-of-sequence token is not the one the tokenizer adds.
-    expect(
-        edited_copy("llama3", "config.json", |c| c["bos_token_id"] = 5.into())?,
-        &["bos_token_id", "5", "token 1"],
-    );
+    // config.json's beginning-of-sequence token is not the one the tokenizer adds (`<s>`,
+    // token 1, put in front by tokenizer.json's post-processor, as transformers reads it).
+    let disagreeing = edited_copy("llama3", "config.json", |c| c["bos_token_id"] = 5.into())?;
+    let tokenizer_path = disagreeing.path().join("tokenizer.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokenizer_path)?)?;
+    tokenizer["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}
+    });
+    std::fs::write(&tokenizer_path, tokenizer.to_string())?;
+    expect(disagreeing, &["bos_token_id", "5", "token 1"]);
     Ok(())
 }
