@@ -9,23 +9,37 @@
 //!   `503` with `Retry-After` and closed, so that memory stays bounded under floods
 //!   (about `max_connections × (max_body_bytes + hyper's read buffer)`).
 //! - When the shutdown future completes the listener is closed (new connections are
-//!   refused), `draining` is set (`/healthz` answers `draining`), connections with no
-//!   request in the router are closed at once (idle ones and half-open ones still sending
-//!   a head; a request whose body is still arriving is answered 503), requests in the
-//!   router are finished and their connections closed. Whatever is still open after the
-//!   drain timeout is closed.
+//!   refused) and `draining` is set (`/healthz` answers `draining`). Then:
+//!   - a connection with no byte of a new request received (idle keep-alive, or accepted
+//!     and silent) is closed at once;
+//!   - a connection on which a request head has begun to arrive (bytes read by the
+//!     service or waiting in the socket, no request in the router yet) gets the *grace*
+//!     to complete it: `drain_grace`, at most the header timeout and the drain timeout
+//!     (default 2 s). A head that completes is served like any request, answered with
+//!     `Connection: close`; one that does not is closed at the end of the grace;
+//!   - requests in the router are finished, answered with `Connection: close`; one whose
+//!     body is still arriving gets the grace too for the rest ([`Drain::grace_over`]),
+//!     then is answered 503.
+//!
+//!   Whatever is still open after the drain timeout is closed: the drain's bound is the
+//!   drain timeout, whatever the clients do. The [`DrainReport`] counts each case.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
+use axum::http::{header, HeaderValue};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -40,6 +54,14 @@ pub struct DrainReport {
     pub connections: usize,
     /// Of these, connections with a request in the router (finished unless cut).
     pub busy: usize,
+    /// Of these, connections on which a request head was arriving (no request in the
+    /// router yet): given the grace to complete it.
+    pub heads_arriving: usize,
+    /// Of those, heads that completed within the grace: their requests were served.
+    pub heads_completed: usize,
+    /// Of those, connections closed without a request: the head did not complete within
+    /// the grace (or the client closed, or sent a malformed head).
+    pub heads_unfinished: usize,
     /// Connections still open at the drain timeout, closed then.
     pub cut: usize,
     /// How long the drain took.
@@ -51,6 +73,7 @@ pub struct DrainReport {
 pub struct Drain {
     flag: Arc<AtomicBool>,
     signal: watch::Receiver<bool>,
+    grace: Duration,
 }
 
 impl Drain {
@@ -68,6 +91,14 @@ impl Drain {
             std::future::pending::<()>().await;
         }
     }
+
+    /// Completes once the drain has begun and then the grace has passed (counted from
+    /// the call when the drain began earlier): the time a request already arriving is
+    /// given to finish arriving.
+    pub async fn grace_over(&self) {
+        self.started().await;
+        tokio::time::sleep(self.grace).await;
+    }
 }
 
 /// The sending side of [`Drain`].
@@ -77,7 +108,8 @@ pub struct DrainSwitch {
 }
 
 impl DrainSwitch {
-    pub fn new() -> (Self, Drain) {
+    /// A switch and its drain state; `grace` is what [`Drain::grace_over`] waits.
+    pub fn new(grace: Duration) -> (Self, Drain) {
         let flag = Arc::new(AtomicBool::new(false));
         let (signal, receiver) = watch::channel(false);
         (
@@ -88,6 +120,7 @@ impl DrainSwitch {
             Drain {
                 flag,
                 signal: receiver,
+                grace,
             },
         )
     }
@@ -111,6 +144,29 @@ fn busy_answer() -> Vec<u8> {
 /// Most refusals being written at once (more are closed without an answer).
 const MAX_REFUSALS: usize = 64;
 
+/// The grace a request head arriving at the drain gets: `drain_grace`, at most the
+/// header timeout (hyper closes the connection then anyway) and the drain timeout.
+pub fn head_grace(limits: &Limits) -> Duration {
+    limits
+        .drain_grace
+        .min(limits.header_timeout)
+        .min(limits.drain_timeout)
+}
+
+/// The grace a request body arriving at the drain gets (see [`Drain::grace_over`]):
+/// `drain_grace`, at most the drain timeout.
+pub fn body_grace(limits: &Limits) -> Duration {
+    limits.drain_grace.min(limits.drain_timeout)
+}
+
+/// What the drain's connections did, counted as they go.
+#[derive(Default)]
+struct Tally {
+    heads_arriving: AtomicUsize,
+    heads_completed: AtomicUsize,
+    heads_unfinished: AtomicUsize,
+}
+
 /// Serve `router` on `listener` until `shutdown` completes, then drain (see the module
 /// header).
 pub async fn run(
@@ -121,9 +177,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> DrainReport {
     let mut connections: JoinSet<()> = JoinSet::new();
-    let busy_counts: Arc<std::sync::Mutex<Vec<Arc<AtomicUsize>>>> = Arc::default();
+    let activities: Arc<std::sync::Mutex<Vec<Arc<Activity>>>> = Arc::default();
     let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS));
+    let tally = Arc::new(Tally::default());
     let (stop, stopped) = watch::channel(false);
+    let settings = Settings {
+        header_timeout: limits.header_timeout,
+        grace: head_grace(&limits),
+    };
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -153,18 +214,19 @@ pub async fn run(
             }
             continue;
         }
-        let active = Arc::new(AtomicUsize::new(0));
+        let activity = Arc::new(Activity::default());
         {
-            let mut counts = busy_counts.lock().unwrap_or_else(|e| e.into_inner());
-            counts.retain(|count| Arc::strong_count(count) > 1);
-            counts.push(active.clone());
+            let mut all = activities.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|activity| Arc::strong_count(activity) > 1);
+            all.push(activity.clone());
         }
         connections.spawn(connection(
             stream,
             router.clone(),
-            limits.header_timeout,
-            active,
+            settings,
+            activity,
             stopped.clone(),
+            tally.clone(),
         ));
     }
     drop(listener);
@@ -172,17 +234,20 @@ pub async fn run(
     switch.start();
     while connections.try_join_next().is_some() {}
     let open = connections.len();
-    let busy = busy_counts
+    let busy = activities
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter(|count| Arc::strong_count(count) > 1 && count.load(Ordering::SeqCst) > 0)
+        .filter(|activity| {
+            Arc::strong_count(activity) > 1 && activity.active.load(Ordering::SeqCst) > 0
+        })
         .count();
     let _ = stop.send(true);
     tracing::info!(
         connections = open,
         busy,
-        "draining: finishing requests in progress"
+        grace_s = settings.grace.as_secs_f64(),
+        "draining: finishing requests in progress and heads arriving"
     );
     let drained = tokio::time::timeout(limits.drain_timeout, async {
         while connections.join_next().await.is_some() {}
@@ -201,69 +266,242 @@ pub async fn run(
     DrainReport {
         connections: open,
         busy,
+        heads_arriving: tally.heads_arriving.load(Ordering::SeqCst),
+        heads_completed: tally.heads_completed.load(Ordering::SeqCst),
+        heads_unfinished: tally.heads_unfinished.load(Ordering::SeqCst),
         cut,
         elapsed: started.elapsed(),
     }
 }
 
-/// Serve one connection; on the drain signal close it at once when no request is in
-/// the router, else finish that request and close.
+/// What every connection task needs to know.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    header_timeout: Duration,
+    /// The grace of a head arriving at the drain ([`head_grace`]).
+    grace: Duration,
+}
+
+/// What one connection has done, shared by its task, its socket and its requests.
+#[derive(Debug, Default)]
+struct Activity {
+    /// Requests in the router now.
+    active: AtomicUsize,
+    /// Requests that have entered the router so far.
+    entered: AtomicUsize,
+    /// Bytes read from the client so far.
+    received: AtomicU64,
+    /// `received` when the last request left the router: bytes read after it belong to
+    /// the next request.
+    settled: AtomicU64,
+}
+
+impl Activity {
+    /// Whether bytes of a request not yet in the router have been read.
+    fn head_begun(&self) -> bool {
+        self.received.load(Ordering::SeqCst) > self.settled.load(Ordering::SeqCst)
+    }
+}
+
+/// Whether bytes sent by the client wait in the socket, unread (a real `recv` with
+/// `MSG_PEEK`: it does not depend on the runtime having seen the socket ready).
+fn bytes_waiting(stream: &TcpStream) -> bool {
+    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
+}
+
+/// Serve one connection. On the drain signal: close it at once when it is idle; give a
+/// head arriving the grace to complete; finish the request in the router; then close.
 async fn connection(
     stream: TcpStream,
     router: Router,
-    header_timeout: Duration,
-    active: Arc<AtomicUsize>,
+    settings: Settings,
+    activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
+    tally: Arc<Tally>,
 ) {
     let _ = stream.set_nodelay(true);
-    let counter = active.clone();
+    let stream = Arc::new(stream);
+    let socket = Counted {
+        stream: stream.clone(),
+        activity: activity.clone(),
+    };
+    let counter = activity.clone();
+    let draining = stop.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let router = router.clone();
         let guard = ActiveGuard::enter(counter.clone());
+        let draining = draining.clone();
         async move {
-            let response = router.oneshot(request).await;
+            let mut response = router.oneshot(request).await;
             drop(guard);
+            if *draining.borrow() {
+                // The connection closes after this answer: say so to the client.
+                if let Ok(response) = &mut response {
+                    response
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
             response
         }
     });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(settings.header_timeout)
         .keep_alive(true);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let connection = builder.serve_connection(TokioIo::new(socket), service);
     tokio::pin!(connection);
     tokio::select! {
+        // The connection first: what the socket holds is read before the drain decides.
+        biased;
         result = connection.as_mut() => {
             if let Err(error) = result {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            return;
         }
-        _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {
-            if active.load(Ordering::SeqCst) == 0 {
-                return; // idle or still sending a head: closed
+        _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {}
+    }
+    let entered = activity.entered.load(Ordering::SeqCst);
+    if activity.active.load(Ordering::SeqCst) == 0 {
+        if !activity.head_begun() && !bytes_waiting(&stream) {
+            return; // idle: closed
+        }
+        tally.heads_arriving.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(
+            grace_s = settings.grace.as_secs_f64(),
+            "draining: a request head is arriving; waiting for the rest"
+        );
+        // Serve the connection until its request enters the router, or the grace ends.
+        let waited = tokio::time::timeout(
+            settings.grace,
+            std::future::poll_fn(|cx| match connection.as_mut().poll(cx) {
+                Poll::Ready(result) => Poll::Ready(Some(result)),
+                Poll::Pending if activity.entered.load(Ordering::SeqCst) > entered => {
+                    Poll::Ready(None)
+                }
+                Poll::Pending => Poll::Pending,
+            }),
+        )
+        .await;
+        let completed = activity.entered.load(Ordering::SeqCst) > entered;
+        let counter = if completed {
+            &tally.heads_completed
+        } else {
+            &tally.heads_unfinished
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        match waited {
+            Ok(None) => {} // in the router: finished below
+            Ok(Some(result)) => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error while draining");
+                }
+                return;
             }
-            connection.as_mut().graceful_shutdown();
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error while draining");
+            Err(_) => {
+                tracing::info!(
+                    "draining: a request head did not complete within the grace; closed"
+                );
+                return;
+            }
+        }
+    }
+    connection.as_mut().graceful_shutdown();
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "connection ended with an error while draining");
+    }
+}
+
+/// The client's socket as hyper reads and writes it, counting the bytes received.
+/// Shared (the connection task peeks into it at the drain), hence reads and writes
+/// through `&TcpStream`.
+struct Counted {
+    stream: Arc<TcpStream>,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read_buf(buf) {
+                Ok(n) => {
+                    self.activity.received.fetch_add(n as u64, Ordering::SeqCst);
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale (cleared by `try_read_buf`): wait again.
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Poll::Ready(Err(error)),
             }
         }
     }
 }
 
+impl AsyncWrite for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write(buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write_vectored(bufs) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(socket2::SockRef::from(&*self.stream).shutdown(std::net::Shutdown::Write))
+    }
+}
+
 /// Counts a request in the router while alive.
-struct ActiveGuard(Arc<AtomicUsize>);
+struct ActiveGuard(Arc<Activity>);
 
 impl ActiveGuard {
-    fn enter(count: Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(count)
+    fn enter(activity: Arc<Activity>) -> Self {
+        activity.active.fetch_add(1, Ordering::SeqCst);
+        activity.entered.fetch_add(1, Ordering::SeqCst);
+        Self(activity)
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let received = self.0.received.load(Ordering::SeqCst);
+        self.0.settled.store(received, Ordering::SeqCst);
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

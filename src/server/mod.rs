@@ -8,8 +8,9 @@
 //!   bound, drain).
 //!
 //! [`serve`] runs the service on a bound listener until its shutdown future completes,
-//! then drains: new connections are refused, idle and half-open ones closed, requests in
-//! progress finished within the drain timeout, and the worker thread ends.
+//! then drains: new connections are refused, idle ones closed, requests already arriving
+//! given a short grace to arrive, requests in progress finished within the drain timeout,
+//! and the worker thread ends.
 //!
 //! | route | body | answer |
 //! |---|---|---|
@@ -46,8 +47,8 @@ use anyhow::{anyhow, Context as _, Result};
 
 pub use auth::BearerToken;
 pub use http::{
-    Limits, DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
+    Limits, DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_GRACE, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
 };
 pub use listen::DrainReport;
 pub use worker::{WorkerConfig, WorkerStats, DEFAULT_PREFIX_CACHE_BYTES};
@@ -89,8 +90,8 @@ pub fn app(
     let model = Arc::new(scorer.info().clone());
     let openai = Arc::new(openai::Backend::new(scorer.as_ref()));
     let (jobs, worker) = worker::spawn(scorer, cache, config.worker, stats.clone())?;
-    let (switch, drain) = listen::DrainSwitch::new();
     let limits = config.limits;
+    let (switch, drain) = listen::DrainSwitch::new(listen::body_grace(&limits));
     let state = http::AppState {
         jobs,
         stats,
@@ -133,6 +134,9 @@ pub async fn serve(
     tracing::info!(
         connections = report.connections,
         busy = report.busy,
+        heads_arriving = report.heads_arriving,
+        heads_completed = report.heads_completed,
+        heads_unfinished = report.heads_unfinished,
         cut = report.cut,
         elapsed_ms = report.elapsed.as_millis() as u64,
         "drained"

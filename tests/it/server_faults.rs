@@ -2,7 +2,9 @@
 //! OpenAI routes alike), a panic in the model code (500 for that request, the others and
 //! later ones served), too many connections, bodies and heads that stop arriving, and
 //! SIGTERM on the real binary with an idle, a half-open and a busy client (the busy one
-//! is answered, the others closed, exit 0 without waiting for the drain timeout).
+//! is answered, the others closed, exit 0 without waiting for the drain timeout), and
+//! with a request head arriving at the signal (served when it completes within the
+//! drain's grace, closed when it does not).
 //!
 //! No test bounds how fast anything is: waits end on an event, and the one bound (the
 //! process's exit) only turns a hang into a failure.
@@ -278,6 +280,8 @@ impl Binary {
             ])
             .args(extra)
             .env("NLG_JUDGE_CACHE", dir.path())
+            // The drain's steps, for tests that wait for one.
+            .env("RUST_LOG", "nlg_judge::server::listen=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -299,6 +303,21 @@ impl Binary {
             child,
             addr,
             stderr,
+        }
+    }
+
+    /// Read stderr up to a line containing `needle`; that line.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stderr.read_line(&mut line).unwrap() > 0,
+                "serve ended before a line with {needle:?}"
+            );
+            if line.contains(needle) {
+                return line;
+            }
         }
     }
 
@@ -343,7 +362,7 @@ fn health(addr: SocketAddr) -> Value {
 #[test]
 fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
     // Timeouts far beyond the test: only the drain can close the idle and half-open
-    // clients, and the drain must not wait for them.
+    // clients, and the drain must not wait for them beyond the grace (2 s by default).
     let server = Binary::start(
         "mock:delay-ms=1500",
         &[
@@ -387,6 +406,10 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
 
     let answer = busy.join().unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     let mut text = String::new();
     half_body.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
@@ -401,6 +424,137 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
     }
     let (status, stderr) = server.wait();
     assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
+    // The half-open head had the grace, and was closed at its end.
+    assert!(
+        stderr.contains(
+            "1 with a request head arriving: 0 completed and served, 1 closed unfinished"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A connection with part of a request head sent, accepted by the service (a request on
+/// a later connection was answered, and connections are accepted in order).
+fn head_begun(addr: SocketAddr, part: &[u8]) -> StdStream {
+    let mut stream = StdStream::connect(addr).unwrap();
+    stream.write_all(part).unwrap();
+    assert_eq!(health(addr)["status"], "ready");
+    stream
+}
+
+#[test]
+fn sigterm_serves_a_request_whose_head_was_arriving() {
+    // Timeouts and grace far beyond the test: only the rest of the head ends the grace.
+    let mut server = Binary::start(
+        "mock",
+        &[
+            "--header-timeout",
+            "600",
+            "--drain-timeout",
+            "300",
+            "--drain-grace",
+            "300",
+        ],
+    );
+    let addr = server.addr;
+    let body = score_body("arriving at the signal");
+    // A keep-alive client that has been answered and sends nothing more: idle.
+    let mut idle = StdStream::connect(addr).unwrap();
+    write!(
+        idle,
+        "POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    idle.write_all(&body).unwrap();
+    let mut reader = BufReader::new(idle.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let length = loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let line = line.to_ascii_lowercase();
+        if let Some(value) = line.strip_prefix("content-length:") {
+            break value.trim().parse::<usize>().unwrap();
+        }
+    };
+    let mut rest = String::new();
+    while rest != "\r\n" {
+        rest.clear();
+        reader.read_line(&mut rest).unwrap();
+    }
+    let mut answered = vec![0u8; length];
+    reader.read_exact(&mut answered).unwrap();
+
+    let mut arriving = head_begun(addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Ty");
+    server.signal("TERM");
+    server.wait_for_line("a request head is arriving");
+    // The rest of the head, and the body, after the drain has begun.
+    write!(
+        arriving,
+        "pe: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    arriving.write_all(&body).unwrap();
+    let mut answer = String::new();
+    arriving.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+    let json: Value = serde_json::from_str(json).unwrap();
+    assert!(json["score"].is_number(), "{json}");
+
+    let mut after = Vec::new();
+    let _ = reader.read_to_end(&mut after); // the idle one: closed, nothing sent
+    assert!(after.is_empty(), "{}", String::from_utf8_lossy(&after));
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains(
+            "1 with a request head arriving: 1 completed and served, 0 closed unfinished"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
+}
+
+#[test]
+fn sigterm_closes_a_head_that_does_not_complete_within_the_grace() {
+    // The header and drain timeouts are far beyond the test: only the grace closes it.
+    let server = Binary::start(
+        "mock",
+        &[
+            "--header-timeout",
+            "600",
+            "--drain-timeout",
+            "300",
+            "--drain-grace",
+            "0.5",
+        ],
+    );
+    let mut stalled = head_begun(server.addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\n");
+    server.signal("TERM");
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest); // ends: closed (or reset) by the service
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains(
+            "1 with a request head arriving: 0 completed and served, 1 closed unfinished"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("did not complete within the grace"),
+        "{stderr}"
+    );
     assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
 }
 
