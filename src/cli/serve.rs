@@ -148,8 +148,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .await
     })?;
     eprintln!(
-        "stopped: {} connections open at the signal ({} with a request in progress, {} with a request head arriving: {} completed and served, {} closed unfinished), {} cut at the drain timeout, drained in {:.2} s",
+        "stopped: {} connections open at the signal ({} of them taken from the accept queue then; {} with a request in progress, {} with a request head arriving: {} completed and served, {} closed unfinished), {} cut at the drain timeout, drained in {:.2} s",
         report.connections,
+        report.from_backlog,
         report.busy,
         report.heads_arriving,
         report.heads_completed,

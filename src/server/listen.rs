@@ -8,8 +8,10 @@
 //! - At most `max_connections` connections are served at once; one more is answered
 //!   `503` with `Retry-After` and closed, so that memory stays bounded under floods
 //!   (about `max_connections × (max_body_bytes + hyper's read buffer)`).
-//! - When the shutdown future completes the listener is closed (new connections are
-//!   refused) and `draining` is set (`/healthz` answers `draining`). Then:
+//! - When the shutdown future completes the connections already accepted by the system
+//!   and waiting in the listener's queue are taken (their clients connected before the
+//!   signal), the listener is closed (new connections are refused) and `draining` is set
+//!   (`/healthz` answers `draining`). Then:
 //!   - a connection with no byte of a new request received (idle keep-alive, or accepted
 //!     and silent) is closed at once;
 //!   - a connection on which a request head has begun to arrive (bytes read by the
@@ -52,6 +54,10 @@ use super::http::Limits;
 pub struct DrainReport {
     /// Connections open when the drain began.
     pub connections: usize,
+    /// Of these, connections the system had accepted before the signal that the service
+    /// had not taken yet (its accept queue): taken at the drain, as their clients may
+    /// have sent a request.
+    pub from_backlog: usize,
     /// Of these, connections with a request in the router (finished unless cut).
     pub busy: usize,
     /// Of these, connections on which a request head was arriving (no request in the
@@ -176,14 +182,20 @@ pub async fn run(
     switch: DrainSwitch,
     shutdown: impl Future<Output = ()>,
 ) -> DrainReport {
-    let mut connections: JoinSet<()> = JoinSet::new();
-    let activities: Arc<std::sync::Mutex<Vec<Arc<Activity>>>> = Arc::default();
-    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS));
-    let tally = Arc::new(Tally::default());
     let (stop, stopped) = watch::channel(false);
     let settings = Settings {
         header_timeout: limits.header_timeout,
         grace: head_grace(&limits),
+    };
+    let mut open = Open {
+        tasks: JoinSet::new(),
+        activities: Vec::new(),
+        refusals: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS)),
+        tally: Arc::new(Tally::default()),
+        stopped,
+        router,
+        settings,
+        max_connections: limits.max_connections,
     };
     tokio::pin!(shutdown);
     loop {
@@ -191,52 +203,31 @@ pub async fn run(
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        while connections.try_join_next().is_some() {}
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        match accepted {
+            Ok((stream, _)) => open.admit(stream),
             Err(error) => {
                 // Out of file descriptors and the like: wait a little, go on.
                 tracing::warn!(%error, "cannot accept a connection");
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
             }
-        };
-        if connections.len() >= limits.max_connections {
-            tracing::warn!(
-                open = connections.len(),
-                "connection refused: too many open connections"
-            );
-            if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    refuse(stream).await;
-                    drop(permit);
-                });
-            }
-            continue;
         }
-        let activity = Arc::new(Activity::default());
-        {
-            let mut all = activities.lock().unwrap_or_else(|e| e.into_inner());
-            all.retain(|activity| Arc::strong_count(activity) > 1);
-            all.push(activity.clone());
-        }
-        connections.spawn(connection(
-            stream,
-            router.clone(),
-            settings,
-            activity,
-            stopped.clone(),
-            tally.clone(),
-        ));
     }
-    drop(listener);
     let started = Instant::now();
+    let backlog = take_backlog(listener, limits.max_connections + MAX_REFUSALS);
+    let from_backlog = backlog.len();
+    for stream in backlog {
+        open.admit(stream);
+    }
     switch.start();
+    let Open {
+        tasks: mut connections,
+        activities,
+        tally,
+        ..
+    } = open;
     while connections.try_join_next().is_some() {}
     let open = connections.len();
     let busy = activities
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter(|activity| {
             Arc::strong_count(activity) > 1 && activity.active.load(Ordering::SeqCst) > 0
@@ -245,6 +236,7 @@ pub async fn run(
     let _ = stop.send(true);
     tracing::info!(
         connections = open,
+        from_backlog,
         busy,
         grace_s = settings.grace.as_secs_f64(),
         "draining: finishing requests in progress and heads arriving"
@@ -265,6 +257,7 @@ pub async fn run(
     }
     DrainReport {
         connections: open,
+        from_backlog,
         busy,
         heads_arriving: tally.heads_arriving.load(Ordering::SeqCst),
         heads_completed: tally.heads_completed.load(Ordering::SeqCst),
@@ -272,6 +265,87 @@ pub async fn run(
         cut,
         elapsed: started.elapsed(),
     }
+}
+
+/// The connections being served, and what a new one needs.
+struct Open {
+    tasks: JoinSet<()>,
+    /// Each connection's activity (those of ended connections are dropped as new ones
+    /// come).
+    activities: Vec<Arc<Activity>>,
+    refusals: Arc<tokio::sync::Semaphore>,
+    tally: Arc<Tally>,
+    stopped: watch::Receiver<bool>,
+    router: Router,
+    settings: Settings,
+    max_connections: usize,
+}
+
+impl Open {
+    /// Serve `stream` in a task of its own, or answer 503 and close it when
+    /// `max_connections` are open.
+    fn admit(&mut self, stream: TcpStream) {
+        while self.tasks.try_join_next().is_some() {}
+        if self.tasks.len() >= self.max_connections {
+            tracing::warn!(
+                open = self.tasks.len(),
+                "connection refused: too many open connections"
+            );
+            if let Ok(permit) = self.refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    drop(permit);
+                });
+            }
+            return;
+        }
+        let activity = Arc::new(Activity::default());
+        self.activities
+            .retain(|activity| Arc::strong_count(activity) > 1);
+        self.activities.push(activity.clone());
+        self.tasks.spawn(connection(
+            stream,
+            self.router.clone(),
+            self.settings,
+            activity,
+            self.stopped.clone(),
+            self.tally.clone(),
+        ));
+    }
+}
+
+/// Close the listener, first taking the connections the system accepted for it that
+/// wait in its queue (at most `most`): their clients, connected before the signal, may
+/// have sent a request already. Real `accept` calls until none is left, so that the
+/// runtime not having seen the listener ready yet loses none.
+fn take_backlog(listener: TcpListener, most: usize) -> Vec<TcpStream> {
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "cannot take the connections waiting to be accepted");
+            return Vec::new();
+        }
+    };
+    let mut taken = Vec::new();
+    while taken.len() < most {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                match stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream))
+                {
+                    Ok(stream) => taken.push(stream),
+                    Err(error) => tracing::warn!(%error, "cannot serve a waiting connection"),
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a waiting connection");
+                break;
+            }
+        }
+    }
+    taken
 }
 
 /// What every connection task needs to know.
@@ -523,4 +597,100 @@ async fn refuse(mut stream: TcpStream) {
         std::io::Result::Ok(())
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grace_is_capped_by_the_header_and_drain_timeouts() {
+        let mut limits = Limits {
+            drain_grace: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(3),
+            drain_timeout: Duration::from_secs(4),
+            ..Limits::default()
+        };
+        assert_eq!(head_grace(&limits), Duration::from_secs(3));
+        assert_eq!(body_grace(&limits), Duration::from_secs(4));
+        limits.drain_timeout = Duration::from_secs(1);
+        assert_eq!(head_grace(&limits), Duration::from_secs(1));
+        assert_eq!(body_grace(&limits), Duration::from_secs(1));
+        limits.drain_grace = Duration::from_millis(200);
+        assert_eq!(head_grace(&limits), Duration::from_millis(200));
+        assert_eq!(body_grace(&limits), Duration::from_millis(200));
+    }
+
+    /// A connected pair on loopback: (client, the service's side).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (served, _) = listener.accept().await.unwrap();
+        (client, served)
+    }
+
+    #[tokio::test]
+    async fn the_socket_counts_what_it_reads_and_a_peek_sees_what_waits() {
+        let (mut client, served) = pair().await;
+        let served = Arc::new(served);
+        assert!(!bytes_waiting(&served), "nothing sent yet");
+        client.write_all(b"POST / HT").await.unwrap();
+        // Sent: the bytes reach the socket (a wait on an event, not a time).
+        while !bytes_waiting(&served) {
+            tokio::task::yield_now().await;
+        }
+        let activity = Arc::new(Activity::default());
+        assert!(!activity.head_begun());
+        let mut socket = Counted {
+            stream: served.clone(),
+            activity: activity.clone(),
+        };
+        let mut read = [0u8; 64];
+        let n = socket.read(&mut read).await.unwrap();
+        assert_eq!(&read[..n], &b"POST / HT"[..n]);
+        assert_eq!(activity.received.load(Ordering::SeqCst), n as u64);
+        assert!(
+            activity.head_begun(),
+            "bytes read, no request in the router"
+        );
+        // A request entering and leaving the router settles what was read.
+        drop(ActiveGuard::enter(activity.clone()));
+        assert!(!activity.head_begun());
+        assert_eq!(activity.entered.load(Ordering::SeqCst), 1);
+        assert_eq!(activity.active.load(Ordering::SeqCst), 0);
+        // Writes go through; shutdown ends the client's reading.
+        socket.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        socket.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"HTTP/1.1 200 OK\r\n");
+    }
+
+    #[tokio::test]
+    async fn the_drain_takes_the_connections_waiting_to_be_accepted_then_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut sent = TcpStream::connect(addr).await.unwrap();
+        sent.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut taken = take_backlog(listener, 8);
+        assert_eq!(taken.len(), 2);
+        let client = sent.local_addr().unwrap();
+        let from_sent = taken
+            .iter_mut()
+            .find(|stream| stream.peer_addr().unwrap() == client)
+            .unwrap();
+        while !bytes_waiting(from_sent) {
+            tokio::task::yield_now().await;
+        }
+        let mut head = [0u8; 3];
+        from_sent.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"GET");
+        // The listener is closed: a new client is refused.
+        assert!(TcpStream::connect(addr).await.is_err());
+    }
 }

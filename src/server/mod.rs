@@ -133,6 +133,7 @@ pub async fn serve(
     let report = listen::run(listener, router, limits, switch, shutdown).await;
     tracing::info!(
         connections = report.connections,
+        from_backlog = report.from_backlog,
         busy = report.busy,
         heads_arriving = report.heads_arriving,
         heads_completed = report.heads_completed,
