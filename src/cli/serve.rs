@@ -65,15 +65,15 @@ pub struct ServeArgs {
     pub body_timeout: f64,
 
     /// On SIGTERM or Ctrl-C: seconds to finish the requests in progress (new connections
-    /// are refused, idle ones closed at once, requests already arriving given
+    /// are refused, idle keep-alive ones closed at once, requests already arriving given
     /// --drain-grace) before closing what is left and exiting.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_TIMEOUT.as_secs_f64())]
     pub drain_timeout: f64,
 
-    /// On SIGTERM or Ctrl-C: seconds a request already arriving (its head or body begun)
-    /// may take to finish arriving; it is then served and its connection closed. A head
-    /// still incomplete after it is closed, a body answered 503. At most the header
-    /// timeout (heads) and the drain timeout.
+    /// On SIGTERM or Ctrl-C: seconds a request already arriving (its head or body begun,
+    /// or a new connection not sending yet) may take to finish arriving; it is then
+    /// served and its connection closed. A head still incomplete after it is closed, a
+    /// body answered 503. At most the header timeout (heads) and the drain timeout.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_GRACE.as_secs_f64())]
     pub drain_grace: f64,
 
@@ -148,13 +148,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .await
     })?;
     eprintln!(
-        "stopped: {} connections open at the signal ({} of them taken from the accept queue then; {} with a request in progress, {} with a request head arriving: {} completed and served, {} closed unfinished), {} cut at the drain timeout, drained in {:.2} s",
+        "stopped: {} connections open at the signal ({} of them taken from the accept queue then; {} with a request in progress; {} awaited for a request arriving, {} of them new and silent: {} completed and served, {} closed unfinished), {} cut at the drain timeout, drained in {:.2} s",
         report.connections,
         report.from_backlog,
         report.busy,
-        report.heads_arriving,
-        report.heads_completed,
-        report.heads_unfinished,
+        report.awaited,
+        report.awaited_silent,
+        report.completed,
+        report.unfinished,
         report.cut,
         report.elapsed.as_secs_f64()
     );

@@ -12,13 +12,15 @@
 //!   and waiting in the listener's queue are taken (their clients connected before the
 //!   signal), the listener is closed (new connections are refused) and `draining` is set
 //!   (`/healthz` answers `draining`). Then:
-//!   - a connection with no byte of a new request received (idle keep-alive, or accepted
-//!     and silent) is closed at once;
+//!   - an idle keep-alive connection (requests served, no byte of a new one received) is
+//!     closed at once;
 //!   - a connection on which a request head has begun to arrive (bytes read by the
-//!     service or waiting in the socket, no request in the router yet) gets the *grace*
-//!     to complete it: `drain_grace`, at most the header timeout and the drain timeout
-//!     (default 2 s). A head that completes is served like any request, answered with
-//!     `Connection: close`; one that does not is closed at the end of the grace;
+//!     service or waiting in the socket, no request in the router yet), or a new one
+//!     whose client has not sent yet (it connected to send a request), gets the *grace*
+//!     to complete its head: `drain_grace`, at most the header timeout and the drain
+//!     timeout (default 2 s). A head that completes is served like any request, answered
+//!     with `Connection: close`; otherwise the connection is closed at the end of the
+//!     grace;
 //!   - requests in the router are finished, answered with `Connection: close`; one whose
 //!     body is still arriving gets the grace too for the rest ([`Drain::grace_over`]),
 //!     then is answered 503.
@@ -60,14 +62,17 @@ pub struct DrainReport {
     pub from_backlog: usize,
     /// Of these, connections with a request in the router (finished unless cut).
     pub busy: usize,
-    /// Of these, connections on which a request head was arriving (no request in the
-    /// router yet): given the grace to complete it.
-    pub heads_arriving: usize,
-    /// Of those, heads that completed within the grace: their requests were served.
-    pub heads_completed: usize,
-    /// Of those, connections closed without a request: the head did not complete within
-    /// the grace (or the client closed, or sent a malformed head).
-    pub heads_unfinished: usize,
+    /// Of these, connections awaited for a request (none in the router yet): a request
+    /// head had begun to arrive, or the connection was new and its client had not sent
+    /// yet; given the grace for the head to arrive.
+    pub awaited: usize,
+    /// Of those, new connections on which nothing had arrived yet.
+    pub awaited_silent: usize,
+    /// Of the awaited, heads that completed within the grace: their requests were served.
+    pub completed: usize,
+    /// Of the awaited, connections closed without a request: no complete head within the
+    /// grace (or the client closed, or sent a malformed head).
+    pub unfinished: usize,
     /// Connections still open at the drain timeout, closed then.
     pub cut: usize,
     /// How long the drain took.
@@ -168,9 +173,10 @@ pub fn body_grace(limits: &Limits) -> Duration {
 /// What the drain's connections did, counted as they go.
 #[derive(Default)]
 struct Tally {
-    heads_arriving: AtomicUsize,
-    heads_completed: AtomicUsize,
-    heads_unfinished: AtomicUsize,
+    awaited: AtomicUsize,
+    awaited_silent: AtomicUsize,
+    completed: AtomicUsize,
+    unfinished: AtomicUsize,
 }
 
 /// Serve `router` on `listener` until `shutdown` completes, then drain (see the module
@@ -259,9 +265,10 @@ pub async fn run(
         connections: open,
         from_backlog,
         busy,
-        heads_arriving: tally.heads_arriving.load(Ordering::SeqCst),
-        heads_completed: tally.heads_completed.load(Ordering::SeqCst),
-        heads_unfinished: tally.heads_unfinished.load(Ordering::SeqCst),
+        awaited: tally.awaited.load(Ordering::SeqCst),
+        awaited_silent: tally.awaited_silent.load(Ordering::SeqCst),
+        completed: tally.completed.load(Ordering::SeqCst),
+        unfinished: tally.unfinished.load(Ordering::SeqCst),
         cut,
         elapsed: started.elapsed(),
     }
@@ -385,7 +392,8 @@ fn bytes_waiting(stream: &TcpStream) -> bool {
 }
 
 /// Serve one connection. On the drain signal: close it at once when it is idle; give a
-/// head arriving the grace to complete; finish the request in the router; then close.
+/// head arriving (or a new connection) the grace to complete one; finish the request in
+/// the router; then close.
 async fn connection(
     stream: TcpStream,
     router: Router,
@@ -440,13 +448,22 @@ async fn connection(
     }
     let entered = activity.entered.load(Ordering::SeqCst);
     if activity.active.load(Ordering::SeqCst) == 0 {
-        if !activity.head_begun() && !bytes_waiting(&stream) {
+        let begun = activity.head_begun() || bytes_waiting(&stream);
+        // A connection that has served requests and has nothing more is idle. A new
+        // one is not: its client connected to send a request, and closing it now would
+        // lose that request as surely as one whose head had begun.
+        let new = entered == 0;
+        if !begun && !new {
             return; // idle: closed
         }
-        tally.heads_arriving.fetch_add(1, Ordering::SeqCst);
+        tally.awaited.fetch_add(1, Ordering::SeqCst);
+        if !begun {
+            tally.awaited_silent.fetch_add(1, Ordering::SeqCst);
+        }
         tracing::info!(
             grace_s = settings.grace.as_secs_f64(),
-            "draining: a request head is arriving; waiting for the rest"
+            head_begun = begun,
+            "draining: awaiting a request arriving"
         );
         // Serve the connection until its request enters the router, or the grace ends.
         let waited = tokio::time::timeout(
@@ -462,9 +479,9 @@ async fn connection(
         .await;
         let completed = activity.entered.load(Ordering::SeqCst) > entered;
         let counter = if completed {
-            &tally.heads_completed
+            &tally.completed
         } else {
-            &tally.heads_unfinished
+            &tally.unfinished
         };
         counter.fetch_add(1, Ordering::SeqCst);
         match waited {
@@ -476,9 +493,7 @@ async fn connection(
                 return;
             }
             Err(_) => {
-                tracing::info!(
-                    "draining: a request head did not complete within the grace; closed"
-                );
+                tracing::info!("draining: no complete request head within the grace; closed");
                 return;
             }
         }

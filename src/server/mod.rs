@@ -8,8 +8,8 @@
 //!   bound, drain).
 //!
 //! [`serve`] runs the service on a bound listener until its shutdown future completes,
-//! then drains: new connections are refused, idle ones closed, requests already arriving
-//! given a short grace to arrive, requests in progress finished within the drain timeout,
+//! then drains: new connections are refused, idle keep-alive ones closed, requests
+//! already arriving (and new connections) given a short grace to arrive, requests in progress finished within the drain timeout,
 //! and the worker thread ends.
 //!
 //! | route | body | answer |
@@ -135,9 +135,10 @@ pub async fn serve(
         connections = report.connections,
         from_backlog = report.from_backlog,
         busy = report.busy,
-        heads_arriving = report.heads_arriving,
-        heads_completed = report.heads_completed,
-        heads_unfinished = report.heads_unfinished,
+        awaited = report.awaited,
+        awaited_silent = report.awaited_silent,
+        completed = report.completed,
+        unfinished = report.unfinished,
         cut = report.cut,
         elapsed_ms = report.elapsed.as_millis() as u64,
         "drained"

@@ -3,8 +3,9 @@
 //! later ones served), too many connections, bodies and heads that stop arriving, and
 //! SIGTERM on the real binary with an idle, a half-open and a busy client (the busy one
 //! is answered, the others closed, exit 0 without waiting for the drain timeout), and
-//! with a request head arriving at the signal (served when it completes within the
-//! drain's grace, closed when it does not).
+//! with requests arriving at the signal (a head begun, or a new connection not sending
+//! yet: served when the head completes within the drain's grace, closed when it does
+//! not) and an idle keep-alive client (closed at once).
 //!
 //! No test bounds how fast anything is: waits end on an event, and the one bound (the
 //! process's exit) only turns a hang into a failure.
@@ -425,18 +426,19 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
     let (status, stderr) = server.wait();
     assert!(status.success(), "{status}: {stderr}");
     assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
-    // The half-open head had the grace, and was closed at its end.
+    // The half-open head and the new silent connection had the grace, and were closed
+    // at its end.
     assert!(
         stderr.contains(
-            "1 with a request head arriving: 0 completed and served, 1 closed unfinished"
+            "2 awaited for a request arriving, 1 of them new and silent: 0 completed and served, 2 closed unfinished"
         ),
         "{stderr}"
     );
 }
 
-/// A connection with part of a request head sent, accepted by the service (a request on
-/// a later connection was answered, and connections are accepted in order).
-fn head_begun(addr: SocketAddr, part: &[u8]) -> StdStream {
+/// A connection with part of a request head sent (maybe none), accepted by the service (a
+/// request on a later connection was answered, and connections are accepted in order).
+fn connected_with(addr: SocketAddr, part: &[u8]) -> StdStream {
     let mut stream = StdStream::connect(addr).unwrap();
     stream.write_all(part).unwrap();
     assert_eq!(health(addr)["status"], "ready");
@@ -444,7 +446,7 @@ fn head_begun(addr: SocketAddr, part: &[u8]) -> StdStream {
 }
 
 #[test]
-fn sigterm_serves_a_request_whose_head_was_arriving() {
+fn sigterm_serves_requests_arriving_and_closes_idle_keep_alive_connections() {
     // Timeouts and grace far beyond the test: only the rest of the head ends the grace.
     let mut server = Binary::start(
         "mock",
@@ -488,27 +490,36 @@ fn sigterm_serves_a_request_whose_head_was_arriving() {
     let mut answered = vec![0u8; length];
     reader.read_exact(&mut answered).unwrap();
 
-    let mut arriving = head_begun(addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Ty");
+    // A new connection whose client has not sent yet, and one with part of a head.
+    let mut silent = connected_with(addr, b"");
+    let mut arriving = connected_with(addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Ty");
     server.signal("TERM");
-    server.wait_for_line("a request head is arriving");
-    // The rest of the head, and the body, after the drain has begun.
-    write!(
-        arriving,
-        "pe: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    arriving.write_all(&body).unwrap();
-    let mut answer = String::new();
-    arriving.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        answer.to_ascii_lowercase().contains("connection: close"),
-        "{answer}"
-    );
-    let (_, json) = answer.split_once("\r\n\r\n").unwrap();
-    let json: Value = serde_json::from_str(json).unwrap();
-    assert!(json["score"].is_number(), "{json}");
+    for _ in 0..2 {
+        server.wait_for_line("awaiting a request arriving");
+    }
+    // The rest, after the drain has begun.
+    for (stream, head) in [
+        (
+            &mut silent,
+            "POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n",
+        ),
+        (&mut arriving, "pe: application/json\r\n"),
+    ] {
+        write!(stream, "{head}Content-Length: {}\r\n\r\n", body.len()).unwrap();
+        stream.write_all(&body).unwrap();
+    }
+    for mut stream in [silent, arriving] {
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+        let json: Value = serde_json::from_str(json).unwrap();
+        assert!(json["score"].is_number(), "{json}");
+    }
 
     let mut after = Vec::new();
     let _ = reader.read_to_end(&mut after); // the idle one: closed, nothing sent
@@ -517,7 +528,7 @@ fn sigterm_serves_a_request_whose_head_was_arriving() {
     assert!(status.success(), "{status}: {stderr}");
     assert!(
         stderr.contains(
-            "1 with a request head arriving: 1 completed and served, 0 closed unfinished"
+            "2 awaited for a request arriving, 1 of them new and silent: 2 completed and served, 0 closed unfinished"
         ),
         "{stderr}"
     );
@@ -538,7 +549,7 @@ fn sigterm_closes_a_head_that_does_not_complete_within_the_grace() {
             "0.5",
         ],
     );
-    let mut stalled = head_begun(server.addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\n");
+    let mut stalled = connected_with(server.addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\n");
     server.signal("TERM");
     let mut rest = Vec::new();
     let _ = stalled.read_to_end(&mut rest); // ends: closed (or reset) by the service
@@ -547,12 +558,12 @@ fn sigterm_closes_a_head_that_does_not_complete_within_the_grace() {
     assert!(status.success(), "{status}: {stderr}");
     assert!(
         stderr.contains(
-            "1 with a request head arriving: 0 completed and served, 1 closed unfinished"
+            "1 awaited for a request arriving, 0 of them new and silent: 0 completed and served, 1 closed unfinished"
         ),
         "{stderr}"
     );
     assert!(
-        stderr.contains("did not complete within the grace"),
+        stderr.contains("no complete request head within the grace"),
         "{stderr}"
     );
     assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
