@@ -13,8 +13,9 @@ use super::model_args::ModelArgs;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::server::{
     serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
-    DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE, DEFAULT_PREFIX_CACHE_BYTES,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_GRACE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
+    DEFAULT_PREFIX_CACHE_BYTES,
 };
 
 /// Arguments of `nlg-judge serve`.
@@ -64,10 +65,17 @@ pub struct ServeArgs {
     pub body_timeout: f64,
 
     /// On SIGTERM or Ctrl-C: seconds to finish the requests in progress (new connections
-    /// are refused, idle and half-open ones closed at once) before closing what is left
-    /// and exiting.
+    /// are refused, idle keep-alive ones closed at once, requests already arriving given
+    /// --drain-grace) before closing what is left and exiting.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_TIMEOUT.as_secs_f64())]
     pub drain_timeout: f64,
+
+    /// On SIGTERM or Ctrl-C: seconds a request already arriving (its head or body begun,
+    /// or a new connection not sending yet) may take to finish arriving; it is then
+    /// served and its connection closed. A head still incomplete after it is closed, a
+    /// body answered 503. At most the header timeout (heads) and the drain timeout.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_DRAIN_GRACE.as_secs_f64())]
+    pub drain_grace: f64,
 
     /// Most queued requests the model worker serves together in one round.
     #[arg(long, default_value_t = WorkerConfig::default().max_round)]
@@ -102,6 +110,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             header_timeout: seconds("--header-timeout", args.header_timeout)?,
             body_timeout: seconds("--body-timeout", args.body_timeout)?,
             drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
+            drain_grace: seconds("--drain-grace", args.drain_grace)?,
         },
         worker: WorkerConfig {
             steps_max_tokens: args.max_step_tokens,
@@ -139,9 +148,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .await
     })?;
     eprintln!(
-        "stopped: {} connections open at the signal ({} with a request in progress), {} cut at the drain timeout, drained in {:.2} s",
+        "stopped: {} connections open at the signal ({} of them taken from the accept queue then; {} with a request in progress; {} awaited for a request arriving, {} of them new and silent: {} completed and served, {} closed unfinished), {} cut at the drain timeout, drained in {:.2} s",
         report.connections,
+        report.from_backlog,
         report.busy,
+        report.awaited,
+        report.awaited_silent,
+        report.completed,
+        report.unfinished,
         report.cut,
         report.elapsed.as_secs_f64()
     );

@@ -2,7 +2,7 @@
 //!
 //! The body of every `/v1` request is read first, within the body timeout (408 when it
 //! does not arrive in time, 413 over the limit, 503 when the service starts draining
-//! meanwhile). Handlers then parse and check it (400 naming the field, line and column;
+//! meanwhile and the rest does not arrive within the drain's grace). Handlers then parse and check it (400 naming the field, line and column;
 //! 422 for too many candidates), send a job to the model worker and wait for its reply;
 //! when `max_queue` jobs already wait, the answer is 503 at once. Every 503 carries
 //! `Retry-After`. `/healthz` never touches the worker, so it answers while the model is
@@ -50,6 +50,10 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// How long shutdown waits for requests in progress before closing their connections.
     pub drain_timeout: Duration,
+    /// At shutdown, how long a request already arriving (its head or its body begun) may
+    /// take to finish arriving; capped by the header timeout for heads and by the drain
+    /// timeout ([`super::listen`]).
+    pub drain_grace: Duration,
 }
 
 /// Default bound on the jobs waiting for the model worker.
@@ -62,6 +66,9 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the drain at shutdown (under Kubernetes' default 30 s grace period).
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default grace at shutdown for a request already arriving: a client that has begun
+/// sending finishes within a few round trips; a half-open one holds the drain no longer.
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -73,6 +80,7 @@ impl Default for Limits {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
 }
@@ -168,8 +176,8 @@ async fn read_body(State(state): State<AppState>, request: Request, next: Next) 
 }
 
 /// The request with its whole body read within the body timeout and the size limit
-/// (408, 413; 503 when the drain begins meanwhile), so that a client that stops sending
-/// holds nothing for long.
+/// (408, 413; 503 when the drain begins meanwhile and the rest does not arrive within the
+/// grace), so that a client that stops sending holds nothing for long.
 pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Request, ApiError> {
     let limit = state.limits.max_body_bytes;
     let declared = request
@@ -208,7 +216,7 @@ pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Re
                 ))
             }
         },
-        () = state.drain.started() => {
+        () = state.drain.grace_over() => {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the service is stopping; the request body had not fully arrived",

@@ -8,24 +8,42 @@
 //! - At most `max_connections` connections are served at once; one more is answered
 //!   `503` with `Retry-After` and closed, so that memory stays bounded under floods
 //!   (about `max_connections × (max_body_bytes + hyper's read buffer)`).
-//! - When the shutdown future completes the listener is closed (new connections are
-//!   refused), `draining` is set (`/healthz` answers `draining`), connections with no
-//!   request in the router are closed at once (idle ones and half-open ones still sending
-//!   a head; a request whose body is still arriving is answered 503), requests in the
-//!   router are finished and their connections closed. Whatever is still open after the
-//!   drain timeout is closed.
+//! - When the shutdown future completes the connections already accepted by the system
+//!   and waiting in the listener's queue are taken (their clients connected before the
+//!   signal), the listener is closed (new connections are refused) and `draining` is set
+//!   (`/healthz` answers `draining`). Then:
+//!   - an idle keep-alive connection (requests served, no byte of a new one received) is
+//!     closed at once;
+//!   - a connection on which a request head has begun to arrive (bytes read by the
+//!     service or waiting in the socket, no request in the router yet), or a new one
+//!     whose client has not sent yet (it connected to send a request), gets the *grace*
+//!     to complete its head: `drain_grace`, at most the header timeout and the drain
+//!     timeout (default 2 s). A head that completes is served like any request, answered
+//!     with `Connection: close`; otherwise the connection is closed at the end of the
+//!     grace;
+//!   - requests in the router are finished, answered with `Connection: close`; one whose
+//!     body is still arriving gets the grace too for the rest ([`Drain::grace_over`]),
+//!     then is answered 503.
+//!
+//!   Whatever is still open after the drain timeout is closed: the drain's bound is the
+//!   drain timeout, whatever the clients do. The [`DrainReport`] counts each case.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
+use axum::http::{header, HeaderValue};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -38,8 +56,23 @@ use super::http::Limits;
 pub struct DrainReport {
     /// Connections open when the drain began.
     pub connections: usize,
+    /// Of these, connections the system had accepted before the signal that the service
+    /// had not taken yet (its accept queue): taken at the drain, as their clients may
+    /// have sent a request.
+    pub from_backlog: usize,
     /// Of these, connections with a request in the router (finished unless cut).
     pub busy: usize,
+    /// Of these, connections awaited for a request (none in the router yet): a request
+    /// head had begun to arrive, or the connection was new and its client had not sent
+    /// yet; given the grace for the head to arrive.
+    pub awaited: usize,
+    /// Of those, new connections on which nothing had arrived yet.
+    pub awaited_silent: usize,
+    /// Of the awaited, heads that completed within the grace: their requests were served.
+    pub completed: usize,
+    /// Of the awaited, connections closed without a request: no complete head within the
+    /// grace (or the client closed, or sent a malformed head).
+    pub unfinished: usize,
     /// Connections still open at the drain timeout, closed then.
     pub cut: usize,
     /// How long the drain took.
@@ -51,6 +84,7 @@ pub struct DrainReport {
 pub struct Drain {
     flag: Arc<AtomicBool>,
     signal: watch::Receiver<bool>,
+    grace: Duration,
 }
 
 impl Drain {
@@ -68,6 +102,14 @@ impl Drain {
             std::future::pending::<()>().await;
         }
     }
+
+    /// Completes once the drain has begun and then the grace has passed (counted from
+    /// the call when the drain began earlier): the time a request already arriving is
+    /// given to finish arriving.
+    pub async fn grace_over(&self) {
+        self.started().await;
+        tokio::time::sleep(self.grace).await;
+    }
 }
 
 /// The sending side of [`Drain`].
@@ -77,7 +119,8 @@ pub struct DrainSwitch {
 }
 
 impl DrainSwitch {
-    pub fn new() -> (Self, Drain) {
+    /// A switch and its drain state; `grace` is what [`Drain::grace_over`] waits.
+    pub fn new(grace: Duration) -> (Self, Drain) {
         let flag = Arc::new(AtomicBool::new(false));
         let (signal, receiver) = watch::channel(false);
         (
@@ -88,6 +131,7 @@ impl DrainSwitch {
             Drain {
                 flag,
                 signal: receiver,
+                grace,
             },
         )
     }
@@ -111,6 +155,30 @@ fn busy_answer() -> Vec<u8> {
 /// Most refusals being written at once (more are closed without an answer).
 const MAX_REFUSALS: usize = 64;
 
+/// The grace a request head arriving at the drain gets: `drain_grace`, at most the
+/// header timeout (hyper closes the connection then anyway) and the drain timeout.
+pub fn head_grace(limits: &Limits) -> Duration {
+    limits
+        .drain_grace
+        .min(limits.header_timeout)
+        .min(limits.drain_timeout)
+}
+
+/// The grace a request body arriving at the drain gets (see [`Drain::grace_over`]):
+/// `drain_grace`, at most the drain timeout.
+pub fn body_grace(limits: &Limits) -> Duration {
+    limits.drain_grace.min(limits.drain_timeout)
+}
+
+/// What the drain's connections did, counted as they go.
+#[derive(Default)]
+struct Tally {
+    awaited: AtomicUsize,
+    awaited_silent: AtomicUsize,
+    completed: AtomicUsize,
+    unfinished: AtomicUsize,
+}
+
 /// Serve `router` on `listener` until `shutdown` completes, then drain (see the module
 /// header).
 pub async fn run(
@@ -120,69 +188,64 @@ pub async fn run(
     switch: DrainSwitch,
     shutdown: impl Future<Output = ()>,
 ) -> DrainReport {
-    let mut connections: JoinSet<()> = JoinSet::new();
-    let busy_counts: Arc<std::sync::Mutex<Vec<Arc<AtomicUsize>>>> = Arc::default();
-    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS));
     let (stop, stopped) = watch::channel(false);
+    let settings = Settings {
+        header_timeout: limits.header_timeout,
+        grace: head_grace(&limits),
+    };
+    let mut open = Open {
+        tasks: JoinSet::new(),
+        activities: Vec::new(),
+        refusals: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS)),
+        tally: Arc::new(Tally::default()),
+        stopped,
+        router,
+        settings,
+        max_connections: limits.max_connections,
+    };
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        while connections.try_join_next().is_some() {}
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        match accepted {
+            Ok((stream, _)) => open.admit(stream),
             Err(error) => {
                 // Out of file descriptors and the like: wait a little, go on.
                 tracing::warn!(%error, "cannot accept a connection");
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
             }
-        };
-        if connections.len() >= limits.max_connections {
-            tracing::warn!(
-                open = connections.len(),
-                "connection refused: too many open connections"
-            );
-            if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    refuse(stream).await;
-                    drop(permit);
-                });
-            }
-            continue;
         }
-        let active = Arc::new(AtomicUsize::new(0));
-        {
-            let mut counts = busy_counts.lock().unwrap_or_else(|e| e.into_inner());
-            counts.retain(|count| Arc::strong_count(count) > 1);
-            counts.push(active.clone());
-        }
-        connections.spawn(connection(
-            stream,
-            router.clone(),
-            limits.header_timeout,
-            active,
-            stopped.clone(),
-        ));
     }
-    drop(listener);
     let started = Instant::now();
+    let backlog = take_backlog(listener, limits.max_connections + MAX_REFUSALS);
+    let from_backlog = backlog.len();
+    for stream in backlog {
+        open.admit(stream);
+    }
     switch.start();
+    let Open {
+        tasks: mut connections,
+        activities,
+        tally,
+        ..
+    } = open;
     while connections.try_join_next().is_some() {}
     let open = connections.len();
-    let busy = busy_counts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let busy = activities
         .iter()
-        .filter(|count| Arc::strong_count(count) > 1 && count.load(Ordering::SeqCst) > 0)
+        .filter(|activity| {
+            Arc::strong_count(activity) > 1 && activity.active.load(Ordering::SeqCst) > 0
+        })
         .count();
     let _ = stop.send(true);
     tracing::info!(
         connections = open,
+        from_backlog,
         busy,
-        "draining: finishing requests in progress"
+        grace_s = settings.grace.as_secs_f64(),
+        "draining: finishing requests in progress and heads arriving"
     );
     let drained = tokio::time::timeout(limits.drain_timeout, async {
         while connections.join_next().await.is_some() {}
@@ -200,70 +263,334 @@ pub async fn run(
     }
     DrainReport {
         connections: open,
+        from_backlog,
         busy,
+        awaited: tally.awaited.load(Ordering::SeqCst),
+        awaited_silent: tally.awaited_silent.load(Ordering::SeqCst),
+        completed: tally.completed.load(Ordering::SeqCst),
+        unfinished: tally.unfinished.load(Ordering::SeqCst),
         cut,
         elapsed: started.elapsed(),
     }
 }
 
-/// Serve one connection; on the drain signal close it at once when no request is in
-/// the router, else finish that request and close.
+/// The connections being served, and what a new one needs.
+struct Open {
+    tasks: JoinSet<()>,
+    /// Each connection's activity (those of ended connections are dropped as new ones
+    /// come).
+    activities: Vec<Arc<Activity>>,
+    refusals: Arc<tokio::sync::Semaphore>,
+    tally: Arc<Tally>,
+    stopped: watch::Receiver<bool>,
+    router: Router,
+    settings: Settings,
+    max_connections: usize,
+}
+
+impl Open {
+    /// Serve `stream` in a task of its own, or answer 503 and close it when
+    /// `max_connections` are open.
+    fn admit(&mut self, stream: TcpStream) {
+        while self.tasks.try_join_next().is_some() {}
+        if self.tasks.len() >= self.max_connections {
+            tracing::warn!(
+                open = self.tasks.len(),
+                "connection refused: too many open connections"
+            );
+            if let Ok(permit) = self.refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    drop(permit);
+                });
+            }
+            return;
+        }
+        let activity = Arc::new(Activity::default());
+        self.activities
+            .retain(|activity| Arc::strong_count(activity) > 1);
+        self.activities.push(activity.clone());
+        self.tasks.spawn(connection(
+            stream,
+            self.router.clone(),
+            self.settings,
+            activity,
+            self.stopped.clone(),
+            self.tally.clone(),
+        ));
+    }
+}
+
+/// Close the listener, first taking the connections the system accepted for it that
+/// wait in its queue (at most `most`): their clients, connected before the signal, may
+/// have sent a request already. Real `accept` calls until none is left, so that the
+/// runtime not having seen the listener ready yet loses none.
+fn take_backlog(listener: TcpListener, most: usize) -> Vec<TcpStream> {
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "cannot take the connections waiting to be accepted");
+            return Vec::new();
+        }
+    };
+    let mut taken = Vec::new();
+    while taken.len() < most {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                match stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream))
+                {
+                    Ok(stream) => taken.push(stream),
+                    Err(error) => tracing::warn!(%error, "cannot serve a waiting connection"),
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a waiting connection");
+                break;
+            }
+        }
+    }
+    taken
+}
+
+/// What every connection task needs to know.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    header_timeout: Duration,
+    /// The grace of a head arriving at the drain ([`head_grace`]).
+    grace: Duration,
+}
+
+/// What one connection has done, shared by its task, its socket and its requests.
+#[derive(Debug, Default)]
+struct Activity {
+    /// Requests in the router now.
+    active: AtomicUsize,
+    /// Requests that have entered the router so far.
+    entered: AtomicUsize,
+    /// Bytes read from the client so far.
+    received: AtomicU64,
+    /// `received` when the last request left the router: bytes read after it belong to
+    /// the next request.
+    settled: AtomicU64,
+}
+
+impl Activity {
+    /// Whether bytes of a request not yet in the router have been read.
+    fn head_begun(&self) -> bool {
+        self.received.load(Ordering::SeqCst) > self.settled.load(Ordering::SeqCst)
+    }
+}
+
+/// Whether bytes sent by the client wait in the socket, unread (a real `recv` with
+/// `MSG_PEEK`: it does not depend on the runtime having seen the socket ready).
+fn bytes_waiting(stream: &TcpStream) -> bool {
+    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+    matches!(socket2::SockRef::from(stream).peek(&mut byte), Ok(n) if n > 0)
+}
+
+/// Serve one connection. On the drain signal: close it at once when it is idle; give a
+/// head arriving (or a new connection) the grace to complete one; finish the request in
+/// the router; then close.
 async fn connection(
     stream: TcpStream,
     router: Router,
-    header_timeout: Duration,
-    active: Arc<AtomicUsize>,
+    settings: Settings,
+    activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
+    tally: Arc<Tally>,
 ) {
     let _ = stream.set_nodelay(true);
-    let counter = active.clone();
+    let stream = Arc::new(stream);
+    let socket = Counted {
+        stream: stream.clone(),
+        activity: activity.clone(),
+    };
+    let counter = activity.clone();
+    let draining = stop.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let router = router.clone();
         let guard = ActiveGuard::enter(counter.clone());
+        let draining = draining.clone();
         async move {
-            let response = router.oneshot(request).await;
+            let mut response = router.oneshot(request).await;
             drop(guard);
+            if *draining.borrow() {
+                // The connection closes after this answer: say so to the client.
+                if let Ok(response) = &mut response {
+                    response
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
             response
         }
     });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(settings.header_timeout)
         .keep_alive(true);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let connection = builder.serve_connection(TokioIo::new(socket), service);
     tokio::pin!(connection);
     tokio::select! {
+        // The connection first: what the socket holds is read before the drain decides.
+        biased;
         result = connection.as_mut() => {
             if let Err(error) = result {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            return;
         }
-        _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {
-            if active.load(Ordering::SeqCst) == 0 {
-                return; // idle or still sending a head: closed
+        _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {}
+    }
+    let entered = activity.entered.load(Ordering::SeqCst);
+    if activity.active.load(Ordering::SeqCst) == 0 {
+        let begun = activity.head_begun() || bytes_waiting(&stream);
+        // A connection that has served requests and has nothing more is idle. A new
+        // one is not: its client connected to send a request, and closing it now would
+        // lose that request as surely as one whose head had begun.
+        let new = entered == 0;
+        if !begun && !new {
+            return; // idle: closed
+        }
+        tally.awaited.fetch_add(1, Ordering::SeqCst);
+        if !begun {
+            tally.awaited_silent.fetch_add(1, Ordering::SeqCst);
+        }
+        tracing::info!(
+            grace_s = settings.grace.as_secs_f64(),
+            head_begun = begun,
+            "draining: awaiting a request arriving"
+        );
+        // Serve the connection until its request enters the router, or the grace ends.
+        let waited = tokio::time::timeout(
+            settings.grace,
+            std::future::poll_fn(|cx| match connection.as_mut().poll(cx) {
+                Poll::Ready(result) => Poll::Ready(Some(result)),
+                Poll::Pending if activity.entered.load(Ordering::SeqCst) > entered => {
+                    Poll::Ready(None)
+                }
+                Poll::Pending => Poll::Pending,
+            }),
+        )
+        .await;
+        let completed = activity.entered.load(Ordering::SeqCst) > entered;
+        let counter = if completed {
+            &tally.completed
+        } else {
+            &tally.unfinished
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        match waited {
+            Ok(None) => {} // in the router: finished below
+            Ok(Some(result)) => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error while draining");
+                }
+                return;
             }
-            connection.as_mut().graceful_shutdown();
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error while draining");
+            Err(_) => {
+                tracing::info!("draining: no complete request head within the grace; closed");
+                return;
+            }
+        }
+    }
+    connection.as_mut().graceful_shutdown();
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "connection ended with an error while draining");
+    }
+}
+
+/// The client's socket as hyper reads and writes it, counting the bytes received.
+/// Shared (the connection task peeks into it at the drain), hence reads and writes
+/// through `&TcpStream`.
+struct Counted {
+    stream: Arc<TcpStream>,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read_buf(buf) {
+                Ok(n) => {
+                    self.activity.received.fetch_add(n as u64, Ordering::SeqCst);
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale (cleared by `try_read_buf`): wait again.
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Poll::Ready(Err(error)),
             }
         }
     }
 }
 
+impl AsyncWrite for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write(buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write_vectored(bufs) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(socket2::SockRef::from(&*self.stream).shutdown(std::net::Shutdown::Write))
+    }
+}
+
 /// Counts a request in the router while alive.
-struct ActiveGuard(Arc<AtomicUsize>);
+struct ActiveGuard(Arc<Activity>);
 
 impl ActiveGuard {
-    fn enter(count: Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(count)
+    fn enter(activity: Arc<Activity>) -> Self {
+        activity.active.fetch_add(1, Ordering::SeqCst);
+        activity.entered.fetch_add(1, Ordering::SeqCst);
+        Self(activity)
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let received = self.0.received.load(Ordering::SeqCst);
+        self.0.settled.store(received, Ordering::SeqCst);
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -285,4 +612,100 @@ async fn refuse(mut stream: TcpStream) {
         std::io::Result::Ok(())
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grace_is_capped_by_the_header_and_drain_timeouts() {
+        let mut limits = Limits {
+            drain_grace: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(3),
+            drain_timeout: Duration::from_secs(4),
+            ..Limits::default()
+        };
+        assert_eq!(head_grace(&limits), Duration::from_secs(3));
+        assert_eq!(body_grace(&limits), Duration::from_secs(4));
+        limits.drain_timeout = Duration::from_secs(1);
+        assert_eq!(head_grace(&limits), Duration::from_secs(1));
+        assert_eq!(body_grace(&limits), Duration::from_secs(1));
+        limits.drain_grace = Duration::from_millis(200);
+        assert_eq!(head_grace(&limits), Duration::from_millis(200));
+        assert_eq!(body_grace(&limits), Duration::from_millis(200));
+    }
+
+    /// A connected pair on loopback: (client, the service's side).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (served, _) = listener.accept().await.unwrap();
+        (client, served)
+    }
+
+    #[tokio::test]
+    async fn the_socket_counts_what_it_reads_and_a_peek_sees_what_waits() {
+        let (mut client, served) = pair().await;
+        let served = Arc::new(served);
+        assert!(!bytes_waiting(&served), "nothing sent yet");
+        client.write_all(b"POST / HT").await.unwrap();
+        // Sent: the bytes reach the socket (a wait on an event, not a time).
+        while !bytes_waiting(&served) {
+            tokio::task::yield_now().await;
+        }
+        let activity = Arc::new(Activity::default());
+        assert!(!activity.head_begun());
+        let mut socket = Counted {
+            stream: served.clone(),
+            activity: activity.clone(),
+        };
+        let mut read = [0u8; 64];
+        let n = socket.read(&mut read).await.unwrap();
+        assert_eq!(&read[..n], &b"POST / HT"[..n]);
+        assert_eq!(activity.received.load(Ordering::SeqCst), n as u64);
+        assert!(
+            activity.head_begun(),
+            "bytes read, no request in the router"
+        );
+        // A request entering and leaving the router settles what was read.
+        drop(ActiveGuard::enter(activity.clone()));
+        assert!(!activity.head_begun());
+        assert_eq!(activity.entered.load(Ordering::SeqCst), 1);
+        assert_eq!(activity.active.load(Ordering::SeqCst), 0);
+        // Writes go through; shutdown ends the client's reading.
+        socket.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        socket.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"HTTP/1.1 200 OK\r\n");
+    }
+
+    #[tokio::test]
+    async fn the_drain_takes_the_connections_waiting_to_be_accepted_then_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut sent = TcpStream::connect(addr).await.unwrap();
+        sent.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut taken = take_backlog(listener, 8);
+        assert_eq!(taken.len(), 2);
+        let client = sent.local_addr().unwrap();
+        let from_sent = taken
+            .iter_mut()
+            .find(|stream| stream.peer_addr().unwrap() == client)
+            .unwrap();
+        while !bytes_waiting(from_sent) {
+            tokio::task::yield_now().await;
+        }
+        let mut head = [0u8; 3];
+        from_sent.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"GET");
+        // The listener is closed: a new client is refused.
+        assert!(TcpStream::connect(addr).await.is_err());
+    }
 }

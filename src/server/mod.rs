@@ -8,8 +8,9 @@
 //!   bound, drain).
 //!
 //! [`serve`] runs the service on a bound listener until its shutdown future completes,
-//! then drains: new connections are refused, idle and half-open ones closed, requests in
-//! progress finished within the drain timeout, and the worker thread ends.
+//! then drains: new connections are refused, idle keep-alive ones closed, requests
+//! already arriving (and new connections) given a short grace to arrive, requests in progress finished within the drain timeout,
+//! and the worker thread ends.
 //!
 //! | route | body | answer |
 //! |---|---|---|
@@ -46,8 +47,8 @@ use anyhow::{anyhow, Context as _, Result};
 
 pub use auth::BearerToken;
 pub use http::{
-    Limits, DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
+    Limits, DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_GRACE, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
 };
 pub use listen::DrainReport;
 pub use worker::{WorkerConfig, WorkerStats, DEFAULT_PREFIX_CACHE_BYTES};
@@ -89,8 +90,8 @@ pub fn app(
     let model = Arc::new(scorer.info().clone());
     let openai = Arc::new(openai::Backend::new(scorer.as_ref()));
     let (jobs, worker) = worker::spawn(scorer, cache, config.worker, stats.clone())?;
-    let (switch, drain) = listen::DrainSwitch::new();
     let limits = config.limits;
+    let (switch, drain) = listen::DrainSwitch::new(listen::body_grace(&limits));
     let state = http::AppState {
         jobs,
         stats,
@@ -132,7 +133,12 @@ pub async fn serve(
     let report = listen::run(listener, router, limits, switch, shutdown).await;
     tracing::info!(
         connections = report.connections,
+        from_backlog = report.from_backlog,
         busy = report.busy,
+        awaited = report.awaited,
+        awaited_silent = report.awaited_silent,
+        completed = report.completed,
+        unfinished = report.unfinished,
         cut = report.cut,
         elapsed_ms = report.elapsed.as_millis() as u64,
         "drained"

@@ -2,7 +2,10 @@
 //! OpenAI routes alike), a panic in the model code (500 for that request, the others and
 //! later ones served), too many connections, bodies and heads that stop arriving, and
 //! SIGTERM on the real binary with an idle, a half-open and a busy client (the busy one
-//! is answered, the others closed, exit 0 without waiting for the drain timeout).
+//! is answered, the others closed, exit 0 without waiting for the drain timeout), and
+//! with requests arriving at the signal (a head begun, or a new connection not sending
+//! yet: served when the head completes within the drain's grace, closed when it does
+//! not) and an idle keep-alive client (closed at once).
 //!
 //! No test bounds how fast anything is: waits end on an event, and the one bound (the
 //! process's exit) only turns a hang into a failure.
@@ -278,6 +281,8 @@ impl Binary {
             ])
             .args(extra)
             .env("NLG_JUDGE_CACHE", dir.path())
+            // The drain's steps, for tests that wait for one.
+            .env("RUST_LOG", "nlg_judge::server::listen=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -299,6 +304,21 @@ impl Binary {
             child,
             addr,
             stderr,
+        }
+    }
+
+    /// Read stderr up to a line containing `needle`; that line.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stderr.read_line(&mut line).unwrap() > 0,
+                "serve ended before a line with {needle:?}"
+            );
+            if line.contains(needle) {
+                return line;
+            }
         }
     }
 
@@ -343,7 +363,7 @@ fn health(addr: SocketAddr) -> Value {
 #[test]
 fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
     // Timeouts far beyond the test: only the drain can close the idle and half-open
-    // clients, and the drain must not wait for them.
+    // clients, and the drain must not wait for them beyond the grace (2 s by default).
     let server = Binary::start(
         "mock:delay-ms=1500",
         &[
@@ -387,6 +407,10 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
 
     let answer = busy.join().unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     let mut text = String::new();
     half_body.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
@@ -401,6 +425,147 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
     }
     let (status, stderr) = server.wait();
     assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
+    // The half-open head and the new silent connection had the grace, and were closed
+    // at its end.
+    assert!(
+        stderr.contains(
+            "2 awaited for a request arriving, 1 of them new and silent: 0 completed and served, 2 closed unfinished"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A connection with part of a request head sent (maybe none), accepted by the service (a
+/// request on a later connection was answered, and connections are accepted in order).
+fn connected_with(addr: SocketAddr, part: &[u8]) -> StdStream {
+    let mut stream = StdStream::connect(addr).unwrap();
+    stream.write_all(part).unwrap();
+    assert_eq!(health(addr)["status"], "ready");
+    stream
+}
+
+#[test]
+fn sigterm_serves_requests_arriving_and_closes_idle_keep_alive_connections() {
+    // Timeouts and grace far beyond the test: only the rest of the head ends the grace.
+    let mut server = Binary::start(
+        "mock",
+        &[
+            "--header-timeout",
+            "600",
+            "--drain-timeout",
+            "300",
+            "--drain-grace",
+            "300",
+        ],
+    );
+    let addr = server.addr;
+    let body = score_body("arriving at the signal");
+    // A keep-alive client that has been answered and sends nothing more: idle.
+    let mut idle = StdStream::connect(addr).unwrap();
+    write!(
+        idle,
+        "POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    idle.write_all(&body).unwrap();
+    let mut reader = BufReader::new(idle.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let length = loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let line = line.to_ascii_lowercase();
+        if let Some(value) = line.strip_prefix("content-length:") {
+            break value.trim().parse::<usize>().unwrap();
+        }
+    };
+    let mut rest = String::new();
+    while rest != "\r\n" {
+        rest.clear();
+        reader.read_line(&mut rest).unwrap();
+    }
+    let mut answered = vec![0u8; length];
+    reader.read_exact(&mut answered).unwrap();
+
+    // A new connection whose client has not sent yet, and one with part of a head.
+    let mut silent = connected_with(addr, b"");
+    let mut arriving = connected_with(addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Ty");
+    server.signal("TERM");
+    for _ in 0..2 {
+        server.wait_for_line("awaiting a request arriving");
+    }
+    // The rest, after the drain has begun.
+    for (stream, head) in [
+        (
+            &mut silent,
+            "POST /v1/score HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n",
+        ),
+        (&mut arriving, "pe: application/json\r\n"),
+    ] {
+        write!(stream, "{head}Content-Length: {}\r\n\r\n", body.len()).unwrap();
+        stream.write_all(&body).unwrap();
+    }
+    for mut stream in [silent, arriving] {
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+        let json: Value = serde_json::from_str(json).unwrap();
+        assert!(json["score"].is_number(), "{json}");
+    }
+
+    let mut after = Vec::new();
+    let _ = reader.read_to_end(&mut after); // the idle one: closed, nothing sent
+    assert!(after.is_empty(), "{}", String::from_utf8_lossy(&after));
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains(
+            "2 awaited for a request arriving, 1 of them new and silent: 2 completed and served, 0 closed unfinished"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
+}
+
+#[test]
+fn sigterm_closes_a_head_that_does_not_complete_within_the_grace() {
+    // The header and drain timeouts are far beyond the test: only the grace closes it.
+    let server = Binary::start(
+        "mock",
+        &[
+            "--header-timeout",
+            "600",
+            "--drain-timeout",
+            "300",
+            "--drain-grace",
+            "0.5",
+        ],
+    );
+    let mut stalled = connected_with(server.addr, b"POST /v1/score HTTP/1.1\r\nHost: t\r\n");
+    server.signal("TERM");
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest); // ends: closed (or reset) by the service
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains(
+            "1 awaited for a request arriving, 0 of them new and silent: 0 completed and served, 1 closed unfinished"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("no complete request head within the grace"),
+        "{stderr}"
+    );
     assert!(stderr.contains("0 cut at the drain timeout"), "{stderr}");
 }
 
