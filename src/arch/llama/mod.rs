@@ -57,8 +57,11 @@ struct GroupPlan {
     /// layer of a forward pass masks the same way (but for sliding windows), so on a GPU
     /// each mask is built on the host and copied to the device once per pass, not once
     /// per layer.
-    masks: Mutex<HashMap<(usize, usize, Option<usize>), Tensor>>,
+    masks: Mutex<HashMap<MaskKey, Tensor>>,
 }
+
+/// Which additive mask: (first row, rows, sliding window).
+type MaskKey = (usize, usize, Option<usize>);
 
 /// Largest attention-score block computed at once (elements): 8 MB of f32 on the CPU,
 /// where it stays in cache-friendly pieces; 128 MB on other devices, where every piece
