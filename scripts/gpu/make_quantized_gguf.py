@@ -7,12 +7,16 @@ kernels, where the real file cannot travel.
 Usage: python scripts/gpu/make_quantized_gguf.py HF_DIR METADATA.gguf OUT.gguf [--f32]
 (--f32: every tensor f32, to check the conversion itself against transformers)
 """
+import os
 import sys
 
 import gguf
 import numpy as np
 from gguf import quants
 from safetensors.numpy import load_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_metadata import copy_metadata  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 
@@ -34,13 +38,7 @@ def main():
     state = load_file(f"{hf_dir}/model.safetensors")
     blocks = len({name.split(".")[2] for name in state if name.startswith("model.layers.")})
     writer = gguf.GGUFWriter(target, arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = blocks if key == "llama.block_count" else field.contents()
-        writer.add_key_value(key, value, vtype, sub_type=sub)
+    copy_metadata(reader, writer, {"llama.block_count": blocks})
 
     def add(name, values, kind):
         values = np.ascontiguousarray(values, dtype=np.float32)
