@@ -51,8 +51,15 @@ print("seconds=%.1f tokens=%s gflops=%.1f calibration_gflops=%.1f path=%s kernel
 peer() {
   local docs
   docs=$(seq -s ' ' 0 $((DOCS - 1)))
-  (cd "$PEERS_STATE" && PEERS_DOCS="$docs" "$PEERS_PYTHON" "$PEERS/hf_modes.py" --mode prefix 2>&1 \
-    | grep -E '\] doc ' | sed 's/^/peer hf_prefix /')
+  local out
+  out=$(cd "$PEERS_STATE" && PEERS_DOCS="$docs" "$PEERS_PYTHON" "$PEERS/hf_modes.py" --mode prefix 2>&1)
+  # The harness prints one "[hf_prefix] doc N ..." line per document; without one, the
+  # peer failed (a missing package, no GGUF): say so with its own words, never silently.
+  if echo "$out" | grep -qE '\] doc '; then
+    echo "$out" | grep -E '\] doc ' | sed 's/^/peer hf_prefix /'
+  else
+    echo "peer hf_prefix FAILED: $(echo "$out" | grep -iE 'error|failed|not found' | head -3 | tr '\n' ' ')"
+  fi
 }
 
 if [ "$PEER" = 1 ]; then

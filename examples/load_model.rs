@@ -3,6 +3,10 @@
 //! `/usr/bin/time -v`). Usage:
 //!
 //!     cargo run --example load_model -- MODEL [auto|f32|quantized] [auto|f32|bf16|int8]
+//!
+//! `LOAD_MODEL_AVAILABLE_GIB=N` plans for N GiB instead of `MemAvailable` (to measure a
+//! layout whose conservative estimate exceeds what a shared machine reports free; the
+//! run may then be killed if the estimate was right).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +44,12 @@ fn main() -> Result<()> {
     };
     let precision = args.get(2).map(String::as_str).unwrap_or("auto");
     options.memory.adapt_precision = precision == "auto";
+    if let Ok(gib) = std::env::var("LOAD_MODEL_AVAILABLE_GIB") {
+        let gib: f64 = gib
+            .parse()
+            .with_context(|| format!("LOAD_MODEL_AVAILABLE_GIB={gib} is not a number"))?;
+        options.memory.available = Some((gib * (1u64 << 30) as f64) as u64);
+    }
     options.precision = match precision {
         "auto" | "f32" => Precision::F32,
         "bf16" => Precision::Bf16,
