@@ -53,6 +53,9 @@ pub struct WeightSummary {
     /// Bytes of the decoder blocks' weights kept as stored: GGUF block types at their
     /// stored size, float types in f32 (the loaders widen them).
     pub block_kept_bytes: u64,
+    /// Bytes of the copy candle makes of some quantized block types on their first
+    /// product, kept beside the stored blocks (see [`repacked_bytes`]).
+    pub block_repack_bytes: u64,
     /// Elements of every other tensor (norms, biases; held in f32).
     pub other_params: u64,
     /// Whether some block weight is stored in a GGUF block (quantized) type.
@@ -112,7 +115,10 @@ impl WeightSummary {
                 info.ggml_dtype,
                 GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
             );
-            summary.add(name, &dims, quantized.then_some(stored));
+            if summary.add(name, &dims, quantized.then_some(stored)) {
+                summary.block_repack_bytes +=
+                    repacked_bytes(info.ggml_dtype, info.shape.elem_count() as u64);
+            }
         }
         summary.finish(path)
     }
@@ -129,8 +135,8 @@ impl WeightSummary {
     }
 
     /// Count one tensor; `quantized_bytes` is its stored size when it is in a GGUF
-    /// block type.
-    fn add(&mut self, name: &str, dims: &[usize], quantized_bytes: Option<u64>) {
+    /// block type. Whether it is a decoder block's matrix.
+    fn add(&mut self, name: &str, dims: &[usize], quantized_bytes: Option<u64>) -> bool {
         let elements: u64 = dims.iter().map(|&d| d as u64).product();
         let kept = quantized_bytes.unwrap_or(4 * elements);
         let base = name.strip_suffix(".weight").unwrap_or(name);
@@ -157,9 +163,11 @@ impl WeightSummary {
                 let width = if key { dims[0] } else { dims[1] };
                 self.kv_dim = self.kv_dim.max(width as u64);
             }
+            return true;
         } else {
             self.other_params += elements;
         }
+        false
     }
 
     fn finish(self, path: &Path) -> Result<Self> {
@@ -181,7 +189,7 @@ impl WeightSummary {
     pub fn weight_bytes(&self, layout: Layout) -> u64 {
         let blocks = match layout {
             Layout::F32 => 4 * self.block_params,
-            Layout::Stored => self.block_kept_bytes,
+            Layout::Stored => self.block_kept_bytes + self.block_repack_bytes,
             Layout::Bf16 => 2 * self.block_params,
             // One byte per weight and an f32 scale per row (a rounding error here).
             Layout::Int8 => self.block_params + self.block_params / 256,
@@ -523,6 +531,37 @@ pub fn weight_memory_by_precision(
     list
 }
 
+/// Bytes of the copy candle 0.11 makes of a quantized weight of `elements` values in
+/// `dtype` the first time it multiplies it, and keeps beside the stored blocks (its
+/// `PackedCache`): on x86-64, Q4_K in 16-row tiles with the scales unpacked to f32 (3072
+/// bytes per 16 blocks of 144), Q6_K likewise (5120 per 16 of 210, on prompts) and Q8_0
+/// offset to unsigned (the same size; AVX-512 VNNI only, counted everywhere); on aarch64
+/// Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 interleaved in groups of rows (about the same size).
+/// An 8B Q4_K_M model kept as stored grew from 8.7 GiB after loading to 14.5 GiB in its
+/// first run on x86-64 before this was counted.
+pub fn repacked_bytes(dtype: GgmlDType, elements: u64) -> u64 {
+    let stored = elements / dtype.block_size() as u64 * dtype.type_size() as u64;
+    if cfg!(target_arch = "x86_64") {
+        match dtype {
+            GgmlDType::Q4K => elements / 256 * 3072 / 16,
+            GgmlDType::Q6K => elements / 256 * 5120 / 16,
+            GgmlDType::Q8_0 => stored,
+            _ => 0,
+        }
+    } else if cfg!(target_arch = "aarch64") {
+        match dtype {
+            GgmlDType::Q4_0
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+            | GgmlDType::Q8_0 => stored,
+            _ => 0,
+        }
+    } else {
+        0
+    }
+}
+
 /// Bytes in GiB, one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)
@@ -603,6 +642,29 @@ mod tests {
         // Activations: 16 widths of the hidden size per token of a pass.
         let pass = s.runtime_bytes(1024, 2048) - s.runtime_bytes(1024, 0);
         assert_eq!(pass, 2048 * 16 * 4096 * 4);
+    }
+
+    #[test]
+    fn candles_repacked_copy_is_counted_in_the_stored_layout() {
+        // 16 rows of one Q4_K super-block (256 values): 16 blocks of 144 bytes stored,
+        // one 3072-byte tile repacked on x86-64.
+        let q4k = repacked_bytes(GgmlDType::Q4K, 16 * 256);
+        let q6k = repacked_bytes(GgmlDType::Q6K, 16 * 256);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!((q4k, q6k), (3072, 5120));
+        } else if cfg!(target_arch = "aarch64") {
+            assert_eq!((q4k, q6k), (16 * 144, 16 * 210));
+        }
+        // SmolLM2's Q4_1 and float types are used as stored.
+        assert_eq!(repacked_bytes(GgmlDType::Q4_1, 16 * 256), 0);
+        assert_eq!(repacked_bytes(GgmlDType::F32, 16 * 256), 0);
+        // The stored layout holds both copies; the others convert and drop the blocks.
+        let mut s = llama3_8b(Some(4.5 / 8.0));
+        let before = s.weight_bytes(Layout::Stored);
+        let bf16 = s.weight_bytes(Layout::Bf16);
+        s.block_repack_bytes = 6 * G;
+        assert_eq!(s.weight_bytes(Layout::Stored), before + 6 * G);
+        assert_eq!(s.weight_bytes(Layout::Bf16), bf16);
     }
 
     #[test]
