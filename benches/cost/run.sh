@@ -15,8 +15,12 @@
 # reaches (the calibration runs at the same precision and path as the run).
 #
 # Usage: benches/cost/run.sh BINARY [cost|paths|all]   (a release build of nlg-judge)
+# The random GGUFs' tokenizer is byte-level (one token per byte, ~4x a real tokenizer's
+# count), so their runs read the document and summaries cut to RANDOM_CUT characters
+# (SOURCE:SUMMARY) and the 8B reads CANDIDATES_8B candidates, to keep the 8B run near 15
+# minutes on 2 cores; the cost per token is what the table compares.
 # Env: OUT (work directory for the data cut, the GGUFs and the JSON; /work/scratch/cost),
-#      CANDIDATES (3), CANDIDATES_8B (the 8B's, default CANDIDATES), PYTHON (with the
+#      CANDIDATES (3), CANDIDATES_8B (2), RANDOM_CUT (200:100), PYTHON (with the
 #      `gguf` package; /work/venv/bin/python), BIGMEM_LOCK (a file to `flock` around the
 #      1.5B and 8B runs, which need several GiB; /work/coord/bigmem.lock when its
 #      directory exists), NLG_JUDGE_CACHE (where the cards' files are), NLG_JUDGE_SOURCE
@@ -27,7 +31,8 @@ PHASE="${2:-all}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-/work/scratch/cost}"
 CANDIDATES="${CANDIDATES:-3}"
-CANDIDATES_8B="${CANDIDATES_8B:-$CANDIDATES}"
+CANDIDATES_8B="${CANDIDATES_8B:-2}"
+RANDOM_CUT="${RANDOM_CUT:-200:100}"
 PYTHON="${PYTHON:-/work/venv/bin/python}"
 SOURCE="${NLG_JUDGE_SOURCE:-/work/shared/data}"
 if [ -z "${BIGMEM_LOCK+x}" ] && [ -d /work/coord ]; then
@@ -37,18 +42,25 @@ BIGMEM_LOCK="${BIGMEM_LOCK:-}"
 GENERATOR="$HERE/../memory/make_llama3_8b_gguf.py"
 mkdir -p "$OUT"
 
-# SummEval document 0, its first N candidates, as a data directory of its own.
-cut_data() { # N -> prints the directory
-  local n="$1" dir="$OUT/data-$1"
+# SummEval document 0, its first N candidates, as a data directory of its own; with
+# SOURCE:SUMMARY (characters), the document and the summaries cut to that length.
+cut_data() { # N [SOURCE:SUMMARY] -> prints the directory
+  local n="$1" limits="${2:-0:0}" dir="$OUT/data-$1-${2:-full}"
   mkdir -p "$dir/summeval"
-  "$PYTHON" - "$SOURCE/summeval/summeval.jsonl" "$dir/summeval/summeval.jsonl" "$n" <<'EOF'
+  "$PYTHON" - "$SOURCE/summeval/summeval.jsonl" "$dir/summeval/summeval.jsonl" "$n" \
+    "$limits" <<'EOF'
 import json, sys
 source, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+source_chars, summary_chars = (int(x) for x in sys.argv[4].split(":"))
 with open(source) as f, open(target, "w") as out:
     for line in f:
         record = json.loads(line)
         if record["doc_idx"] == 0 and record["cand_idx"] < n:
-            out.write(line)
+            if source_chars:
+                record["source"] = record["source"][:source_chars]
+            if summary_chars:
+                record["summary"] = record["summary"][:summary_chars]
+            out.write(json.dumps(record) + "\n")
 EOF
   echo "$dir"
 }
@@ -66,19 +78,21 @@ card_file() {
   ls "${NLG_JUDGE_CACHE:-$HOME/.cache/nlg-judge}/models/$1/"*.gguf | head -1
 }
 
-# bench NAME MODEL CANDIDATES LOCK [ENV...] [-- EXTRA ARGS]: one run, JSON and time to OUT.
+# bench NAME MODEL CANDIDATES[@SOURCE:SUMMARY] LOCK [ENV...] [-- EXTRA ARGS]: one run,
+# JSON and time to OUT.
 bench() {
-  local name="$1" model="$2" n="$3" lock="$4"
+  local name="$1" model="$2" n="${3%@*}" lock="$4" limits=""
+  [ "$3" != "$n" ] && limits="${3#*@}"
   shift 4
   local envs=() args=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   args=("$@")
   local data
-  data="$(cut_data "$n")"
+  data="$(cut_data "$n" "$limits")"
   local wrap=()
   if [ "$lock" = 1 ] && [ -n "$BIGMEM_LOCK" ]; then wrap=(flock "$BIGMEM_LOCK"); fi
-  echo "== $name: $model, $n candidates, ${envs[*]:-} ${args[*]:-} (load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%T))" >&2
+  echo "== $name: $model, $n candidates ${limits:+(source:summary cut to $limits chars)}, ${envs[*]:-} ${args[*]:-} (load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%T))" >&2
   env "${envs[@]}" NLG_JUDGE_DATA="$data" "${wrap[@]}" nice -n 5 /usr/bin/time \
     -f '%M %e' -o "$OUT/$name.time" "$BIN" bench pairwise --model "$model" --docs 1 \
     --mode tree --json "${args[@]}" >"$OUT/$name.json" 2>"$OUT/$name.err" \
@@ -100,8 +114,8 @@ phase_cost() {
   before="$(cut -d' ' -f1-3 /proc/loadavg)"
   bench smollm2 smollm2-135m-instruct "$CANDIDATES" 0
   bench qwen05 qwen2.5-coder-0.5b-instruct "$CANDIDATES" 0
-  bench rand15 "$small" "$CANDIDATES" 1
-  bench rand8 "$big" "$CANDIDATES_8B" 1
+  bench rand15 "$small" "$CANDIDATES@$RANDOM_CUT" 1
+  bench rand8 "$big" "$CANDIDATES_8B@$RANDOM_CUT" 1
   after="$(cut -d' ' -f1-3 /proc/loadavg)"
   cpu_header
   echo "load average (1, 5, 15 min) before: $before; after: $after"

@@ -272,3 +272,62 @@ fn table(result: &PairwiseBench, model: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::calibration::{ProductTiming, ShapeCalibration};
+
+    fn run(strategy: &str, gflops: f64) -> crate::bench::pairwise::StrategyRun {
+        crate::bench::pairwise::StrategyRun {
+            strategy: strategy.into(),
+            tokens: 100,
+            forward_calls: 4,
+            seconds: 2.0,
+            comparisons_per_second: 1.0,
+            tokens_per_second: 50.0,
+            effective_gflops: gflops,
+            peak_rss_bytes: Some(1 << 20),
+            p_a: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn json_reports_both_calibrations_and_the_fractions() {
+        let product = |name: &str, weights: &str| ProductTiming {
+            name: name.into(),
+            out_features: 8,
+            in_features: 4,
+            weights: weights.into(),
+            flops: 1.0,
+            seconds: 1.0,
+            gflops: 1e-9,
+        };
+        let result = PairwiseBench {
+            docs: 1,
+            comparisons: 2,
+            runs: vec![run("naive", 3.0), run("tree", 6.0)],
+            max_abs_diff: Some(0.0),
+            calibration_gflops: 24.0,
+            model_shapes: ShapeCalibration {
+                rows: 25,
+                on_buffers: false,
+                products: vec![product("qkv", "q4k"), product("down", "q6k")],
+                gflops: 12.0,
+            },
+            matmul_parameters: 1234,
+            documents: Vec::new(),
+        };
+        let json = json_summary(&result);
+        assert_eq!(json["calibration_gflops"], 24.0);
+        assert_eq!(json["calibration_model_shapes_gflops"], 12.0);
+        assert_eq!(json["calibration_model_shapes_rows"], 25);
+        assert_eq!(json["fraction_of_model_shapes_tree"], 0.5);
+        assert_eq!(json["fraction_of_calibration_tree"], 0.25);
+        assert_eq!(json["weights_used"], "q4k+q6k");
+        assert_eq!(json["matmul_parameters"], 1234);
+        assert_eq!(json["calibration_model_shapes"][1]["name"], "down");
+        let text = table(&result, "m");
+        assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
+    }
+}
