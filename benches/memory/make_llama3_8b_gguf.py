@@ -1,23 +1,30 @@
-"""Write a random-weight GGUF shaped like Llama-3-8B, quantized like llama.cpp's Q4_K_M
+"""Write a random-weight GGUF shaped like Llama-3-8B (or, with `--shape 1.5b`, like
+Qwen2.5-1.5B: 28 blocks of 1536, 12 heads, 2 key/value heads, MLP 8960, vocabulary
+151936, separate head, under the plain `llama` architecture without biases), quantized like llama.cpp's Q4_K_M
 (Q4_K blocks; Q6_K for the output head and, as Q4_K_M does, for attn_v and ffn_down of
 half the blocks), to measure nlg-judge's memory at real sizes without the real weights.
 
 The architecture is plain `llama` with the default rope (the llama3 rope scaling is not
-needed to measure memory). The tokenizer is a byte-level BPE over the 256 byte symbols (one merge),
-padded with unreachable filler tokens to Llama 3's 128256. Block bytes are random with
+needed to measure memory or speed). The tokenizer is a byte-level BPE over the 256 byte symbols (one merge),
+padded with unreachable filler tokens to the vocabulary size. Block bytes are random with
 small, finite scales, generated tensor by tensor and streamed to the file (peak memory
-~0.3 GB). The file is ~4.9 GB: never commit it.
+~0.3 GB). The 8B file is ~4.9 GB, the 1.5B one ~1.1 GB: never commit them. The 8B output
+is byte-identical to this script's before it took `--shape`.
 
     /work/venv/bin/python benches/memory/make_llama3_8b_gguf.py /work/scratch/cards/llama3-8b-q4km.gguf
+    /work/venv/bin/python benches/memory/make_llama3_8b_gguf.py --shape 1.5b /work/scratch/cost/qwen1.5b-shape-q4km.gguf
 """
 
-import sys
+import argparse
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 4096, 32, 32, 8, 14336, 128256
-HEAD_DIM = HIDDEN // HEADS
+# (hidden, layers, heads, key/value heads, MLP, vocabulary, context, rope base, norm eps, name)
+SHAPES = {
+    "8b": (4096, 32, 32, 8, 14336, 128256, 8192, 500000.0, 1e-5, "Llama-3-8B"),
+    "1.5b": (1536, 28, 12, 2, 8960, 151936, 32768, 1000000.0, 1e-6, "Qwen2.5-1.5B"),
+}
 Q4_K, Q6_K = GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K
 # Bytes per 256-element block.
 BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
@@ -55,18 +62,20 @@ def byte_symbols() -> list[str]:
     return [chr(c) for _, c in sorted(zip(printable, codes))]
 
 
-def main(path: str) -> None:
+def main(path: str, shape: str) -> None:
+    HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB, CONTEXT, ROPE_BASE, EPS, NAME = SHAPES[shape]
+    HEAD_DIM = HIDDEN // HEADS
     writer = GGUFWriter(path, "llama")
-    writer.add_name("random Llama-3-8B shape (nlg-judge memory bench)")
+    writer.add_name(f"random {NAME} shape (nlg-judge memory bench)")
     writer.add_block_count(LAYERS)
-    writer.add_context_length(8192)
+    writer.add_context_length(CONTEXT)
     writer.add_embedding_length(HIDDEN)
     writer.add_feed_forward_length(FFN)
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(KV_HEADS)
     writer.add_rope_dimension_count(HEAD_DIM)
-    writer.add_rope_freq_base(500000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_layer_norm_rms_eps(EPS)
     writer.add_vocab_size(VOCAB)
     writer.add_file_type(15)  # MOSTLY_Q4_K_M
 
@@ -122,4 +131,8 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
+    args = parser.parse_args()
+    main(args.path, args.shape)

@@ -222,6 +222,25 @@ impl Linear {
         self.out_features
     }
 
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// How the weight is held: `f32`, `bf16`, `int8`, or the GGUF block type of a
+    /// quantized weight in lower case (`q4k`, `q6k`, ...).
+    pub fn storage(&self) -> String {
+        match &self.weight {
+            LinearWeight::Dense(_) => "f32".into(),
+            LinearWeight::Quantized(QMatMul::QTensor(q)) => {
+                format!("{:?}", q.dtype()).to_lowercase()
+            }
+            LinearWeight::Quantized(QMatMul::Tensor(_)) => "f32".into(),
+            LinearWeight::Quantized(QMatMul::TensorF16(_)) => "f16".into(),
+            LinearWeight::Bf16(_) => "bf16".into(),
+            LinearWeight::Int8(_) => "int8".into(),
+        }
+    }
+
     pub fn is_quantized(&self) -> bool {
         matches!(self.weight, LinearWeight::Quantized(_))
     }

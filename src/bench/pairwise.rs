@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::calibration::{calibrate_model_shapes, ShapeCalibration};
 use crate::data::Context;
 use crate::engine::{DecoderScorer, Scorer, Strategy};
 use crate::judge::pairwise::run::{pairwise_labels, plan_context};
@@ -46,6 +47,17 @@ pub struct PairwiseBench {
     /// GFLOP/s of a 1024^3 f32 matrix product on the model's device at the start (the
     /// best of a few): what this machine's matrix products reach at all.
     pub calibration_gflops: f64,
+    /// One decoder block's own products (the model's layers, precision and instruction
+    /// path), timed alone after the runs at the tree run's mean tokens per forward pass
+    /// (the last run's without a tree run): what the products reach at the shapes this
+    /// workload gives them. The mean, not a fixed row count, because the products'
+    /// speed depends on their row count (small for naive prompts, up to the batch budget
+    /// for the trie's batched nodes) and the effective GFLOP/s it is compared with
+    /// average over exactly those passes.
+    pub model_shapes: ShapeCalibration,
+    /// Weights of the layers' matrix products (all blocks; embedding and head excluded):
+    /// the parameters a token's cost grows with.
+    pub matmul_parameters: u64,
     /// Each document's number of candidates and compared `(first, second)` pairs, in the
     /// order of the runs' probabilities.
     #[serde(skip)]
@@ -222,6 +234,13 @@ pub fn bench_pairwise(
         });
     }
     scorer.set_settings(original);
+    let reference = runs
+        .iter()
+        .find(|r| r.strategy == "tree")
+        .or(runs.last())
+        .context("the benchmark ran no strategy")?;
+    let rows = (reference.tokens as f64 / reference.forward_calls.max(1) as f64).round() as usize;
+    let model_shapes = calibrate_model_shapes(scorer.model(), rows, CALIBRATION_REPEATS)?;
     let max_abs_diff = match (
         runs.iter().find(|r| r.strategy == "naive"),
         runs.iter().find(|r| r.strategy == "tree"),
@@ -242,9 +261,14 @@ pub fn bench_pairwise(
         runs,
         max_abs_diff,
         calibration_gflops,
+        model_shapes,
+        matmul_parameters: (flops_per_token / 2.0).round() as u64,
         documents,
     })
 }
+
+/// Timed repeats of each calibration product (after one warm-up).
+const CALIBRATION_REPEATS: usize = 5;
 
 /// Floating-point operations of one token through the layers' matrix products.
 pub fn matmul_flops_per_token(c: &crate::arch::llama::LlamaConfig) -> f64 {

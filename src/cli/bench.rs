@@ -202,24 +202,52 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "tokens_per_second_tree": tree.map(|r| r.tokens_per_second),
         "effective_gflops_tree": tree.map(|r| r.effective_gflops),
         "calibration_gflops": result.calibration_gflops,
+        "fraction_of_calibration_tree": tree.map(|r| r.effective_gflops / result.calibration_gflops),
+        "calibration_model_shapes_gflops": result.model_shapes.gflops,
+        "calibration_model_shapes_rows": result.model_shapes.rows,
+        "calibration_model_shapes_on_buffers": result.model_shapes.on_buffers,
+        "calibration_model_shapes": result.model_shapes.products,
+        "weights_used": weights_used(result),
+        "matmul_parameters": result.matmul_parameters,
+        "fraction_of_model_shapes_tree": tree.map(|r| r.effective_gflops / result.model_shapes.gflops),
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
         "peak_rss_bytes_tree": tree.and_then(|r| r.peak_rss_bytes),
     })
 }
 
+/// The distinct ways block 0's weights are held, e.g. `f32` or `q4k+q6k`.
+fn weights_used(result: &PairwiseBench) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for product in &result.model_shapes.products {
+        if !kinds.contains(&product.weights.as_str()) {
+            kinds.push(&product.weights);
+        }
+    }
+    kinds.join("+")
+}
+
 fn table(result: &PairwiseBench, model: &str) -> String {
     let mut out = format!(
-        "{model}: {} SummEval document(s), {} comparisons; CPU {}\ncalibration GEMM (1024^3 f32): {:.1} GFLOP/s\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>9} {:>8} {:>7} {:>12}\n",
+        "{model}: {} SummEval document(s), {} comparisons; CPU {}\ncalibration GEMM (1024^3 f32): {:.1} GFLOP/s; one block's products at {} rows ({}): {:.1} GFLOP/s\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>9} {:>8} {:>7} {:>8} {:>12}\n",
         result.docs,
         result.comparisons,
         crate::runtime::cpu_features(),
         result.calibration_gflops,
-        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "tokens/s", "GFLOP/s", "% peak", "peak RSS MiB"
+        result.model_shapes.rows,
+        result
+            .model_shapes
+            .products
+            .iter()
+            .map(|p| format!("{} {}x{} {}", p.name, p.out_features, p.in_features, p.weights))
+            .collect::<Vec<_>>()
+            .join(", "),
+        result.model_shapes.gflops,
+        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "tokens/s", "GFLOP/s", "% peak", "% shapes", "peak RSS MiB"
     );
     for run in &result.runs {
         out.push_str(&format!(
-            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>9.0} {:>8.1} {:>7.1} {:>12}\n",
+            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>9.0} {:>8.1} {:>7.1} {:>8.1} {:>12}\n",
             run.strategy,
             run.tokens,
             run.forward_calls,
@@ -228,6 +256,7 @@ fn table(result: &PairwiseBench, model: &str) -> String {
             run.tokens_per_second,
             run.effective_gflops,
             100.0 * run.effective_gflops / result.calibration_gflops,
+            100.0 * run.effective_gflops / result.model_shapes.gflops,
             run.peak_rss_bytes
                 .map(|b| (b >> 20).to_string())
                 .unwrap_or_else(|| "-".into())
@@ -242,4 +271,63 @@ fn table(result: &PairwiseBench, model: &str) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::calibration::{ProductTiming, ShapeCalibration};
+
+    fn run(strategy: &str, gflops: f64) -> crate::bench::pairwise::StrategyRun {
+        crate::bench::pairwise::StrategyRun {
+            strategy: strategy.into(),
+            tokens: 100,
+            forward_calls: 4,
+            seconds: 2.0,
+            comparisons_per_second: 1.0,
+            tokens_per_second: 50.0,
+            effective_gflops: gflops,
+            peak_rss_bytes: Some(1 << 20),
+            p_a: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn json_reports_both_calibrations_and_the_fractions() {
+        let product = |name: &str, weights: &str| ProductTiming {
+            name: name.into(),
+            out_features: 8,
+            in_features: 4,
+            weights: weights.into(),
+            flops: 1.0,
+            seconds: 1.0,
+            gflops: 1e-9,
+        };
+        let result = PairwiseBench {
+            docs: 1,
+            comparisons: 2,
+            runs: vec![run("naive", 3.0), run("tree", 6.0)],
+            max_abs_diff: Some(0.0),
+            calibration_gflops: 24.0,
+            model_shapes: ShapeCalibration {
+                rows: 25,
+                on_buffers: false,
+                products: vec![product("qkv", "q4k"), product("down", "q6k")],
+                gflops: 12.0,
+            },
+            matmul_parameters: 1234,
+            documents: Vec::new(),
+        };
+        let json = json_summary(&result);
+        assert_eq!(json["calibration_gflops"], 24.0);
+        assert_eq!(json["calibration_model_shapes_gflops"], 12.0);
+        assert_eq!(json["calibration_model_shapes_rows"], 25);
+        assert_eq!(json["fraction_of_model_shapes_tree"], 0.5);
+        assert_eq!(json["fraction_of_calibration_tree"], 0.25);
+        assert_eq!(json["weights_used"], "q4k+q6k");
+        assert_eq!(json["matmul_parameters"], 1234);
+        assert_eq!(json["calibration_model_shapes"][1]["name"], "down");
+        let text = table(&result, "m");
+        assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
+    }
 }

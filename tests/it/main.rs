@@ -6,6 +6,7 @@ mod archs;
 mod batched_generation;
 mod bertscore_parity;
 mod cache_faults;
+mod calibration;
 mod chat_templates;
 mod cli;
 mod cli_models;

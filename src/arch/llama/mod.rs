@@ -452,6 +452,41 @@ impl LlamaModel {
         &self.config
     }
 
+    /// The matrix products of block `index` as its forward pass runs them, in order:
+    /// `(name, layer)`, a fused projection as one layer (`"qkv"`, `"gate_up"`) and
+    /// separate ones by their own names (`"q"`, `"k"`, `"v"`, `"gate"`, `"up"`), then
+    /// `"o"` and `"down"`. The layers are the model's own (same weights, same precision).
+    pub fn layer_projections(&self, index: usize) -> Result<Vec<(&'static str, &Linear)>> {
+        let layer = self.layers.get(index).with_context(|| {
+            format!(
+                "no layer {index} in a model of {} layers",
+                self.layers.len()
+            )
+        })?;
+        let mut projections = Vec::with_capacity(7);
+        match &layer.qkv {
+            QkvProjection::Fused(l) => projections.push(("qkv", l)),
+            QkvProjection::Separate { q, k, v } => {
+                projections.extend([("q", q), ("k", k), ("v", v)])
+            }
+        }
+        projections.push(("o", &layer.o));
+        match &layer.gate_up {
+            GateUpProjection::Fused(l) => projections.push(("gate_up", l)),
+            GateUpProjection::Separate { gate, up } => {
+                projections.extend([("gate", gate), ("up", up)])
+            }
+        }
+        projections.push(("down", &layer.down));
+        Ok(projections)
+    }
+
+    /// Whether a forward pass runs on plain CPU buffers (every product through
+    /// [`Linear::forward_into`]) rather than on tensors ([`Linear::forward`]).
+    pub fn runs_on_buffers(&self) -> bool {
+        self.buffer_path().is_some()
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
     }
