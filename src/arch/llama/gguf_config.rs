@@ -3,10 +3,10 @@
 //! ...), and llama.cpp's conventions where a family's GGUF leaves something out (Gemma's
 //! attention scale, Gemma 3's local rope base and layer pattern).
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use candle_core::quantized::gguf_file;
 
-use super::config::{LlamaConfig, LlamaVariant};
+use super::config::{check_rotary_dim, LlamaConfig, LlamaVariant};
 use super::rope::RopeScaling;
 
 /// Frequency factors stored as tensors (llama 3's `rope_freqs`, Phi-3's
@@ -77,13 +77,12 @@ impl LlamaConfig {
             Some(d) => d,
             None => hidden_size / num_heads.max(1),
         };
-        if let Some(rotated) = get_u32("rope.dimension_count")? {
-            if rotated != head_dim {
-                bail!(
-                    "GGUF metadata {architecture}.rope.dimension_count is {rotated} but heads are {head_dim} wide: partial rotary embeddings are not supported"
-                );
-            }
-        }
+        // The rotated dimensions of each head (fewer than `head_dim` for partial rotary
+        // embeddings: llama.cpp writes `int(partial_rotary_factor * hidden) / heads`).
+        let rotary_dim = get_u32("rope.dimension_count")?.unwrap_or(head_dim);
+        check_rotary_dim(rotary_dim, head_dim).with_context(|| {
+            format!("GGUF metadata {architecture}.rope.dimension_count is {rotary_dim}")
+        })?;
         let num_layers = require("block_count")?;
         let mut c = LlamaConfig::llama_like(
             variant,
@@ -95,6 +94,7 @@ impl LlamaConfig {
             num_kv_heads,
             head_dim,
         );
+        c.rotary_dim = rotary_dim;
         c.rms_norm_eps = get_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5);
         c.rope_theta = get_f32("rope.freq_base")?.unwrap_or(10_000.0);
         // llama.cpp permutes llama's query/key rows for interleaved rotation; the other
