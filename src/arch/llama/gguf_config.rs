@@ -195,3 +195,55 @@ impl LlamaConfig {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+
+    use super::*;
+
+    /// The metadata of a tiny phi3 GGUF (16-wide heads) rotating `rotated` dimensions.
+    fn phi3_content(rotated: u32) -> Content {
+        let mut metadata = HashMap::new();
+        metadata.insert(
+            "general.architecture".to_string(),
+            Value::String("phi3".to_string()),
+        );
+        for (key, value) in [
+            ("embedding_length", 32),
+            ("attention.head_count", 2),
+            ("attention.head_count_kv", 1),
+            ("block_count", 2),
+            ("feed_forward_length", 64),
+            ("context_length", 256),
+            ("rope.dimension_count", rotated),
+        ] {
+            metadata.insert(format!("phi3.{key}"), Value::U32(value));
+        }
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    #[test]
+    fn rope_dimension_count_sets_the_rotated_width_and_is_checked() -> Result<()> {
+        let config = LlamaConfig::from_gguf(&phi3_content(12), 256, Default::default())?;
+        assert_eq!((config.head_dim, config.rotary_dim), (16, 12));
+        for bad in [11, 18, 0] {
+            let err = LlamaConfig::from_gguf(&phi3_content(bad), 256, Default::default())
+                .map(|_| ())
+                .unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains(&format!("phi3.rope.dimension_count is {bad}")),
+                "{err}"
+            );
+        }
+        Ok(())
+    }
+}
