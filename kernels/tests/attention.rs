@@ -318,23 +318,25 @@ fn bad_shapes_are_refused_with_a_reason() {
     assert!(!odd.supported());
 }
 
-/// Rotation and regrouping against a direct per-element formula.
+/// Rotation and regrouping against a direct per-element formula, for full and partial
+/// rotation (the first 4 or 6 of 8 dimensions rotated, the rest passed through).
 #[test]
 fn split_rotate_places_and_rotates_every_head() {
     let mut rng = Random(3);
-    for interleaved in [false, true] {
+    for (interleaved, rotary_dim) in [(false, 8), (true, 8), (false, 4), (false, 6), (true, 4)] {
         let dims = AttentionDims {
             heads: 4,
             kv_heads: 2,
             head_dim: 8,
         };
-        let (hd, half) = (8, 4);
+        let (hd, half) = (8, rotary_dim / 2);
         let positions = 20;
         let cos = rng.fill(positions * half, 1.0);
         let sin = rng.fill(positions * half, 1.0);
         let rope = RopeTables {
             cos: &cos,
             sin: &sin,
+            rotary_dim,
             interleaved,
         };
         let lengths = [3, 5];
@@ -349,6 +351,9 @@ fn split_rotate_places_and_rotates_every_head() {
         )
         .unwrap();
         let rotated = |x: &[f32], pos: usize, i: usize| -> f32 {
+            if i >= rotary_dim {
+                return x[i];
+            }
             let (c, s) = (cos[pos * half + i % half], sin[pos * half + i % half]);
             if interleaved {
                 let p = i / 2;

@@ -259,6 +259,8 @@ pub enum ChatTemplateKind {
     Gemma,
     /// Phi-3 `<|user|>`.
     Phi3,
+    /// Phi-4-mini `<|user|>` without newlines.
+    Phi4,
     None,
 }
 

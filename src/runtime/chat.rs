@@ -4,7 +4,7 @@
 //! We implement the families our models use rather than a Jinja engine: ChatML (SmolLM2,
 //! Qwen2/2.5/3), Llama-2's `[INST] <<SYS>>`, Llama 3's header ids (3.0, and 3.1's dated
 //! system header), Mistral's `[INST]` (v0.3 conventions), Gemma's `<start_of_turn>` and
-//! Phi-3's `<|user|>`. Each is checked against transformers' `apply_chat_template` with
+//! Phi-3's and Phi-4-mini's `<|user|>`. Each is checked against transformers' `apply_chat_template` with
 //! the family's published template (`tests/fixtures/chat_templates`). A checkpoint's
 //! template is named by its model card, or, for a checkpoint without one, recognised
 //! from its own Jinja (`tokenizer.chat_template`, `tokenizer_config.json`);
@@ -43,6 +43,9 @@ pub enum ChatTemplate {
     Gemma { default_system: Option<String> },
     /// Phi-3 / 3.5: `<|system|>`, `<|user|>`, `<|assistant|>` turns closed by `<|end|>\n`.
     Phi3 { default_system: Option<String> },
+    /// Phi-4-mini: `<|role|>...<|end|>` for every message as given (no newlines, an empty
+    /// system message kept), then `<|assistant|>`.
+    Phi4 { default_system: Option<String> },
 }
 
 impl ChatTemplate {
@@ -64,6 +67,7 @@ impl ChatTemplate {
             ChatTemplateKind::Mistral => ChatTemplate::Mistral { default_system },
             ChatTemplateKind::Gemma => ChatTemplate::Gemma { default_system },
             ChatTemplateKind::Phi3 => ChatTemplate::Phi3 { default_system },
+            ChatTemplateKind::Phi4 => ChatTemplate::Phi4 { default_system },
         }
     }
 
@@ -91,6 +95,11 @@ impl ChatTemplate {
             ChatTemplate::Phi3 {
                 default_system: None,
             }
+        } else if jinja.contains("<|end|>") && writes_role_markers(jinja) {
+            // Phi-4-mini writes `'<|' + message['role'] + '|>'`: no `<|user|>` literal.
+            ChatTemplate::Phi4 {
+                default_system: None,
+            }
         } else if jinja.contains("[INST]") && jinja.contains("<<SYS>>") {
             ChatTemplate::Llama2 {
                 default_system: None,
@@ -115,6 +124,7 @@ impl ChatTemplate {
             ChatTemplate::Mistral { .. } => "mistral",
             ChatTemplate::Gemma { .. } => "gemma",
             ChatTemplate::Phi3 { .. } => "phi3",
+            ChatTemplate::Phi4 { .. } => "phi4",
         }
     }
 
@@ -168,6 +178,10 @@ impl ChatTemplate {
                 &["<|system|>\n", "<|user|>\n", "<|assistant|>\n", "<|end|>\n"],
                 &[],
             ),
+            ChatTemplate::Phi4 { .. } => (
+                &["<|", "|>", "<|end|>", "<|assistant|>"],
+                &["<|assistant|>\n", "<|end|>\n"],
+            ),
         };
         for marker in required {
             if !writes(marker) {
@@ -214,7 +228,8 @@ impl ChatTemplate {
             | ChatTemplate::Llama3 { default_system, .. }
             | ChatTemplate::Mistral { default_system }
             | ChatTemplate::Gemma { default_system }
-            | ChatTemplate::Phi3 { default_system } => default_system.as_deref(),
+            | ChatTemplate::Phi3 { default_system }
+            | ChatTemplate::Phi4 { default_system } => default_system.as_deref(),
         }
     }
 
@@ -369,8 +384,29 @@ impl ChatTemplate {
                 text.push_str("<|assistant|>\n");
                 Some(text)
             }
+            // Phi-4-mini: every message as given, the system one included even if empty.
+            ChatTemplate::Phi4 { .. } => {
+                let mut text = String::new();
+                if let Some(system) = system {
+                    text.push_str(&format!("<|system|>{system}<|end|>"));
+                }
+                for (role, content) in rest {
+                    text.push_str(&format!("<|{role}|>{content}<|end|>"));
+                }
+                text.push_str("<|assistant|>");
+                Some(text)
+            }
         }
     }
+}
+
+/// Whether a template's string literals include `<|` and `|>` on their own: role markers
+/// written around a message's role (Phi-4-mini).
+fn writes_role_markers(jinja: &str) -> bool {
+    let literals = string_literals(jinja);
+    ["<|", "|>"]
+        .iter()
+        .all(|marker| literals.iter().any(|l| l == marker))
 }
 
 /// The string literals of a Jinja template (`'...'` and `"..."`), with `\n`, `\t`,

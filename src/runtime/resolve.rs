@@ -477,7 +477,7 @@ fn front_of(processor: &serde_json::Value) -> FrontToken {
 }
 
 /// Conventions for a checkpoint without a card, from its chat template: ChatML, Llama 3,
-/// Gemma and Phi-3 models are asked like the SmolLM2/Qwen2 cards (the assistant turn
+/// Gemma and Phi-3/4 models are asked like the SmolLM2/Qwen2 cards (the assistant turn
 /// opens on its own line), `[INST]` models (Llama-2, Mistral) like the Llama-2 cards,
 /// others like FlanT5 (plain text, labels " A"/" B" after the item noun).
 pub fn conventions_for(template: &ChatTemplate) -> Conventions {
@@ -485,7 +485,8 @@ pub fn conventions_for(template: &ChatTemplate) -> Conventions {
         ChatTemplate::ChatMl { .. }
         | ChatTemplate::Llama3 { .. }
         | ChatTemplate::Gemma { .. }
-        | ChatTemplate::Phi3 { .. } => Conventions {
+        | ChatTemplate::Phi3 { .. }
+        | ChatTemplate::Phi4 { .. } => Conventions {
             chat: true,
             ..Conventions::default()
         },

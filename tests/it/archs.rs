@@ -1,4 +1,5 @@
-//! Every decoder family (llama 3 rope, mistral, qwen3, phi3, gemma2, gemma3_text) on tiny
+//! Every decoder family (llama 3 rope, mistral, qwen3, phi3, gemma2, gemma3_text, and
+//! phi4_mini: phi3 with partial rotary embeddings and tied embeddings) on tiny
 //! random-weight checkpoints made by transformers (tests/fixtures/archs/make_fixtures.py:
 //! sliding windows shorter than the long prompt, Gemma 2's soft-caps low enough to bind),
 //! loaded as a user loads them: a checkpoint directory through `resolve_model` and
@@ -27,13 +28,14 @@ use serde::Deserialize;
 
 use crate::common;
 
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "llama3",
     "mistral",
     "qwen3",
     "phi3",
     "gemma2",
     "gemma3_text",
+    "phi4_mini",
 ];
 
 #[derive(Deserialize)]
@@ -207,6 +209,12 @@ fn gguf_of_the_same_weights_gives_the_same_logits() -> Result<()> {
         let config = resolved.config.as_ref().expect("a config.json");
         let from_dir = llama::from_safetensors(config, &resolved.weights, &Device::Cpu)?;
         let from_gguf = llama::from_gguf(&dir.join("model.gguf"), WeightPolicy::F32, &Device::Cpu)?;
+        // `rope.dimension_count` carries the rotated width (12 of 16 for phi4_mini).
+        assert_eq!(
+            from_gguf.config().rotary_dim,
+            from_dir.config().rotary_dim,
+            "{kind}"
+        );
         // llama.cpp converts Mistral as `llama`; the others keep their names.
         if kind != "mistral" {
             assert_eq!(
@@ -345,6 +353,13 @@ fn bad_checkpoints_fail_at_load_naming_the_field() -> Result<()> {
             c["rope_parameters"]["rope_type"] = "mrope".into()
         })?,
         &["rope_scaling", "'mrope'", "llama3", "longrope"],
+    );
+    // 16 * 0.7 = 11.2: an odd number of rotated dimensions.
+    expect(
+        edited_copy("phi4_mini", "config.json", |c| {
+            c["rope_parameters"]["partial_rotary_factor"] = 0.7.into()
+        })?,
+        &["partial_rotary_factor", "0.7", "11", "even"],
     );
     // Three layers declared, two stored: the first missing tensor is named.
     expect(

@@ -33,7 +33,7 @@ fn every_family_renders_as_transformers_does() {
     let fixture = fixture();
     let conversations = fixture["conversations"].as_object().unwrap();
     let templates = fixture["templates"].as_object().unwrap();
-    assert_eq!(templates.len(), 7);
+    assert_eq!(templates.len(), 8);
     let mut compared = 0;
     for (name, entry) in templates {
         let jinja = entry["template"].as_str().unwrap();
@@ -76,7 +76,7 @@ fn every_family_renders_as_transformers_does() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 7 * 5 - 3);
+    assert_eq!(compared, 8 * 5 - 3);
 }
 
 #[test]

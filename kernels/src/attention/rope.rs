@@ -6,14 +6,19 @@
 //! and values by head, `(rows, kv_heads, stride, head_dim)`, which is also the layout they
 //! are cached in. One pass does both, instead of padding, transposing and rotating
 //! through several temporaries.
+//!
+//! Rotation covers the first `rotary_dim` dimensions of each query/key head (all of it
+//! but for partial rotary embeddings, e.g. Phi-4-mini); the others are copied as they are.
 
 use super::{AttentionDims, AttentionError};
 
-/// Rotary-embedding tables `(positions, head_dim / 2)`.
+/// Rotary-embedding tables `(positions, rotary_dim / 2)`.
 #[derive(Debug, Clone, Copy)]
 pub struct RopeTables<'a> {
     pub cos: &'a [f32],
     pub sin: &'a [f32],
+    /// Rotated dimensions of each head, from the first; even, at most `head_dim`.
+    pub rotary_dim: usize,
     /// Rotate pairs `(2i, 2i + 1)` (GPT-J style) instead of halves `(i, i + d/2)`.
     pub interleaved: bool,
 }
@@ -35,7 +40,8 @@ pub fn split_rotate(
     values: &mut [f32],
 ) -> Result<(), AttentionError> {
     let hd = dims.head_dim;
-    let half = hd / 2;
+    let rd = rope.rotary_dim;
+    let half = rd / 2;
     let q_width = dims.heads * hd;
     let kv_width = dims.kv_heads * hd;
     let in_width = q_width + 2 * kv_width;
@@ -43,9 +49,12 @@ pub fn split_rotate(
     let own = lengths.len() * kv_width * stride;
     let longest = lengths.iter().copied().max().unwrap_or(0);
     let fail = |m: String| Err(AttentionError(m));
-    if !hd.is_multiple_of(2) || longest > stride {
+    if rd == 0 || !rd.is_multiple_of(2) || rd > hd {
+        return fail(format!("rotation of {rd} dimensions of {hd}-wide heads"));
+    }
+    if longest > stride {
         return fail(format!(
-            "rotation of {hd}-wide heads over rows of {longest} > {stride}"
+            "rows of {longest} tokens exceed the stride {stride}"
         ));
     }
     if projected.len() < tokens * in_width || queries.len() < tokens * q_width {
@@ -106,9 +115,13 @@ pub fn split_rotate(
     Ok(())
 }
 
+/// `out = x` rotated over its first `2 * cos.len()` dimensions, the rest copied.
 #[inline]
 fn rotate(x: &[f32], out: &mut [f32], cos: &[f32], sin: &[f32], interleaved: bool) {
     let half = cos.len();
+    let (x, pass) = x.split_at(2 * half);
+    let (out, out_pass) = out.split_at_mut(2 * half);
+    out_pass.copy_from_slice(pass);
     if interleaved {
         for i in 0..half {
             let (a, b) = (x[2 * i], x[2 * i + 1]);

@@ -119,6 +119,10 @@ pub struct LlamaConfig {
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
+    /// Dimensions of each query/key head that rotary embeddings rotate: the first ones,
+    /// the rest pass through (`head_dim` but for partial rotary embeddings, Phi-4-mini's
+    /// `partial_rotary_factor`).
+    pub rotary_dim: usize,
     pub rms_norm_eps: f64,
     /// Rope base of the (global) layers.
     pub rope_theta: f64,
@@ -171,6 +175,7 @@ impl LlamaConfig {
             num_heads,
             num_kv_heads,
             head_dim,
+            rotary_dim: head_dim,
             rms_norm_eps: 1e-5,
             rope_theta: 10_000.0,
             rope_scaling: RopeScaling::None,
@@ -209,12 +214,7 @@ impl LlamaConfig {
                 self.num_kv_heads
             );
         }
-        if self.head_dim % 2 != 0 {
-            bail!(
-                "rotary embeddings need an even head size, got {}",
-                self.head_dim
-            );
-        }
+        check_rotary_dim(self.rotary_dim, self.head_dim)?;
         if self.layers.len() != self.num_layers {
             bail!(
                 "{} layer types for {} layers",
@@ -229,7 +229,7 @@ impl LlamaConfig {
             bail!("local layers need a local rope base");
         }
         self.rope_scaling
-            .inverse_frequencies(self.rope_theta, self.head_dim)?;
+            .inverse_frequencies(self.rope_theta, self.rotary_dim)?;
         Ok(())
     }
 
@@ -243,7 +243,12 @@ impl LlamaConfig {
     /// does not cover a `config.json` edited beside them.
     pub fn identity(&self) -> String {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(format!("{self:?}").as_bytes());
+        let mut text = format!("{self:?}");
+        if self.rotary_dim == self.head_dim {
+            // Full rotation hashes as before the field existed, keeping cached results.
+            text = text.replacen(&format!(", rotary_dim: {}", self.rotary_dim), "", 1);
+        }
+        let digest = Sha256::digest(text.as_bytes());
         let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
         format!("{}-{hex}", self.variant.name())
     }
@@ -268,15 +273,6 @@ impl LlamaConfig {
             bail!(
                 "field 'use_bidirectional_attention' is true: only causal decoders are supported"
             );
-        }
-        let partial = raw.partial_rotary_factor.or_else(|| {
-            raw.rope_parameters
-                .as_ref()
-                .and_then(|p| p.get("partial_rotary_factor"))
-                .and_then(Value::as_f64)
-        });
-        if let Some(partial) = partial.filter(|&p| p != 1.0) {
-            bail!("field 'partial_rotary_factor' is {partial}: only full rotary embeddings (1.0) are supported");
         }
         let mut c = Self::llama_like(
             variant,
@@ -341,18 +337,37 @@ impl LlamaConfig {
             }
         }
         c.rope_theta = rope_theta.unwrap_or(10_000.0);
+        // Partial rotary embeddings: transformers 5 keeps the factor in `rope_parameters`
+        // (which wins when both have one), transformers 4 at the top level.
+        let factor_in = |v: Option<&Value>| -> Result<Option<f64>> {
+            match v.and_then(|v| v.get("partial_rotary_factor")) {
+                None | Some(Value::Null) => Ok(None),
+                Some(f) => f
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| anyhow!("field 'partial_rotary_factor' is not a number: {f}")),
+            }
+        };
+        let factor = factor_in(global.as_ref())?
+            .or(raw.partial_rotary_factor)
+            .unwrap_or(1.0);
+        c.rotary_dim = rotary_dim_of(head_dim, factor)
+            .with_context(|| format!("field 'partial_rotary_factor' is {factor}"))?;
+        if let Some(other) = factor_in(local.as_ref())?.filter(|&f| f != factor) {
+            bail!("field 'rope_parameters.sliding_attention.partial_rotary_factor' is {other}, the global layers' {factor}: one rotated width for all layers is supported");
+        }
         let (scaling, window) = RopeScaling::from_hf(
             global.as_ref(),
             raw.max_position_embeddings,
             raw.original_max_position_embeddings,
-            head_dim,
+            c.rotary_dim,
         )
         .context("field 'rope_scaling'")?;
         c.rope_scaling = scaling;
         c.context_length = window;
         if let Some(local) = &local {
             let (scaling, _) =
-                RopeScaling::from_hf(Some(local), raw.max_position_embeddings, None, head_dim)
+                RopeScaling::from_hf(Some(local), raw.max_position_embeddings, None, c.rotary_dim)
                     .context("field 'rope_parameters.sliding_attention'")?;
             if scaling != RopeScaling::None {
                 bail!("field 'rope_parameters.sliding_attention': local layers with scaled rope are not supported");
@@ -428,6 +443,30 @@ impl LlamaConfig {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// The rotated dimensions of a `head_dim`-wide head under `partial_rotary_factor`
+/// `factor`: `int(head_dim * factor)` as transformers computes them, checked.
+pub fn rotary_dim_of(head_dim: usize, factor: f64) -> Result<usize> {
+    let dims = head_dim as f64 * factor;
+    if !dims.is_finite() || dims < 0.0 {
+        bail!("{head_dim} * {factor} is not a number of dimensions");
+    }
+    let rotary_dim = dims.trunc() as usize;
+    check_rotary_dim(rotary_dim, head_dim)
+        .with_context(|| format!("int({head_dim} * {factor}) = {rotary_dim}"))?;
+    Ok(rotary_dim)
+}
+
+/// Rotary embeddings rotate pairs of dimensions within a head: an even, positive number
+/// of them, at most the head's width.
+pub fn check_rotary_dim(rotary_dim: usize, head_dim: usize) -> Result<()> {
+    if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim {
+        bail!(
+            "rotary embeddings over {rotary_dim} dimensions of {head_dim}-wide heads: they need an even number between 2 and the head size"
+        );
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -540,6 +579,72 @@ mod tests {
         );
         assert!((c.attention_scale - 1.0 / 12.0).abs() < 1e-12);
         Ok(())
+    }
+
+    /// Phi-4-mini's config.json as transformers 4 wrote it: the factor at the top level,
+    /// longrope factors over the 96 rotated dimensions of 128.
+    fn phi4_mini_config(factors: usize) -> String {
+        let list = vec!["1.0"; factors].join(",");
+        format!(
+            r#"{{"model_type": "phi3", "vocab_size": 200064, "hidden_size": 3072,
+            "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 24,
+            "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+            "partial_rotary_factor": 0.75, "tie_word_embeddings": true,
+            "sliding_window": 262144,
+            "rope_scaling": {{"type": "longrope", "short_factor": [{list}], "long_factor": [{list}]}}}}"#
+        )
+    }
+
+    #[test]
+    fn partial_rotary_factor_sets_the_rotated_width() -> Result<()> {
+        let c = LlamaConfig::from_json(&phi4_mini_config(48))?;
+        assert_eq!(
+            (c.head_dim, c.rotary_dim, c.context_length),
+            (128, 96, 4096)
+        );
+        assert!(c.tie_embeddings);
+        // Factors over the whole head are refused: they must cover the rotated width.
+        let err = format!(
+            "{:#}",
+            LlamaConfig::from_json(&phi4_mini_config(64)).unwrap_err()
+        );
+        assert!(err.contains("short_factor") && err.contains("48"), "{err}");
+        // transformers 5 writes the factor into `rope_parameters`, which wins.
+        let v5 = SMOL_CONFIG
+            .replace("\"rope_theta\": 100000.0,", "")
+            .replace(
+                "\"rope_scaling\": null",
+                "\"partial_rotary_factor\": 1.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e4, \"partial_rotary_factor\": 0.5}",
+            );
+        assert_eq!(LlamaConfig::from_json(&v5)?.rotary_dim, 32);
+        // Full rotation keeps the identity it had before the field existed: `identity`
+        // drops the field's text, found right after `head_dim`.
+        let full = LlamaConfig::from_json(SMOL_CONFIG)?;
+        assert_eq!(full.rotary_dim, full.head_dim);
+        assert!(format!("{full:?}").contains("head_dim: 64, rotary_dim: 64, rms_norm_eps"));
+        let mut partial = full.clone();
+        partial.rotary_dim = 32;
+        assert_ne!(full.identity(), partial.identity());
+        Ok(())
+    }
+
+    #[test]
+    fn odd_or_out_of_range_rotary_widths_name_the_field() {
+        for (factor, dims) in [("0.8", "int(64 * 0.8) = 51"), ("1.5", "96"), ("0.0", "= 0")] {
+            let text = SMOL_CONFIG.replace(
+                "\"rope_scaling\": null",
+                &format!("\"partial_rotary_factor\": {factor}"),
+            );
+            let err = format!("{:#}", LlamaConfig::from_json(&text).unwrap_err());
+            assert!(
+                err.contains("'partial_rotary_factor'") && err.contains(dims),
+                "{factor}: {err}"
+            );
+        }
+        // transformers truncates: 64 * 0.7 = 44.8 rotates 44.
+        assert_eq!(rotary_dim_of(64, 0.7).ok(), Some(44));
+        assert!(check_rotary_dim(45, 64).is_err() && check_rotary_dim(64, 64).is_ok());
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! ...), and llama.cpp's conventions where a family's GGUF leaves something out (Gemma's
 //! attention scale, Gemma 3's local rope base and layer pattern).
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use candle_core::quantized::gguf_file;
 
-use super::config::{LlamaConfig, LlamaVariant};
+use super::config::{check_rotary_dim, LlamaConfig, LlamaVariant};
 use super::rope::RopeScaling;
 
 /// Frequency factors stored as tensors (llama 3's `rope_freqs`, Phi-3's
@@ -77,13 +77,12 @@ impl LlamaConfig {
             Some(d) => d,
             None => hidden_size / num_heads.max(1),
         };
-        if let Some(rotated) = get_u32("rope.dimension_count")? {
-            if rotated != head_dim {
-                bail!(
-                    "GGUF metadata {architecture}.rope.dimension_count is {rotated} but heads are {head_dim} wide: partial rotary embeddings are not supported"
-                );
-            }
-        }
+        // The rotated dimensions of each head (fewer than `head_dim` for partial rotary
+        // embeddings: llama.cpp writes `int(partial_rotary_factor * hidden) / heads`).
+        let rotary_dim = get_u32("rope.dimension_count")?.unwrap_or(head_dim);
+        check_rotary_dim(rotary_dim, head_dim).with_context(|| {
+            format!("GGUF metadata {architecture}.rope.dimension_count is {rotary_dim}")
+        })?;
         let num_layers = require("block_count")?;
         let mut c = LlamaConfig::llama_like(
             variant,
@@ -95,6 +94,7 @@ impl LlamaConfig {
             num_kv_heads,
             head_dim,
         );
+        c.rotary_dim = rotary_dim;
         c.rms_norm_eps = get_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5);
         c.rope_theta = get_f32("rope.freq_base")?.unwrap_or(10_000.0);
         // llama.cpp permutes llama's query/key rows for interleaved rotation; the other
@@ -193,5 +193,57 @@ impl LlamaConfig {
         }
         c.validate()?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+
+    use super::*;
+
+    /// The metadata of a tiny phi3 GGUF (16-wide heads) rotating `rotated` dimensions.
+    fn phi3_content(rotated: u32) -> Content {
+        let mut metadata = HashMap::new();
+        metadata.insert(
+            "general.architecture".to_string(),
+            Value::String("phi3".to_string()),
+        );
+        for (key, value) in [
+            ("embedding_length", 32),
+            ("attention.head_count", 2),
+            ("attention.head_count_kv", 1),
+            ("block_count", 2),
+            ("feed_forward_length", 64),
+            ("context_length", 256),
+            ("rope.dimension_count", rotated),
+        ] {
+            metadata.insert(format!("phi3.{key}"), Value::U32(value));
+        }
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    #[test]
+    fn rope_dimension_count_sets_the_rotated_width_and_is_checked() -> Result<()> {
+        let config = LlamaConfig::from_gguf(&phi3_content(12), 256, Default::default())?;
+        assert_eq!((config.head_dim, config.rotary_dim), (16, 12));
+        for bad in [11, 18, 0] {
+            let err = LlamaConfig::from_gguf(&phi3_content(bad), 256, Default::default())
+                .map(|_| ())
+                .unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains(&format!("phi3.rope.dimension_count is {bad}")),
+                "{err}"
+            );
+        }
+        Ok(())
     }
 }

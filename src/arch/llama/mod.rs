@@ -892,12 +892,23 @@ impl LlamaModel {
             .reshape((batch, len, c.num_heads * c.head_dim))?)
     }
 
+    /// Rotary embeddings of `(B, H, T, head_dim)` queries or keys: the first
+    /// `rotary_dim` dimensions of each head rotated, the rest passed through.
     fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        Ok(if self.config.rope_interleaved {
-            candle_nn::rotary_emb::rope_i(x, cos, sin)?
-        } else {
-            candle_nn::rotary_emb::rope(x, cos, sin)?
-        })
+        let rope = |x: &Tensor| -> Result<Tensor> {
+            Ok(if self.config.rope_interleaved {
+                candle_nn::rotary_emb::rope_i(x, cos, sin)?
+            } else {
+                candle_nn::rotary_emb::rope(x, cos, sin)?
+            })
+        };
+        let (head_dim, rotary_dim) = (self.config.head_dim, self.config.rotary_dim);
+        if rotary_dim == head_dim {
+            return rope(x);
+        }
+        let rotated = rope(&x.narrow(D::Minus1, 0, rotary_dim)?.contiguous()?)?;
+        let pass = x.narrow(D::Minus1, rotary_dim, head_dim - rotary_dim)?;
+        Ok(Tensor::cat(&[&rotated, &pass], D::Minus1)?.contiguous()?)
     }
 
     fn feed_forward(&self, layer: &DecoderLayer, x: &Tensor) -> Result<Tensor> {
@@ -954,7 +965,7 @@ impl LlamaModel {
     }
 }
 
-/// Rotary tables `(positions, head_dim / 2)`, as tensors on the model's device and as
+/// Rotary tables `(positions, rotary_dim / 2)`, as tensors on the model's device and as
 /// vectors for the CPU kernel.
 #[derive(Debug, Clone)]
 struct RopeSet {
@@ -962,6 +973,8 @@ struct RopeSet {
     sin: Tensor,
     cos_cpu: Vec<f32>,
     sin_cpu: Vec<f32>,
+    /// Rotated dimensions of each head.
+    rotary_dim: usize,
 }
 
 impl RopeSet {
@@ -971,9 +984,10 @@ impl RopeSet {
         theta: f64,
         device: &Device,
     ) -> Result<Self> {
-        let (cos_cpu, sin_cpu) = scaling.tables(theta, config.head_dim, config.context_length)?;
-        let shape = (config.context_length, config.head_dim / 2);
+        let (cos_cpu, sin_cpu) = scaling.tables(theta, config.rotary_dim, config.context_length)?;
+        let shape = (config.context_length, config.rotary_dim / 2);
         Ok(Self {
+            rotary_dim: config.rotary_dim,
             cos: Tensor::from_slice(&cos_cpu, shape, device)?,
             sin: Tensor::from_slice(&sin_cpu, shape, device)?,
             cos_cpu,
@@ -985,6 +999,7 @@ impl RopeSet {
         nlg_judge_kernels::attention::RopeTables {
             cos: &self.cos_cpu,
             sin: &self.sin_cpu,
+            rotary_dim: self.rotary_dim,
             interleaved,
         }
     }

@@ -3,6 +3,11 @@
 //! `rope.*` keys and `rope_freqs` / `rope_factors_*` tensors of GGUF), turned into the
 //! cosine and sine tables every path reads.
 //!
+//! The tables cover the rotated dimensions only: the first `rotary_dim` of each head
+//! (all of it but for partial rotary embeddings, `partial_rotary_factor < 1` as in
+//! Phi-4-mini), whose frequencies are `theta^(-2i/rotary_dim)`; every scaling rule is
+//! computed over those dimensions, as transformers does.
+//!
 //! Every rule here is static: the angle of a position does not depend on how long the
 //! sequence is. Two rules in transformers are not: `dynamic` (NTK) changes the
 //! frequencies once a sequence passes the trained context, and `longrope` switches from
@@ -55,13 +60,14 @@ pub enum RopeScaling {
 impl RopeScaling {
     /// Read `rope_scaling` (or transformers 5's `rope_parameters`) of a `config.json`;
     /// `max_positions` is the config's `max_position_embeddings` and
-    /// `original_positions` its top-level `original_max_position_embeddings` (Phi-3).
-    /// Returns the scaling and the context window it is exact for.
+    /// `original_positions` its top-level `original_max_position_embeddings` (Phi-3),
+    /// `rotary_dim` the rotated dimensions of a head. Returns the scaling and the context
+    /// window it is exact for.
     pub fn from_hf(
         value: Option<&Value>,
         max_positions: usize,
         original_positions: Option<usize>,
-        head_dim: usize,
+        rotary_dim: usize,
     ) -> Result<(Self, usize)> {
         let Some(value) = value.filter(|v| !v.is_null()) else {
             return Ok((Self::None, max_positions));
@@ -150,11 +156,11 @@ impl RopeScaling {
                             .ok_or_else(|| anyhow!("rope_scaling.short_factor holds a non-number"))
                     })
                     .collect::<Result<Vec<f64>>>()?;
-                if short.len() != head_dim / 2 {
+                if short.len() != rotary_dim / 2 {
                     bail!(
-                        "rope_scaling.short_factor has {} entries, expected {} (head_dim / 2)",
+                        "rope_scaling.short_factor has {} entries, expected {} (rotated dimensions / 2)",
                         short.len(),
-                        head_dim / 2
+                        rotary_dim / 2
                     );
                 }
                 let original = original_positions
@@ -180,11 +186,11 @@ impl RopeScaling {
         })
     }
 
-    /// The inverse frequencies of a `head_dim`-wide head with base `theta`.
-    pub fn inverse_frequencies(&self, theta: f64, head_dim: usize) -> Result<Vec<f64>> {
-        let half = head_dim / 2;
+    /// The inverse frequencies of `rotary_dim` rotated dimensions with base `theta`.
+    pub fn inverse_frequencies(&self, theta: f64, rotary_dim: usize) -> Result<Vec<f64>> {
+        let half = rotary_dim / 2;
         let base: Vec<f64> = (0..half)
-            .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+            .map(|i| 1.0 / theta.powf((2 * i) as f64 / rotary_dim as f64))
             .collect();
         Ok(match self {
             Self::None | Self::Dynamic { .. } => base,
@@ -221,7 +227,7 @@ impl RopeScaling {
                 truncate,
                 ..
             } => {
-                let d = head_dim as f64;
+                let d = rotary_dim as f64;
                 let correction = |rotations: f64| {
                     d * (*original_context as f64 / (rotations * 2.0 * std::f64::consts::PI)).ln()
                         / (2.0 * theta.ln())
@@ -245,7 +251,7 @@ impl RopeScaling {
             Self::Factors { factors, .. } => {
                 if factors.len() != half {
                     bail!(
-                        "rope frequency factors have {} entries, expected {half} (head_dim / 2)",
+                        "rope frequency factors have {} entries, expected {half} (rotated dimensions / 2)",
                         factors.len()
                     );
                 }
@@ -267,22 +273,22 @@ impl RopeScaling {
         }
     }
 
-    /// Cosine and sine tables `(positions, head_dim / 2)`.
+    /// Cosine and sine tables `(positions, rotary_dim / 2)`.
     pub fn tables(
         &self,
         theta: f64,
-        head_dim: usize,
+        rotary_dim: usize,
         positions: usize,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         // transformers computes the frequencies and angles in f32; so do we, so that long
         // positions round the same way.
         let inverse: Vec<f32> = self
-            .inverse_frequencies(theta, head_dim)?
+            .inverse_frequencies(theta, rotary_dim)?
             .into_iter()
             .map(|f| f as f32)
             .collect();
         let scale = self.attention_factor() as f32;
-        let half = head_dim / 2;
+        let half = rotary_dim / 2;
         let mut cos = Vec::with_capacity(positions * half);
         let mut sin = Vec::with_capacity(positions * half);
         for pos in 0..positions {
