@@ -289,6 +289,36 @@ fn one_and_two_threads_give_identical_results() {
     }
 }
 
+/// The fused-multiply-add paths (AVX-512 with 4-query blocks, AVX2 and NEON with 2 and
+/// smaller value blocks to stay in their registers) sum every score and output in the
+/// same order: where a CPU has two of them, they give the same bits.
+#[test]
+fn blocking_does_not_change_the_bits_of_the_fused_paths() {
+    let mut rng = Random(21);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let fused: Vec<SimdPath> = paths()
+        .into_iter()
+        .filter(|&p| p != SimdPath::Portable)
+        .collect();
+    for (heads, kv_heads, head_dim) in [(9, 3, 64), (4, 4, 32), (8, 2, 128), (6, 3, 16)] {
+        let dims = AttentionDims {
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        let case = random_case(&mut rng, dims, 77, 2);
+        let first = fused.first().map(|&p| bits(&run(&case, Some(p))));
+        for &path in fused.iter().skip(1) {
+            assert_eq!(
+                first.as_ref(),
+                Some(&bits(&run(&case, Some(path)))),
+                "{dims:?}: {path:?} vs {:?}",
+                fused[0]
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_shapes_are_refused_with_a_reason() {
     let dims = AttentionDims {

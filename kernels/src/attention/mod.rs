@@ -35,7 +35,10 @@ use crate::cpu::CpuFeatures;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
-use tile::{transpose_tile, ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK};
+use tile::{
+    transpose_tile, ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK,
+    SCORE_BLOCK_NARROW, SCORE_BLOCK_WIDE,
+};
 
 /// Head counts and width of an attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,16 +271,18 @@ fn run_job(
         own_transposed,
         own_offsets: &own_offsets,
     };
+    // Head width in lane arrays => value-block queries on wide and on narrow registers.
     macro_rules! run {
-        ($($nv:literal => $pv:literal),*) => {
+        ($($nv:literal => $pv:literal / $narrow:literal),*) => {
             match dims.head_dim / LANES {
-                $($nv => job.run::<$nv, $pv>(path),)*
+                $($nv => job.run::<$nv, $pv, $narrow>(path),)*
                 _ => unreachable!("head width checked by validate"),
             }
         };
     }
-    run!(1 => 8, 2 => 8, 3 => 4, 4 => 4, 5 => 2, 6 => 2, 7 => 2, 8 => 2,
-         9 => 1, 10 => 1, 11 => 1, 12 => 1, 13 => 1, 14 => 1, 15 => 1, 16 => 1);
+    run!(1 => 8 / 4, 2 => 8 / 2, 3 => 4 / 1, 4 => 4 / 1, 5 => 2 / 1, 6 => 2 / 1, 7 => 2 / 1,
+         8 => 2 / 1, 9 => 1 / 1, 10 => 1 / 1, 11 => 1 / 1, 12 => 1 / 1, 13 => 1 / 1,
+         14 => 1 / 1, 15 => 1 / 1, 16 => 1 / 1);
 }
 
 /// `buffer` grown to at least `len` floats; what it held is left (every part the kernel
@@ -498,15 +503,20 @@ impl Job<'_> {
             .sum()
     }
 
-    fn run<const NV: usize, const PV: usize>(&self, path: SimdPath) {
+    /// `PV` queries per value block where the registers hold 512 floats (AVX-512),
+    /// `PV_NARROW` where they hold 128 (AVX2, NEON), chosen so that the block's outputs
+    /// stay in registers.
+    fn run<const NV: usize, const PV: usize, const PV_NARROW: usize>(&self, path: SimdPath) {
+        const WIDE: usize = SCORE_BLOCK_WIDE;
+        const NARROW: usize = SCORE_BLOCK_NARROW;
         (0..self.items()).into_par_iter().for_each(|item| {
             // SAFETY: `path` was checked against the CPU's features.
             unsafe {
                 match path {
-                    SimdPath::Avx512 => self.item_avx512::<NV, PV>(item),
-                    SimdPath::Avx2 => self.item_avx2::<NV, PV>(item),
-                    SimdPath::Neon => self.item_neon::<NV, PV>(item),
-                    SimdPath::Portable => self.item::<Separate, NV, PV>(item),
+                    SimdPath::Avx512 => self.item_avx512::<NV, PV, WIDE>(item),
+                    SimdPath::Avx2 => self.item_avx2::<NV, PV_NARROW, NARROW>(item),
+                    SimdPath::Neon => self.item_neon::<NV, PV_NARROW, NARROW>(item),
+                    SimdPath::Portable => self.item::<Separate, NV, PV, WIDE>(item),
                 }
             }
         });
@@ -516,23 +526,23 @@ impl Job<'_> {
         target_arch = "x86_64",
         target_feature(enable = "avx512f,avx512vl,fma")
     )]
-    unsafe fn item_avx512<const NV: usize, const PV: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV>(item)
+    unsafe fn item_avx512<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV, SB>(item)
     }
 
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-    unsafe fn item_avx2<const NV: usize, const PV: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV>(item)
+    unsafe fn item_avx2<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV, SB>(item)
     }
 
     #[cfg_attr(target_arch = "aarch64", target_feature(enable = "neon"))]
-    unsafe fn item_neon<const NV: usize, const PV: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV>(item)
+    unsafe fn item_neon<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
+        self.item::<Fused, NV, PV, SB>(item)
     }
 
     /// One work item: a chunk of queries of one key/value head of one group.
     #[inline(always)]
-    fn item<M: MulAdd, const NV: usize, const PV: usize>(&self, mut item: usize) {
+    fn item<M: MulAdd, const NV: usize, const PV: usize, const SB: usize>(&self, mut item: usize) {
         let mut group_index = 0;
         loop {
             let n = self.chunks(&self.groups[group_index]) * self.dims.kv_heads;
@@ -546,11 +556,11 @@ impl Job<'_> {
         let chunks = self.chunks(group);
         let (kv_head, chunk) = (item / chunks, item % chunks);
         let own_keys_t = &self.own_transposed[self.own_offsets[group_index]..];
-        self.chunk::<M, NV, PV>(group, own_keys_t, kv_head, chunk);
+        self.chunk::<M, NV, PV, SB>(group, own_keys_t, kv_head, chunk);
     }
 
     #[inline(always)]
-    fn chunk<M: MulAdd, const NV: usize, const PV: usize>(
+    fn chunk<M: MulAdd, const NV: usize, const PV: usize, const SB: usize>(
         &self,
         group: &RowGroup,
         own_keys_t: &[f32],
@@ -627,7 +637,7 @@ impl Job<'_> {
                     }
                 }
                 let at = base + start * hd;
-                st.tile::<M, PV>(
+                st.tile::<M, PV, SB>(
                     0,
                     n,
                     &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
@@ -671,7 +681,7 @@ impl Job<'_> {
                 }
                 let at = base + start * hd;
                 let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;
-                st.tile::<M, PV>(
+                st.tile::<M, PV, SB>(
                     from,
                     end,
                     &own_keys_t[at_t..at_t + hd * KEY_TILE],

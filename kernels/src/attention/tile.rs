@@ -18,9 +18,13 @@ pub(crate) const LANES: usize = 16;
 pub(crate) const KEY_TILE: usize = 32;
 /// Query vectors per chunk (one work item).
 pub(crate) const QUERY_CHUNK: usize = 32;
-/// Queries per score block (4 x 32 scores in registers; 8 spills registers and made
-/// the whole kernel five times slower on AVX-512).
-const SCORE_BLOCK: usize = 4;
+/// Queries per score block where the vector registers hold 512 floats (AVX-512: 4 x 32
+/// scores in 8 registers; 8 queries spill registers and made the whole kernel five times
+/// slower there).
+pub(crate) const SCORE_BLOCK_WIDE: usize = 4;
+/// Queries per score block where they hold 128 floats (AVX2's 16 x 8, NEON's 32 x 4):
+/// 2 x 32 scores and the 32 keys of one dimension; 4 spilled on AVX2.
+pub(crate) const SCORE_BLOCK_NARROW: usize = 2;
 
 pub(crate) type Lane = [f32; LANES];
 
@@ -81,9 +85,11 @@ impl<const NV: usize> ChunkState<NV> {
     /// Queries `first..end` of the chunk attend to `len <= KEY_TILE` keys, transposed by
     /// [`transpose_tile`] (`keys_t`: `HEAD_DIM * KEY_TILE` floats), and their values
     /// (`len` rows of `HEAD_DIM` floats); query `i` sees the first `visible[i]` of them.
-    /// `PV_BLOCK` queries share each load of a value row.
+    /// `PV_BLOCK` queries share each load of a value row, `SCORE_BLOCK` each load of a
+    /// key column (blocking changes speed only: every score and output is summed in the
+    /// same order whatever the block).
     #[inline(always)]
-    pub fn tile<M: MulAdd, const PV_BLOCK: usize>(
+    pub fn tile<M: MulAdd, const PV_BLOCK: usize, const SCORE_BLOCK: usize>(
         &mut self,
         first: usize,
         end: usize,
