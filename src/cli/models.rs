@@ -153,9 +153,9 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
     }
     println!(
         "\nWEIGHTS: GiB the weights need at f32, bf16 and int8 (--precision), and kept as \
-         stored (GGUF); running adds the key/value cache and activations (~1-2 GiB for a \
-         7-8B model). PINNED: revision and every sha256 in the card \
-         (`nlg-judge models show NAME` says what is not)."
+         stored (GGUF, with the copy candle makes of K-quant blocks at the first product); \
+         running adds the key/value cache and activations (~1-2 GiB for a 7-8B model). \
+         PINNED: revision and every sha256 in the card (`nlg-judge models show NAME` says what is not)."
     );
     println!("cache: {}", options.cache.root().display());
     Ok(())
@@ -181,10 +181,7 @@ fn show(card: &ModelCard) {
         card.licence.as_deref().unwrap_or("not stated")
     );
     if let (Some(parameters), Some(embedding)) = (card.parameters, card.embedding_parameters) {
-        let stored = match card.format {
-            WeightFormat::Gguf => Some(card.known_size().0).filter(|&s| s > 0),
-            _ => None,
-        };
+        let stored = stored_file(card);
         for (precision, bytes) in weight_memory_by_precision(parameters, embedding, stored) {
             println!(
                 "weights at {precision:<6} {:>6.1} GiB",
@@ -209,15 +206,21 @@ fn show(card: &ModelCard) {
     }
 }
 
+/// A GGUF card's file size and block type (`q4_k_m`), for its "stored" memory figure.
+fn stored_file(card: &ModelCard) -> Option<(u64, &str)> {
+    match card.format {
+        WeightFormat::Gguf => Some((card.known_size().0, card.dtype.as_deref().unwrap_or("")))
+            .filter(|&(size, _)| size > 0),
+        _ => None,
+    }
+}
+
 /// "29.9/16.9/10.4/7.8" GiB, "?" without parameter counts.
 fn memory_column(card: &ModelCard) -> String {
     let (Some(parameters), Some(embedding)) = (card.parameters, card.embedding_parameters) else {
         return "?".into();
     };
-    let stored = match card.format {
-        WeightFormat::Gguf => Some(card.known_size().0).filter(|&s| s > 0),
-        _ => None,
-    };
+    let stored = stored_file(card);
     let values: Vec<String> = weight_memory_by_precision(parameters, embedding, stored)
         .into_iter()
         .map(|(_, bytes)| format!("{:.1}", bytes as f64 / (1u64 << 30) as f64))

@@ -511,13 +511,15 @@ pub fn plan_load(
 
 /// What the weights of a model need at each precision, from its parameter counts alone
 /// (`embedding`: the embedding's and a separate head's, held in f32 at every precision;
-/// `stored`: the size of a GGUF file, kept as stored, plus those held in f32): for model
-/// listings, before anything is downloaded. Runtime memory ([`WeightSummary::runtime_bytes`])
-/// comes on top.
+/// `stored`: the size of a GGUF file and its card's block type, e.g. `q4_k_m`, kept as
+/// stored, plus those held in f32, plus the copy candle makes of the blocks at the first
+/// product ([`repacked_bytes`], counted at the block type's ratio over the file's share of
+/// block parameters): for model listings, before anything is downloaded. Runtime memory
+/// ([`WeightSummary::runtime_bytes`]) comes on top.
 pub fn weight_memory_by_precision(
     parameters: u64,
     embedding: u64,
-    stored: Option<u64>,
+    stored: Option<(u64, &str)>,
 ) -> Vec<(&'static str, u64)> {
     let blocks = parameters.saturating_sub(embedding);
     let mut list = vec![
@@ -525,10 +527,29 @@ pub fn weight_memory_by_precision(
         ("bf16", 2 * blocks + 4 * embedding),
         ("int8", blocks + 4 * embedding),
     ];
-    if let Some(stored) = stored {
-        list.push(("stored", stored + 4 * embedding));
+    if let Some((stored, block_type)) = stored {
+        let block_share = blocks as f64 / parameters.max(1) as f64;
+        let repacked = stored as f64 * block_share * repacked_share(block_type);
+        list.push(("stored", stored + repacked as u64 + 4 * embedding));
     }
     list
+}
+
+/// [`repacked_bytes`] over the stored bytes, for a card's block type (`q4_k_m`: Q4_K,
+/// the type of most of its matrices); 0 for a type candle does not repack here.
+fn repacked_share(block_type: &str) -> f64 {
+    let lower = block_type.to_ascii_lowercase();
+    let dtype = match lower.as_str() {
+        t if t.starts_with("q4_k") => GgmlDType::Q4K,
+        t if t.starts_with("q6_k") => GgmlDType::Q6K,
+        t if t.starts_with("q5_k") => GgmlDType::Q5K,
+        "q8_0" => GgmlDType::Q8_0,
+        "q4_0" => GgmlDType::Q4_0,
+        _ => return 0.0,
+    };
+    let elements = 256 * 16;
+    let stored = elements / dtype.block_size() as u64 * dtype.type_size() as u64;
+    repacked_bytes(dtype, elements) as f64 / stored as f64
 }
 
 /// Bytes of the copy candle 0.11 makes of a quantized weight of `elements` values in
@@ -763,12 +784,29 @@ mod tests {
     #[test]
     fn card_listing_memory() {
         // Llama-3.1-8B: 8.03B parameters, 1.05B of them in the embedding and head.
-        let list = weight_memory_by_precision(8_030_261_248, 1_050_673_152, Some(4_920_734_016));
+        let list = weight_memory_by_precision(
+            8_030_261_248,
+            1_050_673_152,
+            Some((4_920_734_016, "q4_k_m")),
+        );
         let get = |name| list.iter().find(|(n, _)| *n == name).unwrap().1;
         assert_eq!(get("f32"), 32_121_044_992);
         assert_eq!(get("bf16"), 2 * 6_979_588_096 + 4 * 1_050_673_152);
         assert_eq!(get("int8"), 6_979_588_096 + 4 * 1_050_673_152);
-        assert_eq!(get("stored"), 4_920_734_016 + 4 * 1_050_673_152);
+        // Kept as stored, candle's Q4_K tiles (4/3 of the blocks' bytes on x86-64) come on
+        // top: 8.7 GiB of file and f32 embedding grew to 14.5 GiB in a run before this.
+        let stored = get("stored") as f64;
+        let without_copy = (4_920_734_016u64 + 4 * 1_050_673_152) as f64;
+        if cfg!(target_arch = "x86_64") {
+            let copy = 4_920_734_016.0 * (6_979_588_096.0 / 8_030_261_248.0) * 4.0 / 3.0;
+            assert!((stored - without_copy - copy).abs() < 1.0, "{stored}");
+            assert!(stored / G as f64 > 13.5, "{}", stored / G as f64);
+        }
+        // Q4_1 (SmolLM2's file) is multiplied as stored: no copy on x86-64.
+        let q4_1 = weight_memory_by_precision(100, 20, Some((60, "q4_1")));
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(q4_1[3], ("stored", 60 + 80));
+        }
         assert_eq!(weight_memory_by_precision(10, 2, None).len(), 3);
     }
 
