@@ -3,7 +3,9 @@
 # `--features cuda` release build (`.ci/cuda-build` with CUDA_BUILD_PROFILE=release and the
 # CUDA line of the GPU's driver, e.g. CUDA_WHEEL_VERSION=13.0 CUDA_COMPUTE_CAP=90),
 # xz-compressed, what `prepare.py` and `gguf_metadata.py` write, and the `gguf` wheel. At most 64 MiB travel.
-# Usage: scripts/gpu/pack.sh BINARY   (env: PYTHON with transformers and gguf, GPU_DIR)
+# Usage: scripts/gpu/pack.sh BINARY [TEST_BINARY]   (env: PYTHON with transformers and gguf,
+# GPU_DIR). TEST_BINARY: the `it` integration tests built with `--features cuda`
+# (`CUDA_BUILD_TESTS=1 .ci/cuda-build` prints its path); run.sh runs their GPU twins.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$1
@@ -18,5 +20,10 @@ mkdir -p "$G"
   --only-binary=:all: -d "$G/whl" gguf==0.19.0
 strip -o "$G/nlg-judge" "$bin"
 xz -T2 -6 -f "$G/nlg-judge"
+if [ -n "${2:-}" ]; then
+  strip -o "$G/it" "$2"
+  xz -T2 -6 -f "$G/it"
+  pwd >"$G/it.root"
+fi
 du -sh "$G"
 du -sh --apparent-size "$G"/* "$G"/*/* | sort -h | tail -8

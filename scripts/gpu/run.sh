@@ -6,7 +6,8 @@
 # Writes its log and one archive of JSON results to OUT (default /tmp/gpu-out).
 #
 # Each step runs on its own with a time bound, so one failure does not hide the rest:
-#   1. the binary starts and sees the GPU;
+#   1. the binary starts and sees the GPU; the `--features cuda` integration tests' GPU
+#      twins, when pack.sh was given the test binary;
 #   2. random-weight checkpoints of the real shapes (SmolLM2-135M, Qwen2.5-0.5B: f32
 #      safetensors) and a full-size SmolLM2 GGUF quantized as the real file is (Q8_0
 #      embeddings, Q4_1 matrices) from the same weights;
@@ -57,6 +58,18 @@ libdirs=$(find "$nvroot" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-li
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ldd "$bin" | grep -E 'cuda|cublas|curand|nvrtc|not found'
 "$bin" --version
+
+# The integration tests built with `--features cuda` (pack.sh's optional second argument):
+# the GPU twins of the parity tests (every decoder family and FlanT5 against transformers,
+# through candle's CUDA ops). They find their fixtures where they were built.
+if [ -f "$G/it.xz" ]; then
+  step "tests on the GPU: every decoder family and FlanT5 against transformers"
+  built_at=$(cat "$G/it.root")
+  [ -d "$built_at/tests/fixtures" ] || { mkdir -p "$(dirname "$built_at")" && ln -sfn "$PWD" "$built_at"; }
+  python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('$G/it.xz'), open('/tmp/it', 'wb'))"
+  chmod +x /tmp/it
+  bounded 240 /tmp/it --test-threads 1 --nocapture on_the_gpu
+fi
 
 step "models: random weights of the real shapes, and the quantized GGUF"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$G"/whl/*.whl

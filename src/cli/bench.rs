@@ -133,10 +133,21 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
     }
     let precision_path = super::model_args::precision_path_here(options.precision);
     let kernel_paths = nlg_judge_kernels::cpu::paths();
+    // On a GPU the CPU's instruction paths do not apply: candle's kernels and cuBLAS do
+    // the work.
+    let device = scorer.model().device();
+    let accelerator = match device.location() {
+        candle_core::DeviceLocation::Cpu => None,
+        candle_core::DeviceLocation::Cuda { gpu_id } => Some(format!("cuda:{gpu_id}")),
+        candle_core::DeviceLocation::Metal { gpu_id } => Some(format!("metal:{gpu_id}")),
+    };
     if args.json {
         let mut summary = json_summary(&result);
         summary["precision"] = serde_json::json!(options.precision.as_str());
-        summary["instruction_path"] = serde_json::json!(precision_path.path);
+        summary["instruction_path"] = match &accelerator {
+            Some(location) => serde_json::json!(location),
+            None => serde_json::json!(precision_path.path),
+        };
         summary["kernel_paths"] = serde_json::json!(kernel_paths
             .iter()
             .map(|(kernel, path)| (kernel.to_string(), serde_json::json!(path)))
@@ -148,19 +159,27 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         print!("{}", table(&result, &resolved.name));
-        println!(
-            "precision {}: instruction path {} ({}); kernels: {}{}",
-            options.precision.as_str(),
-            precision_path.path,
-            precision_path.description,
-            nlg_judge_kernels::cpu::paths_used(),
-            match std::env::var(nlg_judge_kernels::cpu::ENV) {
-                Ok(level) if !level.trim().is_empty() => {
-                    format!(" ({}={level})", nlg_judge_kernels::cpu::ENV)
+        if let Some(location) = &accelerator {
+            println!(
+                "precision {} on {location}: candle's GPU kernels and its BLAS (the CPU's \
+                 instruction paths do not apply)",
+                options.precision.as_str()
+            );
+        } else {
+            println!(
+                "precision {}: instruction path {} ({}); kernels: {}{}",
+                options.precision.as_str(),
+                precision_path.path,
+                precision_path.description,
+                nlg_judge_kernels::cpu::paths_used(),
+                match std::env::var(nlg_judge_kernels::cpu::ENV) {
+                    Ok(level) if !level.trim().is_empty() => {
+                        format!(" ({}={level})", nlg_judge_kernels::cpu::ENV)
+                    }
+                    _ => String::new(),
                 }
-                _ => String::new(),
-            }
-        );
+            );
+        }
         if let Some(agreement) = &compared {
             println!("{}", agreement_line(agreement));
         }

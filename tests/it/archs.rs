@@ -79,10 +79,19 @@ fn settings(strategy: Strategy) -> DecoderSettings {
 }
 
 fn scorer(kind: &str, strategy: Strategy, precision: Precision) -> Result<DecoderScorer> {
+    scorer_on("cpu", kind, strategy, precision)
+}
+
+fn scorer_on(
+    device: &str,
+    kind: &str,
+    strategy: Strategy,
+    precision: Precision,
+) -> Result<DecoderScorer> {
     let cache = tempfile::tempdir()?;
     let options = LoadOptions {
         resolve: common::resolve_options_in(cache.path()),
-        device: "cpu".to_string(),
+        device: device.to_string(),
         weights: WeightPolicy::F32,
         precision,
         decoder: settings(strategy),
@@ -155,12 +164,25 @@ fn all_requests(kind: &str, reference: &Reference) -> Vec<(LabelRequest, Vec<f64
 
 #[test]
 fn every_family_matches_transformers_and_the_trie_matches_naive() -> Result<()> {
+    every_family_on("cpu")
+}
+
+/// The same check through candle's CUDA ops (the tensor path: sliding windows, soft-caps,
+/// partial rotary, QK norms on the GPU). Built only with `--features cuda` and run by
+/// `scripts/gpu/run.sh` on a machine with a GPU: with this feature and no GPU it fails.
+#[cfg(feature = "cuda")]
+#[test]
+fn every_family_on_the_gpu_matches_transformers() -> Result<()> {
+    every_family_on("cuda")
+}
+
+fn every_family_on(device: &str) -> Result<()> {
     let reference = reference()?;
     for kind in KINDS {
         let cases = all_requests(kind, &reference);
         let (requests, expected): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
-        let mut tree = scorer(kind, Strategy::Tree, Precision::F32)?;
-        let mut naive = scorer(kind, Strategy::Naive, Precision::F32)?;
+        let mut tree = scorer_on(device, kind, Strategy::Tree, Precision::F32)?;
+        let mut naive = scorer_on(device, kind, Strategy::Naive, Precision::F32)?;
         let tree_lp = logprobs(&tree.label_logprobs(&requests)?);
         let naive_lp = logprobs(&naive.label_logprobs(&requests)?);
         let (mut worst_ref, mut worst_tree) = (0f64, 0f64);
@@ -178,7 +200,7 @@ fn every_family_matches_transformers_and_the_trie_matches_naive() -> Result<()> 
             }
         }
         eprintln!(
-            "{kind}: largest |log p - transformers| = {worst_ref:.2e}, |tree - naive| = {worst_tree:.2e}"
+            "{kind} on {device}: largest |log p - transformers| = {worst_ref:.2e}, |tree - naive| = {worst_tree:.2e}"
         );
         assert!(worst_ref < 1e-4, "{kind}: {worst_ref} from transformers");
         assert!(

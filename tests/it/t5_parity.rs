@@ -15,10 +15,14 @@ use serde_json::Value;
 const TOLERANCE: f32 = 1e-4;
 
 fn load_fixture() -> T5Model {
+    load_fixture_on(&Device::Cpu)
+}
+
+fn load_fixture_on(device: &Device) -> T5Model {
     let dir = common::t5::fixture_dir();
     let config = T5Config::from_file(&dir.join("config.json")).unwrap();
     let files = WeightFiles::find(&dir).unwrap();
-    T5Model::from_files(&config, &files, &Device::Cpu).unwrap()
+    T5Model::from_files(&config, &files, device).unwrap()
 }
 
 /// Compare our hidden states (positions, d_model) with a reference record of probe
@@ -56,8 +60,20 @@ fn relative_position_buckets_match_transformers_in_both_directions() {
 
 #[test]
 fn single_prompt_matches_transformers() {
+    single_prompt_on(&Device::Cpu);
+}
+
+/// FlanT5 through candle's CUDA ops. Built only with `--features cuda` and run by
+/// `scripts/gpu/run.sh` on a machine with a GPU: with this feature and no GPU it fails.
+#[cfg(feature = "cuda")]
+#[test]
+fn single_prompt_on_the_gpu_matches_transformers() {
+    single_prompt_on(&Device::new_cuda(0).expect("a CUDA device"));
+}
+
+fn single_prompt_on(device: &Device) {
     let r = reference();
-    let model = load_fixture();
+    let model = load_fixture_on(device);
     let probes = ids(&r["probe_ids"]);
     let single = &r["single"];
     let encoder = model.encode(&[ids(&single["input_ids"])]).unwrap();
