@@ -324,8 +324,11 @@ impl Vendor {
 
 #[cfg(target_arch = "x86_64")]
 fn cpuid_vendor_string() -> String {
-    // Leaf 0 is present on every x86-64 processor; the string is EBX, EDX, ECX.
-    let leaf = std::arch::x86_64::__cpuid(0);
+    // Leaf 0 is present on every x86-64 processor; the string is EBX, EDX, ECX. (The
+    // intrinsic is safe on recent toolchains, `unsafe` on older ones within rust-version.)
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU and only reads registers.
+    let leaf = unsafe { std::arch::x86_64::__cpuid(0) };
     let bytes: Vec<u8> = [leaf.ebx, leaf.edx, leaf.ecx]
         .iter()
         .flat_map(|r| r.to_le_bytes())
