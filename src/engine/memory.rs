@@ -548,7 +548,7 @@ fn repacked_share(block_type: &str) -> f64 {
         _ => return 0.0,
     };
     let elements = 256 * 16;
-    let stored = elements / dtype.block_size() as u64 * dtype.type_size() as u64;
+    let stored = stored_bytes(dtype, elements);
     repacked_bytes(dtype, elements) as f64 / stored as f64
 }
 
@@ -561,7 +561,7 @@ fn repacked_share(block_type: &str) -> f64 {
 /// An 8B Q4_K_M model kept as stored grew from 8.7 GiB after loading to 14.5 GiB in its
 /// first run on x86-64 before this was counted.
 pub fn repacked_bytes(dtype: GgmlDType, elements: u64) -> u64 {
-    let stored = elements / dtype.block_size() as u64 * dtype.type_size() as u64;
+    let stored = stored_bytes(dtype, elements);
     if cfg!(target_arch = "x86_64") {
         match dtype {
             GgmlDType::Q4K => elements / 256 * 3072 / 16,
@@ -581,6 +581,11 @@ pub fn repacked_bytes(dtype: GgmlDType, elements: u64) -> u64 {
     } else {
         0
     }
+}
+
+/// Bytes of `elements` values stored as `dtype` blocks.
+fn stored_bytes(dtype: GgmlDType, elements: u64) -> u64 {
+    elements / dtype.block_size() as u64 * dtype.type_size() as u64
 }
 
 /// Bytes in GiB, one decimal.
