@@ -8,5 +8,6 @@
 pub mod attention;
 pub mod cpu;
 pub mod gemm;
+pub mod peak;
 pub mod pointwise;
 pub mod reuse;

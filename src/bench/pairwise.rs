@@ -29,6 +29,12 @@ pub struct StrategyRun {
     /// Effective GFLOP/s of the layers' matrix products (2 x weights x tokens / time;
     /// attention, the output head and padding not counted).
     pub effective_gflops: f64,
+    /// Query-key pairs of attention per layer (see `EvalStats::attended_keys`).
+    pub attended_keys: u64,
+    /// GFLOP/s of the products and attention's two products together (scores and
+    /// values: 4 x query width x attended keys x layers), the arithmetic a run cannot
+    /// avoid; the output head, norms and softmax not counted.
+    pub achieved_gflops: f64,
     /// Peak resident memory of the process during this run (bytes), when known.
     pub peak_rss_bytes: Option<u64>,
     /// `p(A)` of every comparison, in plan order.
@@ -47,6 +53,9 @@ pub struct PairwiseBench {
     /// GFLOP/s of a 1024^3 f32 matrix product on the model's device at the start (the
     /// best of a few): what this machine's matrix products reach at all.
     pub calibration_gflops: f64,
+    /// The CPU's measured multiply-add ceiling on every thread at once (`None` on a GPU):
+    /// no kernel can do more arithmetic per second than this.
+    pub fma_peak: Option<FmaPeakReport>,
     /// One decoder block's own products (the model's layers, precision and instruction
     /// path), timed alone after the runs at the tree run's mean tokens per forward pass
     /// (the last run's without a tree run): what the products reach at the shapes this
@@ -62,6 +71,31 @@ pub struct PairwiseBench {
     /// order of the runs' probabilities.
     #[serde(skip)]
     pub documents: Vec<DocumentPairs>,
+}
+
+/// [`nlg_judge_kernels::peak::FmaPeak`] as reported.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FmaPeakReport {
+    /// The widest multiply-add of the CPU's own features (`NLG_JUDGE_CPU` does not lower
+    /// it: candle's f32 products ignore it too).
+    pub path: String,
+    pub threads: usize,
+    pub gflops: f64,
+    pub gflops_per_thread: f64,
+}
+
+impl FmaPeakReport {
+    /// Measure on the current rayon pool (what the runs use).
+    pub fn measure() -> FmaPeakReport {
+        let peak =
+            nlg_judge_kernels::peak::measure(nlg_judge_kernels::cpu::CpuFeatures::detected());
+        FmaPeakReport {
+            path: peak.path.name().to_string(),
+            threads: peak.threads,
+            gflops: peak.gflops,
+            gflops_per_thread: peak.gflops_per_thread,
+        }
+    }
 }
 
 /// The comparisons of one document.
@@ -188,7 +222,13 @@ pub fn bench_pairwise(
     );
     let labels = pairwise_labels(scorer)?;
     let calibration_gflops = calibration_gflops(scorer.model().device())?;
+    let fma_peak = scorer
+        .model()
+        .device()
+        .is_cpu()
+        .then(FmaPeakReport::measure);
     let flops_per_token = matmul_flops_per_token(scorer.model().config());
+    let flops_per_key = attention_flops_per_key(scorer.model().config());
     let plans = contexts
         .iter()
         .map(|context| plan_context(scorer, context, &options, &labels))
@@ -229,6 +269,11 @@ pub fn bench_pairwise(
             comparisons_per_second: comparisons as f64 / seconds,
             tokens_per_second: stats.tokens as f64 / seconds,
             effective_gflops: flops_per_token * stats.tokens as f64 / seconds / 1e9,
+            attended_keys: stats.attended_keys,
+            achieved_gflops: (flops_per_token * stats.tokens as f64
+                + flops_per_key * stats.attended_keys as f64)
+                / seconds
+                / 1e9,
             peak_rss_bytes: peak_rss_bytes(),
             p_a,
         });
@@ -261,6 +306,7 @@ pub fn bench_pairwise(
         runs,
         max_abs_diff,
         calibration_gflops,
+        fma_peak,
         model_shapes,
         matmul_parameters: (flops_per_token / 2.0).round() as u64,
         documents,
@@ -277,6 +323,13 @@ pub fn matmul_flops_per_token(c: &crate::arch::llama::LlamaConfig) -> f64 {
     let per_layer =
         c.hidden_size * (q + 2 * kv) + q * c.hidden_size + 3 * c.hidden_size * c.intermediate_size;
     2.0 * (c.num_layers * per_layer) as f64
+}
+
+/// Floating-point operations of attention's two products for one query-key pair through
+/// all layers: the score (a dot product of the head width) and the weighted value (as
+/// many multiply-adds), for every query head.
+pub fn attention_flops_per_key(c: &crate::arch::llama::LlamaConfig) -> f64 {
+    4.0 * (c.num_heads * c.head_dim * c.num_layers) as f64
 }
 
 /// GFLOP/s of a 1024 x 1024 x 1024 f32 matrix product on `device`: the best of five

@@ -229,6 +229,12 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "weights_used": weights_used(result),
         "matmul_parameters": result.matmul_parameters,
         "fraction_of_model_shapes_tree": tree.map(|r| r.effective_gflops / result.model_shapes.gflops),
+        "attended_keys_tree": tree.map(|r| r.attended_keys),
+        "achieved_gflops_tree": tree.map(|r| r.achieved_gflops),
+        "peak_fma_gflops": result.fma_peak.as_ref().map(|p| p.gflops),
+        "peak_fma_path": result.fma_peak.as_ref().map(|p| p.path.clone()),
+        "peak_fma_threads": result.fma_peak.as_ref().map(|p| p.threads),
+        "fraction_of_peak_tree": tree.zip(result.fma_peak.as_ref()).map(|(r, p)| r.achieved_gflops / p.gflops),
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
         "peak_rss_bytes_tree": tree.and_then(|r| r.peak_rss_bytes),
@@ -248,7 +254,7 @@ fn weights_used(result: &PairwiseBench) -> String {
 
 fn table(result: &PairwiseBench, model: &str) -> String {
     let mut out = format!(
-        "{model}: {} SummEval document(s), {} comparisons; CPU {}\ncalibration GEMM (1024^3 f32): {:.1} GFLOP/s; one block's products at {} rows ({}): {:.1} GFLOP/s\n{:<8} {:>10} {:>9} {:>10} {:>13} {:>9} {:>8} {:>7} {:>8} {:>12}\n",
+        "{model}: {} SummEval document(s), {} comparisons; CPU {}\ncalibration GEMM (1024^3 f32): {:.1} GFLOP/s; one block's products at {} rows ({}): {:.1} GFLOP/s\n{}{:<8} {:>10} {:>9} {:>10} {:>13} {:>9} {:>8} {:>7} {:>8} {:>9} {:>7} {:>12}\n",
         result.docs,
         result.comparisons,
         crate::runtime::cpu_features(),
@@ -262,11 +268,18 @@ fn table(result: &PairwiseBench, model: &str) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         result.model_shapes.gflops,
-        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "tokens/s", "GFLOP/s", "% peak", "% shapes", "peak RSS MiB"
+        match &result.fma_peak {
+            Some(peak) => format!(
+                "multiply-add peak ({}, {} threads): {:.1} GFLOP/s; '+attn' counts attention's products too, '% FMA' is that of the peak\n",
+                peak.path, peak.threads, peak.gflops
+            ),
+            None => String::new(),
+        },
+        "strategy", "tokens", "forwards", "seconds", "comparisons/s", "tokens/s", "GFLOP/s", "% GEMM", "% shapes", "+attn", "% FMA", "peak RSS MiB"
     );
     for run in &result.runs {
         out.push_str(&format!(
-            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>9.0} {:>8.1} {:>7.1} {:>8.1} {:>12}\n",
+            "{:<8} {:>10} {:>9} {:>10.2} {:>13.2} {:>9.0} {:>8.1} {:>7.1} {:>8.1} {:>9.1} {:>7} {:>12}\n",
             run.strategy,
             run.tokens,
             run.forward_calls,
@@ -276,6 +289,12 @@ fn table(result: &PairwiseBench, model: &str) -> String {
             run.effective_gflops,
             100.0 * run.effective_gflops / result.calibration_gflops,
             100.0 * run.effective_gflops / result.model_shapes.gflops,
+            run.achieved_gflops,
+            result
+                .fma_peak
+                .as_ref()
+                .map(|p| format!("{:.1}", 100.0 * run.achieved_gflops / p.gflops))
+                .unwrap_or_else(|| "-".into()),
             run.peak_rss_bytes
                 .map(|b| (b >> 20).to_string())
                 .unwrap_or_else(|| "-".into())
@@ -306,6 +325,8 @@ mod tests {
             comparisons_per_second: 1.0,
             tokens_per_second: 50.0,
             effective_gflops: gflops,
+            attended_keys: 500,
+            achieved_gflops: gflops + 2.0,
             peak_rss_bytes: Some(1 << 20),
             p_a: Vec::new(),
         }
@@ -328,6 +349,12 @@ mod tests {
             runs: vec![run("naive", 3.0), run("tree", 6.0)],
             max_abs_diff: Some(0.0),
             calibration_gflops: 24.0,
+            fma_peak: Some(crate::bench::pairwise::FmaPeakReport {
+                path: "avx2 fma (256-bit)".into(),
+                threads: 2,
+                gflops: 32.0,
+                gflops_per_thread: 16.0,
+            }),
             model_shapes: ShapeCalibration {
                 rows: 25,
                 on_buffers: false,
@@ -346,7 +373,18 @@ mod tests {
         assert_eq!(json["weights_used"], "q4k+q6k");
         assert_eq!(json["matmul_parameters"], 1234);
         assert_eq!(json["calibration_model_shapes"][1]["name"], "down");
+        assert_eq!(json["attended_keys_tree"], 500);
+        assert_eq!(json["achieved_gflops_tree"], 8.0);
+        assert_eq!(json["peak_fma_gflops"], 32.0);
+        assert_eq!(json["peak_fma_path"], "avx2 fma (256-bit)");
+        assert_eq!(json["fraction_of_peak_tree"], 0.25);
         let text = table(&result, "m");
         assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
+        assert!(text.contains("multiply-add peak (avx2 fma (256-bit), 2 threads): 32.0 GFLOP/s"));
+        let tree_row = text
+            .lines()
+            .find(|l| l.starts_with("tree "))
+            .expect("a tree row");
+        assert!(tree_row.contains("     8.0    25.0 "), "{tree_row}");
     }
 }

@@ -67,6 +67,20 @@ fn the_trie_equals_prompt_by_prompt_evaluation_on_a_real_document() -> Result<()
     let requests = summeval_requests(&scorer)?;
     let naive = logprobs(&scorer.label_logprobs(&requests)?);
     let naive_tokens = scorer.stats().tokens;
+    let naive_keys = scorer.stats().attended_keys;
+    // One prompt alone: token t attends to t + 1 positions (single-token labels add none).
+    for request in &requests[..2] {
+        scorer.reset_stats();
+        scorer.label_logprobs(std::slice::from_ref(request))?;
+        let (tokens, keys) = (scorer.stats().tokens as u64, scorer.stats().attended_keys);
+        assert!(tokens > 0, "the prompt was not computed again");
+        assert_eq!(
+            keys,
+            tokens * (tokens + 1) / 2,
+            "a prompt of {tokens} tokens"
+        );
+    }
+    let mut tree_keys = None;
     for threads in [1, 2] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -85,6 +99,13 @@ fn the_trie_equals_prompt_by_prompt_evaluation_on_a_real_document() -> Result<()
             assert!(
                 tree_tokens * 3 < naive_tokens,
                 "the trie computed {tree_tokens} tokens, naive {naive_tokens}"
+            );
+            // Batching changes how the trie's nodes are grouped, not what they attend to.
+            let keys = scorer.stats().attended_keys;
+            assert_eq!(*tree_keys.get_or_insert(keys), keys, "{rows} rows");
+            assert!(
+                keys * 2 < naive_keys,
+                "tree {keys}, naive {naive_keys} keys"
             );
         }
     }

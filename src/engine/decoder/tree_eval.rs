@@ -51,6 +51,9 @@ pub struct EvalStats {
     pub forward_calls: usize,
     /// Positions that went through the output head.
     pub scored_positions: usize,
+    /// Query-key pairs of attention, per layer: each token counts the positions it
+    /// attends to (its prefix and itself; sliding windows not subtracted).
+    pub attended_keys: u64,
     /// Largest key/value cache memory held at once (bytes).
     pub peak_cache_bytes: usize,
 }
@@ -60,8 +63,16 @@ impl EvalStats {
         self.tokens += other.tokens;
         self.forward_calls += other.forward_calls;
         self.scored_positions += other.scored_positions;
+        self.attended_keys += other.attended_keys;
         self.peak_cache_bytes = self.peak_cache_bytes.max(other.peak_cache_bytes);
     }
+}
+
+/// Query-key pairs of `tokens` new positions after `prefix_len` cached ones (causal:
+/// token `t` sees the prefix and tokens `0..=t`).
+fn attended_keys(prefix_len: usize, tokens: usize) -> u64 {
+    let (prefix_len, tokens) = (prefix_len as u64, tokens as u64);
+    tokens * prefix_len + tokens * (tokens + 1) / 2
 }
 
 /// The keys/values of one trie node, linked to its parent's: a path from the root.
@@ -84,6 +95,11 @@ impl PathNode {
             .rev()
             .flat_map(|node| node.own.iter())
             .collect()
+    }
+
+    /// Positions cached from the root down to this node.
+    fn len(self: &Rc<Self>) -> usize {
+        self.segments().iter().map(|kv| kv.len()).sum()
     }
 }
 
@@ -410,10 +426,12 @@ impl<'m> TreeEvaluator<'m> {
         };
         walk.stats.forward_calls += 1;
         let mut positions = Vec::new();
-        for ((_, members), out) in groups.iter().zip(&outputs) {
+        for (((_, members), out), path) in groups.iter().zip(&outputs).zip(&paths) {
+            let prefix_len = path.as_ref().map_or(0, |p| p.len());
             for (row, &n) in members.iter().enumerate() {
                 let node = trie.node(n);
                 walk.stats.tokens += node.tokens.len();
+                walk.stats.attended_keys += attended_keys(prefix_len, node.tokens.len());
                 for &(offset, query) in &node.queries {
                     positions.push((out.row_starts[row] + offset, query));
                 }
@@ -477,6 +495,9 @@ impl<'m> TreeEvaluator<'m> {
             let mut out = self.model.forward_groups(&[group], keep_kv)?.remove(0);
             walk.stats.forward_calls += 1;
             walk.stats.tokens += end - start;
+            let prefix_len =
+                path.as_ref().map_or(0, |p| p.len()) + own.iter().map(|kv| kv.len()).sum::<usize>();
+            walk.stats.attended_keys += attended_keys(prefix_len, end - start);
             let positions: Vec<(usize, usize)> = node
                 .queries
                 .iter()
