@@ -280,9 +280,9 @@ fn run_job(
             }
         };
     }
-    run!(1 => 8 / 4, 2 => 8 / 2, 3 => 4 / 1, 4 => 4 / 1, 5 => 2 / 1, 6 => 2 / 1, 7 => 2 / 1,
-         8 => 2 / 1, 9 => 1 / 1, 10 => 1 / 1, 11 => 1 / 1, 12 => 1 / 1, 13 => 1 / 1,
-         14 => 1 / 1, 15 => 1 / 1, 16 => 1 / 1);
+    run!(1 => 8 / 4, 2 => 8 / 4, 3 => 4 / 4, 4 => 4 / 4, 5 => 2 / 4, 6 => 2 / 4, 7 => 2 / 4,
+         8 => 2 / 4, 9 => 1 / 4, 10 => 1 / 4, 11 => 1 / 4, 12 => 1 / 4, 13 => 1 / 4,
+         14 => 1 / 4, 15 => 1 / 4, 16 => 1 / 4);
 }
 
 /// `buffer` grown to at least `len` floats; what it held is left (every part the kernel
@@ -503,9 +503,10 @@ impl Job<'_> {
             .sum()
     }
 
-    /// `PV` queries per value block where the registers hold 512 floats (AVX-512),
-    /// `PV_NARROW` where they hold 128 (AVX2, NEON), chosen so that the block's outputs
-    /// stay in registers.
+    /// `PV` queries per value block where the registers hold 512 floats (AVX-512; whole
+    /// head width), `PV_NARROW` where they hold 128 (AVX2, NEON; one lane array of the
+    /// head at a time, see `ChunkState::tile`), chosen so that the block's outputs stay
+    /// in registers.
     fn run<const NV: usize, const PV: usize, const PV_NARROW: usize>(&self, path: SimdPath) {
         const WIDE: usize = SCORE_BLOCK_WIDE;
         const NARROW: usize = SCORE_BLOCK_NARROW;
@@ -516,7 +517,7 @@ impl Job<'_> {
                     SimdPath::Avx512 => self.item_avx512::<NV, PV, WIDE>(item),
                     SimdPath::Avx2 => self.item_avx2::<NV, PV_NARROW, NARROW>(item),
                     SimdPath::Neon => self.item_neon::<NV, PV_NARROW, NARROW>(item),
-                    SimdPath::Portable => self.item::<Separate, NV, PV, WIDE>(item),
+                    SimdPath::Portable => self.item::<Separate, NV, PV, WIDE, false>(item),
                 }
             }
         });
@@ -527,22 +528,25 @@ impl Job<'_> {
         target_feature(enable = "avx512f,avx512vl,fma")
     )]
     unsafe fn item_avx512<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV, SB>(item)
+        self.item::<Fused, NV, PV, SB, false>(item)
     }
 
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
     unsafe fn item_avx2<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV, SB>(item)
+        self.item::<Fused, NV, PV, SB, true>(item)
     }
 
     #[cfg_attr(target_arch = "aarch64", target_feature(enable = "neon"))]
     unsafe fn item_neon<const NV: usize, const PV: usize, const SB: usize>(&self, item: usize) {
-        self.item::<Fused, NV, PV, SB>(item)
+        self.item::<Fused, NV, PV, SB, true>(item)
     }
 
     /// One work item: a chunk of queries of one key/value head of one group.
     #[inline(always)]
-    fn item<M: MulAdd, const NV: usize, const PV: usize, const SB: usize>(&self, mut item: usize) {
+    fn item<M: MulAdd, const NV: usize, const PV: usize, const SB: usize, const SLICED: bool>(
+        &self,
+        mut item: usize,
+    ) {
         let mut group_index = 0;
         loop {
             let n = self.chunks(&self.groups[group_index]) * self.dims.kv_heads;
@@ -556,11 +560,11 @@ impl Job<'_> {
         let chunks = self.chunks(group);
         let (kv_head, chunk) = (item / chunks, item % chunks);
         let own_keys_t = &self.own_transposed[self.own_offsets[group_index]..];
-        self.chunk::<M, NV, PV, SB>(group, own_keys_t, kv_head, chunk);
+        self.chunk::<M, NV, PV, SB, SLICED>(group, own_keys_t, kv_head, chunk);
     }
 
     #[inline(always)]
-    fn chunk<M: MulAdd, const NV: usize, const PV: usize, const SB: usize>(
+    fn chunk<M: MulAdd, const NV: usize, const PV: usize, const SB: usize, const SLICED: bool>(
         &self,
         group: &RowGroup,
         own_keys_t: &[f32],
@@ -637,7 +641,7 @@ impl Job<'_> {
                     }
                 }
                 let at = base + start * hd;
-                st.tile::<M, PV, SB>(
+                st.tile::<M, PV, SB, SLICED>(
                     0,
                     n,
                     &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
@@ -681,7 +685,7 @@ impl Job<'_> {
                 }
                 let at = base + start * hd;
                 let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;
-                st.tile::<M, PV, SB>(
+                st.tile::<M, PV, SB, SLICED>(
                     from,
                     end,
                     &own_keys_t[at_t..at_t + hd * KEY_TILE],

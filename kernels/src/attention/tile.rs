@@ -87,9 +87,12 @@ impl<const NV: usize> ChunkState<NV> {
     /// (`len` rows of `HEAD_DIM` floats); query `i` sees the first `visible[i]` of them.
     /// `PV_BLOCK` queries share each load of a value row, `SCORE_BLOCK` each load of a
     /// key column (blocking changes speed only: every score and output is summed in the
-    /// same order whatever the block).
+    /// same order whatever the block). With `SLICED` the value blocks run over one lane
+    /// array of the head at a time, for registers too few to hold a block's outputs at
+    /// the whole head width (AVX2's and NEON's 128 floats: 4 queries of a 64-wide head
+    /// are 32 AVX2 registers, 4 queries of one lane array 8).
     #[inline(always)]
-    pub fn tile<M: MulAdd, const PV_BLOCK: usize, const SCORE_BLOCK: usize>(
+    pub fn tile<M: MulAdd, const PV_BLOCK: usize, const SCORE_BLOCK: usize, const SLICED: bool>(
         &mut self,
         first: usize,
         end: usize,
@@ -120,11 +123,19 @@ impl<const NV: usize> ChunkState<NV> {
         }
         let mut i = first;
         while i + PV_BLOCK <= end {
-            self.value_block::<M, PV_BLOCK>(i, values, len);
+            if SLICED {
+                self.value_block_sliced::<M, PV_BLOCK>(i, values, len);
+            } else {
+                self.value_block::<M, PV_BLOCK>(i, values, len);
+            }
             i += PV_BLOCK;
         }
         while i < end {
-            self.value_block::<M, 1>(i, values, len);
+            if SLICED {
+                self.value_block_sliced::<M, 1>(i, values, len);
+            } else {
+                self.value_block::<M, 1>(i, values, len);
+            }
             i += 1;
         }
     }
@@ -253,6 +264,41 @@ impl<const NV: usize> ChunkState<NV> {
         }
         for (qi, a) in acc.iter().enumerate() {
             self.acc[first + qi] = *a;
+        }
+    }
+}
+
+/// Helpers of [`ChunkState`] that only the narrow-register paths use.
+impl<const NV: usize> ChunkState<NV> {
+    /// [`Self::value_block`] one lane array of the head at a time: for each, `N`
+    /// queries' sums of that array stay in registers while the tile's keys go by. Each
+    /// output still adds the keys' products in key order, so the result is the same.
+    #[inline(always)]
+    fn value_block_sliced<M: MulAdd, const N: usize>(
+        &mut self,
+        first: usize,
+        values: &[f32],
+        len: usize,
+    ) {
+        let dim = Self::HEAD_DIM;
+        for v in 0..NV {
+            let mut acc = [[0f32; LANES]; N];
+            for (qi, a) in acc.iter_mut().enumerate() {
+                *a = self.acc[first + qi][v];
+            }
+            for (j, value) in values.chunks_exact(dim).take(len).enumerate() {
+                let mut row = [0f32; LANES];
+                row.copy_from_slice(&value[v * LANES..(v + 1) * LANES]);
+                for (qi, a) in acc.iter_mut().enumerate() {
+                    let x = self.scores[first + qi][j];
+                    for (y, &r) in a.iter_mut().zip(&row) {
+                        *y = M::mul_add(x, r, *y);
+                    }
+                }
+            }
+            for (qi, a) in acc.iter().enumerate() {
+                self.acc[first + qi][v] = *a;
+            }
         }
     }
 }
