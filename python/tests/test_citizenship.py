@@ -67,7 +67,11 @@ def test_two_judges_in_two_threads_agree_with_one_after_the_other():
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C as in a terminal, however the test suite was started: a suite launched in
+    # the background of a non-interactive shell inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler, so the interruption would never arrive.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import nlg_judge
     judge = nlg_judge.Judge(cache=sys.argv[1], strategy="naive", max_batch_rows=1,
                             progress=False)
