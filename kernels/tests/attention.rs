@@ -290,8 +290,8 @@ fn one_and_two_threads_give_identical_results() {
 }
 
 /// The fused-multiply-add paths (AVX-512 with 4-query score blocks and whole-width value
-/// blocks, AVX2 and NEON with 2-query score blocks and value blocks of 4 queries one lane
-/// array at a time, to stay in their registers) sum every score and output in the same
+/// blocks, AVX2 and NEON with 2-query score blocks, and value blocks of 4 queries one
+/// lane array at a time from 128-wide heads up, to stay in their registers) sum every score and output in the same
 /// order: where a CPU has two of them, they give the same bits.
 #[test]
 fn blocking_does_not_change_the_bits_of_the_fused_paths() {

@@ -280,7 +280,7 @@ fn run_job(
             }
         };
     }
-    run!(1 => 8 / 4, 2 => 8 / 4, 3 => 4 / 4, 4 => 4 / 4, 5 => 2 / 4, 6 => 2 / 4, 7 => 2 / 4,
+    run!(1 => 8 / 4, 2 => 8 / 2, 3 => 4 / 1, 4 => 4 / 1, 5 => 2 / 1, 6 => 2 / 1, 7 => 2 / 1,
          8 => 2 / 4, 9 => 1 / 4, 10 => 1 / 4, 11 => 1 / 4, 12 => 1 / 4, 13 => 1 / 4,
          14 => 1 / 4, 15 => 1 / 4, 16 => 1 / 4);
 }
@@ -505,8 +505,8 @@ impl Job<'_> {
 
     /// `PV` queries per value block where the registers hold 512 floats (AVX-512; whole
     /// head width), `PV_NARROW` where they hold 128 (AVX2, NEON; one lane array of the
-    /// head at a time, see `ChunkState::tile`), chosen so that the block's outputs stay
-    /// in registers.
+    /// head at a time from 128-wide heads up, see `ChunkState::tile`), chosen so that the
+    /// block's outputs stay in registers.
     fn run<const NV: usize, const PV: usize, const PV_NARROW: usize>(&self, path: SimdPath) {
         const WIDE: usize = SCORE_BLOCK_WIDE;
         const NARROW: usize = SCORE_BLOCK_NARROW;

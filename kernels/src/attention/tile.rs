@@ -87,10 +87,12 @@ impl<const NV: usize> ChunkState<NV> {
     /// (`len` rows of `HEAD_DIM` floats); query `i` sees the first `visible[i]` of them.
     /// `PV_BLOCK` queries share each load of a value row, `SCORE_BLOCK` each load of a
     /// key column (blocking changes speed only: every score and output is summed in the
-    /// same order whatever the block). With `SLICED` the value blocks run over one lane
-    /// array of the head at a time, for registers too few to hold a block's outputs at
-    /// the whole head width (AVX2's and NEON's 128 floats: 4 queries of a 64-wide head
-    /// are 32 AVX2 registers, 4 queries of one lane array 8).
+    /// same order whatever the block). With `SLICED` and heads of 128 or more (`NV >= 8`) the value blocks
+    /// run over one lane array of the head at a time, for registers too few to hold a
+    /// block's outputs at the whole head width (AVX2's and NEON's 128 floats: one query of
+    /// a 128-wide head is 16 AVX2 registers, 4 queries of one lane array 8). Narrower
+    /// heads keep whole-width blocks: slicing them measured slower end to end
+    /// (SmolLM2's 64-wide heads, docs/results.md).
     #[inline(always)]
     pub fn tile<M: MulAdd, const PV_BLOCK: usize, const SCORE_BLOCK: usize, const SLICED: bool>(
         &mut self,
@@ -123,7 +125,7 @@ impl<const NV: usize> ChunkState<NV> {
         }
         let mut i = first;
         while i + PV_BLOCK <= end {
-            if SLICED {
+            if SLICED && NV >= 8 {
                 self.value_block_sliced::<M, PV_BLOCK>(i, values, len);
             } else {
                 self.value_block::<M, PV_BLOCK>(i, values, len);
@@ -131,7 +133,7 @@ impl<const NV: usize> ChunkState<NV> {
             i += PV_BLOCK;
         }
         while i < end {
-            if SLICED {
+            if SLICED && NV >= 8 {
                 self.value_block_sliced::<M, 1>(i, values, len);
             } else {
                 self.value_block::<M, 1>(i, values, len);
