@@ -53,24 +53,10 @@ fn main() {
             .install(|| measure_path(FmaPath::Avx2));
         let steps = 1 << 19;
         // SAFETY: AVX2 was detected just above.
-        unsafe { madd_chains(steps) };
-        let mut best = f64::INFINITY;
-        for _ in 0..5 {
-            let start = Instant::now();
-            // SAFETY: as above.
-            std::hint::black_box(unsafe { madd_chains(steps) });
-            best = best.min(start.elapsed().as_secs_f64());
-        }
+        let best = best_seconds(|| unsafe { madd_chains(steps) });
         let madds = (MADD_CHAINS * steps * 16) as f64 / best / 1e9;
         // SAFETY: AVX2 and FMA were detected (the 256-bit path ran above).
-        unsafe { fma128_chains(steps) };
-        let mut best128 = f64::INFINITY;
-        for _ in 0..5 {
-            let start = Instant::now();
-            // SAFETY: as above.
-            std::hint::black_box(unsafe { fma128_chains(steps) });
-            best128 = best128.min(start.elapsed().as_secs_f64());
-        }
+        let best128 = best_seconds(|| unsafe { fma128_chains(steps) });
         let gflops128 = (MADD_CHAINS * steps * 8) as f64 / best128 / 1e9;
         println!(
             "fma (128-bit), 1 thread: {gflops128:.1} GFLOP/s; the 256-bit FMA does {:.2}x that \
@@ -85,6 +71,19 @@ fn main() {
             madds / fma_madds
         );
     }
+}
+
+/// The fastest of five timed runs of `run` after an untimed one (seconds).
+#[cfg(target_arch = "x86_64")]
+fn best_seconds<T>(mut run: impl FnMut() -> T) -> f64 {
+    std::hint::black_box(run());
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(run());
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Independent `vpmaddwd` + `vpaddd` chains, as in the int8 AVX2 tiles.
