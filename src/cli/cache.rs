@@ -89,8 +89,19 @@ pub fn run(args: CacheCommandArgs) -> Result<()> {
                         report.label_results,
                         report.text_results
                     );
-                    for reason in &report.stopped {
-                        println!("not copied: {reason}");
+                    if report.unreadable_pages == 0 && report.lost_estimate == 0 {
+                        println!(
+                            "every page of the damaged cache ({}) could be read",
+                            report.pages
+                        );
+                    } else {
+                        println!(
+                            "lost: {} of its {} pages could not be read; about {} entries were on them or could not be decoded",
+                            report.unreadable_pages, report.pages, report.lost_estimate
+                        );
+                    }
+                    for note in &report.notes {
+                        println!("note: {note}");
                     }
                     println!("runs compute what was lost again; delete the damaged copy when you no longer need it");
                 }

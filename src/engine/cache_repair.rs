@@ -3,8 +3,11 @@
 //! [`check`] runs SQLite's integrity check and counts the entries. [`repair`] moves a
 //! damaged file (with its write-ahead log) aside under a `.damaged-<seconds>` name, never
 //! deleting it, creates a fresh cache in its place, and copies into it every entry that
-//! can still be read from the damaged one (each table is read in key order until the
-//! first unreadable page). What was lost is computed again by the next run.
+//! can still be read from the damaged one: first what SQLite itself reads of each table
+//! (in key order, until the first page it cannot read), then every entry of the pages
+//! read one by one ([`super::cache_pages`]), so a damaged page loses only its own
+//! entries. The report counts the pages that could not be read and estimates the
+//! entries lost with them; what was lost is computed again by the next run.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +15,7 @@ use anyhow::{bail, Context as _, Result};
 use rusqlite::{Connection, OpenFlags};
 
 use super::cache::ResultCache;
+use super::cache_pages::scan;
 
 /// What [`check`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +38,19 @@ impl CheckReport {
 pub struct RepairReport {
     /// `None`: the cache was sound and left as it was.
     pub moved_to: Option<PathBuf>,
-    /// Entries copied into the fresh cache (label results, text results).
+    /// Entries in the fresh cache (label results, text results).
     pub label_results: usize,
     pub text_results: usize,
-    /// Why copying a table stopped early, if it did.
-    pub stopped: Vec<String>,
+    /// Pages of the damaged file, and those of them that could not be read.
+    pub pages: usize,
+    pub unreadable_pages: usize,
+    /// Entries lost: those on readable pages that did not decode, plus, for each
+    /// unreadable page, the average number of entries of the pages that were read (an
+    /// estimate: what a page held cannot be read from it).
+    pub lost_estimate: usize,
+    /// What went wrong reading the damaged file as a whole (it could not be opened, a
+    /// table could not be read to its end by SQLite), for the record.
+    pub notes: Vec<String>,
 }
 
 fn open_existing(path: &Path) -> rusqlite::Result<Connection> {
@@ -98,7 +110,10 @@ pub fn repair(path: &Path) -> Result<RepairReport> {
             moved_to: None,
             label_results: report.label_results.unwrap_or(0),
             text_results: report.text_results.unwrap_or(0),
-            stopped: Vec::new(),
+            pages: 0,
+            unreadable_pages: 0,
+            lost_estimate: 0,
+            notes: Vec::new(),
         });
     }
     let seconds = std::time::SystemTime::now()
@@ -117,20 +132,9 @@ pub fn repair(path: &Path) -> Result<RepairReport> {
         .with_context(|| format!("cannot move {} to {}", path.display(), aside.display()))?;
     // The fresh cache, with its schema.
     drop(ResultCache::open(path)?);
-    let mut stopped = Vec::new();
-    let (label_results, text_results) = match salvage(&aside, path, &mut stopped) {
-        Ok(counts) => counts,
-        Err(error) => {
-            stopped.push(format!("{error:#}"));
-            (0, 0)
-        }
-    };
-    Ok(RepairReport {
-        moved_to: Some(aside),
-        label_results,
-        text_results,
-        stopped,
-    })
+    let mut repaired = salvage(&aside, path)?;
+    repaired.moved_to = Some(aside);
+    Ok(repaired)
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -148,34 +152,75 @@ const TABLES: [(&str, &str, usize); 2] = [
     ("text_results", "model, kind, key, value", 4),
 ];
 
-/// Copy the readable rows of `damaged` into the cache at `fresh`.
-fn salvage(damaged: &Path, fresh: &Path, stopped: &mut Vec<String>) -> Result<(usize, usize)> {
-    let source = Connection::open_with_flags(damaged, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .with_context(|| format!("cannot open {}", damaged.display()))?;
+/// Copy every readable entry of `damaged` into the cache at `fresh`.
+fn salvage(damaged: &Path, fresh: &Path) -> Result<RepairReport> {
+    let mut notes = Vec::new();
     let mut target = Connection::open(fresh)
         .with_context(|| format!("cannot open the fresh cache {}", fresh.display()))?;
     let transaction = target.transaction()?;
-    let mut counts = [0usize; 2];
-    for (k, (table, columns, width)) in TABLES.iter().enumerate() {
-        let copied = copy_table(
-            &source,
-            &transaction,
-            table,
-            columns,
-            *width,
-            &mut counts[k],
-        );
-        if let Err(error) = copied {
-            stopped.push(format!(
-                "{table}: stopped after {} rows: {error}",
-                counts[k]
-            ));
+    // What SQLite reads (through the write-ahead log, so the newest copy of an entry).
+    match Connection::open_with_flags(damaged, OpenFlags::SQLITE_OPEN_READ_ONLY) {
+        Ok(source) => {
+            for (table, columns, width) in TABLES {
+                let mut copied = 0;
+                if let Err(error) =
+                    copy_table(&source, &transaction, table, columns, width, &mut copied)
+                {
+                    notes.push(format!(
+                        "{table}: SQLite read {copied} entries in key order, then: {error}"
+                    ));
+                }
+            }
+        }
+        Err(error) => notes.push(format!("SQLite cannot open it: {error}")),
+    }
+    // Then every page on its own; entries SQLite read already are kept as it read them.
+    let file = std::fs::read(damaged)
+        .with_context(|| format!("cannot read the damaged cache {}", damaged.display()))?;
+    let wal_path = with_suffix(damaged, "-wal");
+    let wal = match std::fs::read(&wal_path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => {
+            notes.push(format!("cannot read {}: {error}", wal_path.display()));
+            Vec::new()
+        }
+    };
+    let pages = scan(&file, &wal);
+    for ((table, columns, width), rows) in TABLES.iter().zip([&pages.label_rows, &pages.text_rows])
+    {
+        let placeholders = vec!["?"; *width].join(", ");
+        let mut write = transaction.prepare(&format!(
+            "INSERT OR IGNORE INTO {table} ({columns}) VALUES ({placeholders})"
+        ))?;
+        for row in rows {
+            write
+                .execute(rusqlite::params_from_iter(row))
+                .with_context(|| format!("cannot write the fresh cache {}", fresh.display()))?;
         }
     }
+    let label_results = count(&transaction, "label_results").unwrap_or(0);
+    let text_results = count(&transaction, "text_results").unwrap_or(0);
     transaction
         .commit()
-        .context("cannot write the fresh cache")?;
-    Ok((counts[0], counts[1]))
+        .with_context(|| format!("cannot write the fresh cache {}", fresh.display()))?;
+    let read = pages.label_rows.len() + pages.text_rows.len();
+    let per_page = if pages.entry_pages == 0 {
+        0.0
+    } else {
+        read as f64 / pages.entry_pages as f64
+    };
+    let lost_estimate =
+        pages.undecodable + (per_page * pages.unreadable_pages as f64).round() as usize;
+    Ok(RepairReport {
+        moved_to: None,
+        label_results,
+        text_results,
+        pages: pages.pages,
+        unreadable_pages: pages.unreadable_pages,
+        lost_estimate,
+        notes,
+    })
 }
 
 fn copy_table(

@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod cache_fault;
+pub mod cache_pages;
 pub mod cache_repair;
 pub mod completion;
 pub mod decoder;

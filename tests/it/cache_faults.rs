@@ -4,7 +4,9 @@
 //! privileges: the run stops with a named error, what was stored is kept, no output file
 //! appears, a rerun completes), and a read-only cache (a tmpfs remounted read-only when
 //! this process is root and may mount, file modes when not root; skipped, saying so, for
-//! root without mount rights, whom file modes do not stop).
+//! root without mount rights, whom file modes do not stop). A cache with one 4 KiB page
+//! overwritten (a leaf, or the root of a table's b-tree) loses through `cache repair`
+//! exactly the entries that page held, and nothing else.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -228,4 +230,174 @@ fn a_read_only_cache_stops_new_work_with_a_named_error_and_stays_as_it_was() {
     assert!(err.contains("results.sqlite"), "{err}");
     assert!(!other.exists());
     assert_eq!(stored(&db), 20);
+}
+
+/// Label results stored under their keys, text results under theirs.
+type Stored = (
+    Vec<(nlg_judge::engine::CacheKey, nlg_judge::engine::LabelResult)>,
+    Vec<(String, String)>,
+);
+
+/// A cache of 600 label results and 60 text results (every fifth long enough to spill into
+/// overflow pages), written and closed (its log checkpointed into the file); returns the
+/// keys with what was stored under them.
+fn filled_cache(path: &Path) -> Stored {
+    use nlg_judge::engine::{CacheKey, LabelResult, LabelScore, ResultCache, TokenPrompt};
+    let cache = ResultCache::open(path).unwrap();
+    let mut labels = Vec::new();
+    for i in 0..600u32 {
+        let prompt = TokenPrompt {
+            input: vec![i, i * 7 + 1, 3],
+            decoder_prefix: Vec::new(),
+        };
+        let key = CacheKey::new(
+            "model-fingerprint",
+            "pairwise/c1",
+            &prompt,
+            vec![vec![1], vec![2]],
+        );
+        let result = LabelResult {
+            labels: vec![
+                LabelScore {
+                    tokens: vec![1],
+                    logprob: -0.001 * f64::from(i) - 0.5,
+                },
+                LabelScore {
+                    tokens: vec![2],
+                    logprob: -1.0 / (1.0 + f64::from(i)),
+                },
+            ],
+            prompt_tokens: i as usize + 3,
+        };
+        cache.put(&key, &result).unwrap();
+        labels.push((key, result));
+    }
+    let mut texts = Vec::new();
+    for i in 0..60 {
+        let length = if i % 5 == 0 { 6000 + 37 * i } else { 40 + i };
+        let value: String = (0..length)
+            .map(|k| char::from(b'a' + ((k * 7 + i) % 26) as u8))
+            .collect();
+        let key = format!("key-{i:03}");
+        cache
+            .put_text("model-fingerprint", "geval-steps", &key, &value)
+            .unwrap();
+        texts.push((key, value));
+    }
+    drop(cache);
+    (labels, texts)
+}
+
+/// Overwrite page `page` (1-based) of a 4 KiB-page file with garbage that is no page
+/// type; returns how many entries the page held (its cell count).
+fn overwrite_page(path: &Path, page: usize) -> usize {
+    let mut bytes = std::fs::read(path).unwrap();
+    let start = (page - 1) * 4096;
+    let cells = usize::from(u16::from_be_bytes([bytes[start + 3], bytes[start + 4]]));
+    let mut state = 0x2545_f491_u32 ^ page as u32;
+    for byte in &mut bytes[start..start + 4096] {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        *byte = (state >> 16) as u8;
+    }
+    bytes[start] = 0xA7;
+    std::fs::write(path, bytes).unwrap();
+    cells
+}
+
+#[test]
+fn the_page_reader_gives_every_entry_of_a_sound_cache_once() {
+    use rusqlite::types::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sound.sqlite");
+    filled_cache(&path);
+    let scan = nlg_judge::engine::cache_pages::scan(&std::fs::read(&path).unwrap(), &[]);
+    assert_eq!((scan.unreadable_pages, scan.undecodable), (0, 0));
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let rows = |sql: &str| -> Vec<String> {
+        let mut statement = connection.prepare(sql).unwrap();
+        let width = statement.column_count();
+        let mut rows: Vec<String> = statement
+            .query_map([], |row| {
+                (0..width)
+                    .map(|i| row.get::<_, Value>(i))
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .unwrap()
+            .map(|row| format!("{:?}", row.unwrap()))
+            .collect();
+        rows.sort();
+        rows
+    };
+    let sorted = |found: &[Vec<Value>]| -> Vec<String> {
+        let mut rows: Vec<String> = found.iter().map(|row| format!("{row:?}")).collect();
+        rows.sort();
+        rows
+    };
+    let label = rows("SELECT model, template, prompt, labels, logprobs, CAST(label_mass AS REAL), prompt_tokens FROM label_results");
+    let text = rows("SELECT model, kind, key, value FROM text_results");
+    assert_eq!((label.len(), text.len()), (600, 60));
+    assert_eq!(sorted(&scan.label_rows), label);
+    assert_eq!(sorted(&scan.text_rows), text);
+}
+
+#[test]
+fn repair_after_one_overwritten_page_keeps_every_entry_of_the_other_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let sound = dir.path().join("sound.sqlite");
+    let (labels, texts) = filled_cache(&sound);
+    let bytes = std::fs::read(&sound).unwrap();
+    assert_eq!(u16::from_be_bytes([bytes[16], bytes[17]]), 4096);
+    let pages = bytes.len() / 4096;
+    let root: i64 = rusqlite::Connection::open(&sound)
+        .unwrap()
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'label_results'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let root = usize::try_from(root).unwrap();
+    assert_eq!(
+        bytes[(root - 1) * 4096],
+        0x02,
+        "label_results's root is no interior page"
+    );
+    // A leaf in the second half of the file, and the root of label_results: SQLite's own
+    // reader finds no entry of that table below a damaged root.
+    let leaf = (pages / 2..pages)
+        .find(|&p| bytes[(p - 1) * 4096] == 0x0A)
+        .expect("a leaf page");
+    for page in [leaf, root] {
+        let path = dir.path().join(format!("damaged-{page}.sqlite"));
+        std::fs::copy(&sound, &path).unwrap();
+        let held = overwrite_page(&path, page);
+        assert!(held > 0, "page {page} held no entries");
+        let (ok, out, err) = cache("repair", &path);
+        assert!(ok, "{out}{err}");
+        assert!(
+            out.contains(&format!("lost: 1 of its {pages} pages could not be read")),
+            "{out}"
+        );
+        let (ok, out, _) = cache("check", &path);
+        assert!(ok && out.contains("sound"), "{out}");
+
+        let repaired = nlg_judge::engine::ResultCache::open(&path).unwrap();
+        let mut missing = 0;
+        for (key, stored) in &labels {
+            match repaired.get(key).unwrap() {
+                Some(found) => assert_eq!(&found, stored),
+                None => missing += 1,
+            }
+        }
+        for (key, value) in &texts {
+            match repaired
+                .get_text("model-fingerprint", "geval-steps", key)
+                .unwrap()
+            {
+                Some(found) => assert_eq!(&found, value),
+                None => missing += 1,
+            }
+        }
+        assert_eq!(missing, held, "page {page}: {out}");
+    }
 }
