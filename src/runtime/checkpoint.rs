@@ -76,6 +76,10 @@ pub fn read_config(path: &Path) -> Result<ConfigSummary> {
 pub struct TokenizerConfig {
     pub bos: Option<String>,
     pub eos: Option<String>,
+    /// `"bos_token": null` / `"eos_token": null`: the checkpoint has no such token (no
+    /// family default stands in, as with transformers).
+    pub no_bos: bool,
+    pub no_eos: bool,
     pub pad: Option<String>,
     pub add_bos: Option<bool>,
     pub add_eos: Option<bool>,
@@ -99,6 +103,12 @@ pub fn read_tokenizer_config(path: &Path) -> Result<TokenizerConfig> {
         bos: token("bos_token"),
         eos: token("eos_token"),
         pad: token("pad_token"),
+        no_bos: json
+            .get("bos_token")
+            .is_some_and(serde_json::Value::is_null),
+        no_eos: json
+            .get("eos_token")
+            .is_some_and(serde_json::Value::is_null),
         add_bos: json.get("add_bos_token").and_then(|v| v.as_bool()),
         add_eos: json.get("add_eos_token").and_then(|v| v.as_bool()),
         chat_template: json
@@ -308,5 +318,10 @@ mod tests {
         assert_eq!(config.eos.as_deref(), Some("</s>"));
         assert_eq!(config.pad, None);
         assert_eq!(config.add_bos, Some(true));
+        assert!(!config.no_bos && !config.no_eos);
+        std::fs::write(&path, r#"{"bos_token": null, "add_bos_token": true}"#).unwrap();
+        let config = read_tokenizer_config(&path).unwrap();
+        assert_eq!(config.bos, None);
+        assert!(config.no_bos && !config.no_eos);
     }
 }

@@ -126,7 +126,7 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
         Some(file) => TokenizerSource::Json {
             path: file.path.clone(),
             spec: card.tokenizer.clone().unwrap_or_else(|| {
-                default_tokenizer_spec(card.architecture, None, FrontToken::Unknown)
+                default_tokenizer_spec(card.architecture, None, FrontToken::Unknown, None)
             }),
         },
         None if card.format == WeightFormat::Gguf => TokenizerSource::Gguf(weights[0].path.clone()),
@@ -278,11 +278,18 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
         .map(ChatTemplate::detect)
         .unwrap_or(ChatTemplate::None);
     // The post-processor decides unless tokenizer_config.json says (see the function).
+    let tokenizer_fields = read_json(&tokenizer_json)?;
     let front = match &tokenizer_config {
         Some(config) if config.add_bos.is_some() => FrontToken::Unknown,
-        _ => front_token(&tokenizer_json)?,
+        _ => front_of(&tokenizer_fields["post_processor"]),
     };
-    let spec = default_tokenizer_spec(summary.architecture, tokenizer_config.as_ref(), front);
+    let known = |token: &str| in_vocabulary(&tokenizer_fields, token);
+    let spec = default_tokenizer_spec(
+        summary.architecture,
+        tokenizer_config.as_ref(),
+        front,
+        Some(&known),
+    );
     let mut hashes = Vec::new();
     for path in &weights {
         hashes.push(options.cache.sha256(path, options.progress)?);
@@ -375,24 +382,28 @@ fn fingerprint(hashes: Vec<&str>) -> String {
 }
 
 /// Special tokens for a `tokenizer.json` without a card: T5's fixed ones; for decoder-only
-/// models those of `tokenizer_config.json`, else the family's usual ones (Llama: `<s>`,
-/// `</s>`; Gemma: `<bos>`, `<eos>`; Qwen: `<|endoftext|>`). Whether a token is added in
-/// front is what transformers (5.x) does: `add_bos_token` where tokenizer_config.json
-/// says, else what `tokenizer.json`'s post-processor puts in front (`front`; checked with
-/// transformers 5.24 for no config, a generic class and `LlamaTokenizer` alike), else, for
-/// a post-processor this reading does not know, the family's habit (Llama and Gemma add
-/// one, Qwen none).
+/// models those of `tokenizer_config.json` (`null` there: none), else the family's usual
+/// ones (Llama: `<s>`, `</s>`; Gemma: `<bos>`, `<eos>`; Qwen: `<|endoftext|>`), kept only
+/// where `known` (the vocabulary, when there is one to ask) has them. Whether a token is
+/// added in front is what transformers (5.x) does: `add_bos_token` where
+/// tokenizer_config.json says, else what `tokenizer.json`'s post-processor puts in front
+/// (`front`; checked with transformers 5.24 for no config, a generic class and
+/// `LlamaTokenizer` alike), else, for a post-processor this reading does not know, the
+/// family's habit (Llama and Gemma add one, Qwen none); and never a token the checkpoint
+/// does not have (transformers 5.24, given a bare directory whose vocabulary lacks `<s>`,
+/// or `"bos_token": null` with `"add_bos_token": true`, adds nothing).
 fn default_tokenizer_spec(
     architecture: Architecture,
     config: Option<&super::checkpoint::TokenizerConfig>,
     front: FrontToken,
+    known: Option<&dyn Fn(&str) -> bool>,
 ) -> TokenizerSpec {
     match architecture {
         Architecture::T5 => TextTokenizer::t5_spec(),
         // BERT's tokenizer.json adds [CLS] and [SEP] itself.
         Architecture::Bert => TokenizerSpec::default(),
         decoder => {
-            let (bos, eos) = match decoder {
+            let (family_bos, family_eos) = match decoder {
                 Architecture::Qwen2 | Architecture::Qwen3 => {
                     (None, Some("<|endoftext|>".to_string()))
                 }
@@ -401,15 +412,26 @@ fn default_tokenizer_spec(
                 }
                 _ => (Some("<s>".to_string()), Some("</s>".to_string())),
             };
-            let family_adds = bos.is_some();
+            let family_adds = family_bos.is_some();
+            let guess = |token: Option<String>| {
+                token.filter(|token| known.is_none_or(|known| known(token.as_str())))
+            };
             let said = config.and_then(|c| c.add_bos);
             let (bos, eos, pad) = match config {
                 Some(config) => (
-                    config.bos.clone().or(bos),
-                    config.eos.clone().or(eos),
+                    if config.no_bos {
+                        None
+                    } else {
+                        config.bos.clone().or_else(|| guess(family_bos))
+                    },
+                    if config.no_eos {
+                        None
+                    } else {
+                        config.eos.clone().or_else(|| guess(family_eos))
+                    },
                     config.pad.clone(),
                 ),
-                None => (bos, eos, None),
+                None => (guess(family_bos), guess(family_eos), None),
             };
             let (add_bos, bos) = match (said, front) {
                 (Some(add), _) => (add, bos),
@@ -418,10 +440,10 @@ fn default_tokenizer_spec(
                 (None, FrontToken::Unknown) => (family_adds, bos),
             };
             TokenizerSpec {
+                add_bos: add_bos && bos.is_some(),
                 bos,
                 eos,
                 pad,
-                add_bos,
                 append_eos: config.and_then(|c| c.add_eos).unwrap_or(false),
             }
         }
@@ -439,13 +461,27 @@ enum FrontToken {
     Unknown,
 }
 
-/// Read the front token of `tokenizer.json`'s post-processor (see [`FrontToken`]).
-fn front_token(tokenizer_json: &Path) -> Result<FrontToken> {
+/// A `tokenizer.json`, parsed.
+fn read_json(tokenizer_json: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(tokenizer_json)
         .with_context(|| format!("cannot read {}", tokenizer_json.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", tokenizer_json.display()))?;
-    Ok(front_of(&json["post_processor"]))
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", tokenizer_json.display()))
+}
+
+/// Whether a parsed `tokenizer.json` has `token`: among its added tokens or in its model's
+/// vocabulary (a map for BPE, WordPiece and WordLevel, a list of pieces for Unigram); true
+/// for a vocabulary this reading does not know, so that loading decides.
+fn in_vocabulary(tokenizer: &serde_json::Value, token: &str) -> bool {
+    let added = tokenizer["added_tokens"]
+        .as_array()
+        .is_some_and(|tokens| tokens.iter().any(|t| t["content"] == token));
+    added
+        || match &tokenizer["model"]["vocab"] {
+            serde_json::Value::Object(vocab) => vocab.contains_key(token),
+            serde_json::Value::Array(pieces) => pieces.iter().any(|p| p[0] == token),
+            _ => true,
+        }
 }
 
 fn front_of(processor: &serde_json::Value) -> FrontToken {

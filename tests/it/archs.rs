@@ -3,7 +3,8 @@
 //! random-weight checkpoints made by transformers (tests/fixtures/archs/make_fixtures.py:
 //! sliding windows shorter than the long prompt, Gemma 2's soft-caps low enough to bind),
 //! loaded as a user loads them: a checkpoint directory through `resolve_model` and
-//! `load_decoder`.
+//! `load_decoder`. Directories with nothing beyond config.json, safetensors and
+//! tokenizer.json tokenise as transformers does (make_bare_reference.py).
 //!
 //! Tolerances: label log-probs within 1e-4 of transformers (both sides f32 from the same
 //! weights; measured differences are ~1e-6); the prefix trie within 1e-5 of the naive
@@ -414,5 +415,101 @@ fn bad_checkpoints_fail_at_load_naming_the_field() -> Result<()> {
     });
     std::fs::write(&tokenizer_path, tokenizer.to_string())?;
     expect(disagreeing, &["bos_token_id", "5", "token 1"]);
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct BareCase {
+    name: String,
+    rename: HashMap<String, String>,
+    tokenizer_config: Option<serde_json::Value>,
+    text: String,
+    ids: Vec<u32>,
+    bos_token_id: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct BareReference {
+    cases: Vec<BareCase>,
+}
+
+/// The mistral fixture's config.json and weights, its tokenizer.json with `case.rename`
+/// applied, and a tokenizer_config.json when the case has one: the directories
+/// make_bare_reference.py gave transformers.
+fn bare_directory(case: &BareCase) -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixtures().join("mistral").join(file), dir.path().join(file))?;
+    }
+    let mut tokenizer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("mistral/tokenizer.json"),
+    )?)?;
+    for (old, new) in &case.rename {
+        let vocab = tokenizer["model"]["vocab"]
+            .as_object_mut()
+            .expect("a vocabulary map");
+        let id = vocab.remove(old).expect("the renamed token");
+        vocab.insert(new.clone(), id);
+        for token in tokenizer["added_tokens"]
+            .as_array_mut()
+            .expect("added tokens")
+        {
+            if token["content"] == old.as_str() {
+                token["content"] = new.as_str().into();
+            }
+        }
+    }
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string())?;
+    if let Some(config) = &case.tokenizer_config {
+        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string())?;
+    }
+    Ok(dir)
+}
+
+#[test]
+fn a_bare_checkpoint_directory_tokenises_as_transformers_does() -> Result<()> {
+    let bare: BareReference = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("bare_reference.json"),
+    )?)?;
+    let reference = reference()?;
+    let expected = &reference.models["mistral"].cases[0];
+    for case in &bare.cases {
+        let dir = bare_directory(case)?;
+        let cache = tempfile::tempdir()?;
+        let options = LoadOptions {
+            resolve: common::resolve_options_in(cache.path()),
+            device: "cpu".to_string(),
+            weights: WeightPolicy::F32,
+            precision: Precision::F32,
+            decoder: settings(Strategy::Tree),
+            memory: Default::default(),
+            progress: Default::default(),
+        };
+        let resolved = resolve_model(dir.path().to_str().expect("a UTF-8 path"), &options.resolve)?;
+        let tokenizer = nlg_judge::runtime::load_tokenizer(&resolved)?;
+        assert_eq!(
+            tokenizer.encode_prompt(&case.text)?,
+            case.ids,
+            "{}",
+            case.name
+        );
+        assert_eq!(tokenizer.special().bos, case.bos_token_id, "{}", case.name);
+        // The prompt as text, through the scorer: the reference's log-probs of its ids.
+        assert_eq!(case.ids, expected.ids, "{}", case.name);
+        let mut scorer = load_decoder(&resolved, &options)?;
+        let request = LabelRequest {
+            prompt: Prompt::plain(nlg_judge::engine::TextPrompt::user(case.text.clone())),
+            labels: (0..expected.last.len() as u32)
+                .map(|id| Label::Tokens(vec![id]))
+                .collect(),
+        };
+        let ours = logprobs(&scorer.label_logprobs(&[request])?);
+        let worst = ours[0]
+            .iter()
+            .zip(&expected.last)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f64, f64::max);
+        assert!(worst < 1e-4, "{}: {worst} from transformers", case.name);
+    }
     Ok(())
 }
