@@ -13,6 +13,18 @@ def _is_field(value: Any) -> bool:
     return isinstance(value, str)
 
 
+class _ByData:
+    """The default of ``bootstrap=``: 1000 resamples for a result, as ``--correlate``
+    does; none for arrays and fields, as ``nlg-judge correlate`` does."""
+
+    def __repr__(self) -> str:
+        return "1000 for a result, else None"
+
+
+_BY_DATA: Any = _ByData()
+_RESULT_RESAMPLES = 1000
+
+
 def correlate(
     pred: Any,
     human: Any,
@@ -24,7 +36,7 @@ def correlate(
     human_file: Any = None,
     level: str = "summary",
     skip: str = "authors",
-    bootstrap: Optional[int] = None,
+    bootstrap: Optional[int] = _BY_DATA,
     seed: int = 0,
     ci: float = 0.95,
 ) -> Correlation:
@@ -43,7 +55,8 @@ def correlate(
       DataFrame; or ``pred_file=`` (predictions) joined with ``human_file=`` (human
       scores) on (context_id, candidate_id);
     - a result: ``correlate(result, "coherence")`` with a :class:`CompareResult` or
-      :class:`ScoreResult` and the human-score key (as ``--correlate``).
+      :class:`ScoreResult` and the human-score key: the figures ``--correlate`` prints,
+      bootstrap intervals included (1000 resamples, seed 0, unless told otherwise).
 
     Args:
         level: ``summary`` (correlate within each group, then average), ``system``
@@ -51,7 +64,9 @@ def correlate(
         skip: summary level: ``authors`` (skip groups with constant human scores; a
             constant prediction scores 0) or ``geval`` (skip groups where either side
             is constant).
-        bootstrap: resamples of the groups for confidence intervals (None: none).
+        bootstrap: resamples of the groups for confidence intervals (None: none);
+            by default 1000 for a result (as ``--correlate``), none for arrays and
+            fields (as ``nlg-judge correlate`` without ``--bootstrap``).
         seed: seed of the resampling.
         ci: confidence level of the intervals, in (0, 1).
 
@@ -65,9 +80,13 @@ def correlate(
     """
     if isinstance(pred, (CompareResult, ScoreResult)):
         key = human if isinstance(human, str) else None
+        if bootstrap is _BY_DATA:
+            bootstrap = _RESULT_RESAMPLES
         return pred.correlate(
             key, level=level, skip=skip, bootstrap=bootstrap, seed=seed, ci=ci
         )
+    if bootstrap is _BY_DATA:
+        bootstrap = None
     if _is_field(pred) or _is_field(human):
         if not (_is_field(pred) and _is_field(human)):
             raise TypeError("pred and human: give two field names, or two sequences of numbers")

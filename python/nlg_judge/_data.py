@@ -62,14 +62,17 @@ def _is_dataframe(data: Any) -> bool:
 
 def source(data: Any, name: str = "data") -> Source:
     """What the engine reads: a path (str, os.PathLike) as a path; a pandas DataFrame or a
-    sequence of mappings as `(location, json)` rows ("row 3": the list index or the
-    DataFrame's index label)."""
+    sequence of mappings as `(location, json)` rows, counted from 1 as the command line
+    counts a file's lines: "row 3 (index 2)" for ``rows[2]``, "row 3 (index label 'c')"
+    for a DataFrame's third row."""
     if isinstance(data, (str, os.PathLike)):
         return os.fspath(data)
     if _is_dataframe(data):
         labels = list(data.index)
         records = data.to_dict(orient="records")
-        located = zip((f"row {label}" for label in labels), records)
+        located = zip(
+            (f"row {n} (index label {label!r})" for n, label in enumerate(labels, 1)), records
+        )
     elif isinstance(data, Mapping):
         raise TypeError(
             f"{name}: expected a list of rows (dicts), a pandas DataFrame or a JSONL path, "
@@ -83,7 +86,7 @@ def source(data: Any, name: str = "data") -> Source:
                 f"{name}: expected a list of rows (dicts), a pandas DataFrame or a JSONL "
                 f"path, got {type(data).__name__}"
             ) from None
-        located = ((f"row {i}", row) for i, row in enumerate(rows))
+        located = ((f"row {i + 1} (index {i})", row) for i, row in enumerate(rows))
     out = []
     for location, row in located:
         if not isinstance(row, Mapping):

@@ -18,6 +18,21 @@ PathLike = Union[str, "os.PathLike[str]"]
 _CORRELATE_DEFAULTS = dict(level="summary", skip="authors", bootstrap=None, seed=0, ci=0.95)
 
 
+def _pandas() -> Any:
+    """The pandas module, or an error that says how to get it (an optional dependency:
+    the package's ``pandas`` extra)."""
+    try:
+        import pandas
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "DataFrames need pandas, an optional dependency of nlg-judge: "
+            "pip install pandas, or install the package with its extra: "
+            "pip install './python[pandas]'",
+            name="pandas",
+        ) from error
+    return pandas
+
+
 def _rate(rate: Optional[dict]) -> Optional[float]:
     """`hits / total` of a library rate, None when nothing was counted."""
     if not rate or not rate.get("total"):
@@ -216,7 +231,7 @@ class CompareResult(_Correlates):
     def to_pandas(self) -> Any:
         """A DataFrame, one row per candidate: the columns of `to_jsonl` (scores as the
         file writes them, 6 decimals) plus ``text``; human scores as ``scores.<key>``."""
-        import pandas as pd
+        pd = _pandas()
 
         texts = {}
         for context in json.loads(self._native.inputs()):
@@ -238,7 +253,7 @@ class CompareResult(_Correlates):
 
     def comparisons_to_pandas(self) -> Any:
         """A DataFrame, one row per comparison (the lines of `comparisons_to_jsonl`)."""
-        import pandas as pd
+        pd = _pandas()
 
         return pd.DataFrame(_data.jsonl_rows(self._native.comparisons_jsonl()))
 
@@ -295,7 +310,7 @@ class ScoreResult(_Correlates):
         """A DataFrame, one row per candidate: context_id, candidate_id, system_id, score,
         argmax, label_mass, ``p.<score>`` (normalised probabilities) and
         ``scores.<key>`` (human scores)."""
-        import pandas as pd
+        pd = _pandas()
 
         rows = []
         for record in self.to_records():

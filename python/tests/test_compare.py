@@ -79,11 +79,16 @@ def test_lists_dataframes_and_paths_give_the_same_result(tmp_path):
 def test_a_bad_row_names_the_row_and_field(judge):
     rows = read_rows(LIBRARY)
     del rows[2]["candidate"]
-    with pytest.raises(ValueError, match=r"row 2: bad record: missing field `candidate`"):
+    # Counted from 1, like a file's lines; the list index or DataFrame label beside.
+    with pytest.raises(
+        ValueError, match=r"row 3 \(index 2\): bad record: missing field `candidate`"
+    ):
         judge.compare(rows, "coherence")
     frame = pd.DataFrame(read_rows(LIBRARY), index=list("abcde"))
     frame.loc["d", "context"] = None
-    with pytest.raises(ValueError, match=r"row d: bad record: missing field `context`"):
+    with pytest.raises(
+        ValueError, match=r"row 4 \(index label 'd'\): bad record: missing field `context`"
+    ):
         judge.compare(frame, "coherence")
     with pytest.raises(ValueError, match=r"design: invalid value 'sideways'"):
         judge.compare(LIBRARY, "coherence", design="sideways")
@@ -110,4 +115,9 @@ def test_the_table_and_correlation_are_the_command_lines(cli, judge, tmp_path):
                            item="Story", context_label="Prompt")
     assert process.stdout.startswith(str(result))
     assert str(result.correlate()) in process.stdout
+    # The module's function on a result is --correlate too: intervals by default.
+    as_flag = nlg_judge.correlate(result, "empathy")
+    assert str(as_flag) == str(result.correlate()) and str(as_flag) in process.stdout
+    assert as_flag.ci is not None and as_flag.ci["resamples"] == 1000
+    assert nlg_judge.correlate(result, "empathy", bootstrap=None).ci is None
     assert result.human_key == "Empathy"

@@ -61,7 +61,7 @@ def test_bad_values_are_value_errors():
         nlg_judge.correlate([1, 2, 3], [1, 2, 3])
     with pytest.raises(ValueError, match="pred has 3 values, human 2"):
         nlg_judge.correlate([1, 2, 3], [1, 2], level="pooled")
-    with pytest.raises(ValueError, match=r"row 1: field `score` \(pred\) is missing"):
+    with pytest.raises(ValueError, match=r"row 2 \(index 1\): field `score` \(pred\) is missing"):
         nlg_judge.correlate("score", "h", input=[{"score": 1, "h": 1, "context_id": 1},
                                                  {"h": 2, "context_id": 1}])
 
