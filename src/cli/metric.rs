@@ -51,7 +51,8 @@ pub struct MetricArgs {
     #[arg(long)]
     pub stemmer: bool,
 
-    /// One row per candidate: context_id, candidate_id, scores; default: standard output.
+    /// One row per candidate: context_id, candidate_id, system_id, metrics (the values
+    /// by metric name) and human (the input's human scores); default: standard output.
     #[arg(long)]
     pub output: Option<PathBuf>,
 }
