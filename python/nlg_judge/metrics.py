@@ -32,7 +32,7 @@ def score(
     progress: Any = None,
 ) -> List[Dict[str, Any]]:
     """Score every row of ``data`` (``nlg-judge metric``): one dict per row with
-    ``context_id``, ``candidate_id``, ``system_id``, ``scores`` (by metric name) and
+    ``context_id``, ``candidate_id``, ``system_id``, ``metrics`` (by metric name) and
     ``human`` (the row's human scores), exactly the lines the command writes.
 
     Args:
@@ -89,7 +89,7 @@ def _rows(candidates: Texts, references: References) -> tuple:
 def _one(metric: str, candidates: Texts, references: References, **options: Any) -> Any:
     single, rows = _rows(candidates, references)
     lines = score(rows, [metric], progress=False, **options)
-    values = [line["scores"][metric] for line in lines]
+    values = [line["metrics"][metric] for line in lines]
     return values[0] if single else values
 
 

@@ -87,11 +87,11 @@ def test_metrics_equal_the_command_line(cli, tmp_path):
     default = [json.loads(l) for l in cli("metric", "--input", path).stdout.splitlines()]
     candidates = [r["candidate"] for r in REFERENCES]
     references = [r.get("references", r.get("reference")) for r in REFERENCES]
-    assert metrics.bleu(candidates, references) == [d["scores"]["bleu"] for d in default]
+    assert metrics.bleu(candidates, references) == [d["metrics"]["bleu"] for d in default]
     assert metrics.chrf(candidates, references, word_order=2) == [
-        d["scores"]["chrf++"] for d in default
+        d["metrics"]["chrf++"] for d in default
     ]
-    assert metrics.rouge(candidates[0], references[0], kind="rouge2") == default[0]["scores"]["rouge2"]
+    assert metrics.rouge(candidates[0], references[0], kind="rouge2") == default[0]["metrics"]["rouge2"]
     corpus = metrics.corpus(candidates, references)
     stderr = cli("metric", "--input", path, "--corpus").stderr
     assert f"corpus BLEU {corpus['bleu']:.4f}  chrF {corpus['chrf']:.4f}" in stderr
@@ -101,7 +101,7 @@ def test_bertscore_equals_the_command_line(cli, tmp_path):
     path = tmp_path / "refs.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in REFERENCES))
     process = cli("metric", "--input", path, "--metric", "bertscore")
-    expected = [json.loads(line)["scores"]["bertscore"] for line in process.stdout.splitlines()]
+    expected = [json.loads(line)["metrics"]["bertscore"] for line in process.stdout.splitlines()]
     candidates = [r["candidate"] for r in REFERENCES]
     references = [r.get("references", r.get("reference")) for r in REFERENCES]
     assert metrics.bertscore(candidates, references) == expected

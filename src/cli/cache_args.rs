@@ -15,8 +15,8 @@ pub struct CacheArgs {
     #[arg(long)]
     pub cache: Option<PathBuf>,
 
-    /// Do not read or write the result cache: everything is computed anew (G-Eval steps
-    /// included).
+    /// Do not read or write the result cache: everything the model answers is computed
+    /// anew.
     #[arg(long, conflicts_with = "cache")]
     pub no_cache: bool,
 }

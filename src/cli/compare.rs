@@ -12,6 +12,7 @@ use super::compare_table::format_tables;
 use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{human_keys, read_contexts};
+use crate::judge::attribute::builtin_attribute_list;
 use crate::judge::pairwise::StopRule;
 use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
@@ -34,11 +35,7 @@ pub struct CompareArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    /// Attribute to judge: built-in (tuned wording) coherence, consistency, fluency,
-    /// relevance, naturalness, continuity, engagingness, grammaticality (grammar),
-    /// semantics, groundedness, understandability; any other word with --adjective or
-    /// --question.
-    #[arg(long)]
+    #[arg(long, help = attribute_help())]
     pub attribute: String,
 
     /// The comparative the question uses for the attribute: "more empathetic" asks
@@ -56,8 +53,9 @@ pub struct CompareArgs {
     #[arg(long, default_value = "c1")]
     pub template: String,
 
-    /// Kind of task; sets the prompt nouns (Summary/Passage, Response/Dialogue,
-    /// Text/Triples); `custom` takes them from --item and --context-label.
+    /// Kind of task; sets the prompt nouns: summary "Summary A", "Passage:"; dialogue
+    /// "Response A", "Dialogue:"; data-to-text "Text A", "Triples:"; custom takes them
+    /// from --item and --context-label (both needed).
     #[arg(long, value_enum, default_value_t = Task::Summary)]
     pub task: Task,
 
@@ -145,6 +143,16 @@ pub struct CompareArgs {
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
+}
+
+/// The help of `--attribute`: the built-in list is the one the unknown-attribute error
+/// gives.
+fn attribute_help() -> String {
+    format!(
+        "Attribute to judge: built-in (tuned wording) {}; any other word with --adjective or \
+         --question",
+        builtin_attribute_list()
+    )
 }
 
 /// The library's request from the arguments.
@@ -263,6 +271,18 @@ pub(crate) fn write_file(
         .with_context(|| format!("cannot move {} to {}", temporary.display(), path.display()))
 }
 
+/// The command-line name of an option's value ("no-repeat").
+fn value_name<T: clap::ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
+}
+
+/// A number, or "default" where none was given.
+fn or_default(value: Option<usize>) -> String {
+    value.map_or_else(|| "default".to_string(), |v| v.to_string())
+}
+
 /// What a compare shard's output depends on besides its contexts.
 fn fingerprint(
     args: &CompareArgs,
@@ -277,19 +297,37 @@ fn fingerprint(
     put("nlg_judge_version", env!("CARGO_PKG_VERSION").into());
     put("model", model.name.clone());
     put("model_sha256", model.fingerprint.clone());
-    put("attribute", format!("{:?}", options.attribute));
-    put("task", format!("{:?}", options.task));
-    put("nouns", format!("{:?}", options.nouns));
+    // Values as people read them: a merge that finds two shards differing shows them.
+    put("attribute", serde_json::to_string(&options.attribute)?);
+    put("task", options.task.name().to_string());
+    put("nouns", serde_json::to_string(&options.nouns)?);
     put("template", options.template.id().to_string());
-    put("design", format!("{:?}", options.design));
-    put("comparisons", format!("{:?}", options.comparisons));
+    put("design", value_name(&options.design));
+    put("comparisons", or_default(options.comparisons));
     if options.design == Design::Adaptive {
-        put("adaptive", format!("{:?}", options.adaptive));
+        let adaptive = &options.adaptive;
+        put(
+            "adaptive",
+            format!(
+                "rounds {}, round size {}, stop when {}",
+                or_default(adaptive.rounds),
+                or_default(adaptive.round_size),
+                adaptive
+                    .stop
+                    .map_or_else(|| "never".to_string(), |s| s.to_string())
+            ),
+        );
     }
     put("seed", options.seed.to_string());
-    put("rank", format!("{:?}", options.rank));
-    put("debias", format!("{:?}", options.debias));
-    put("score_field", format!("{:?}", options.score_field));
+    put("rank", value_name(&options.rank));
+    put("debias", value_name(&options.debias));
+    put(
+        "score_field",
+        options
+            .score_field
+            .clone()
+            .unwrap_or_else(|| "the attribute".to_string()),
+    );
     put("input_sha256", file_sha256(&args.input)?);
     Ok(print)
 }
@@ -298,7 +336,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     // Everything decided from the options and the input file, before any model is
     // loaded: a failure here is the user's to fix (exit code 2).
     let (options, shard, contexts) = (|| -> Result<_> {
-        let options = request(&args).options(super::progress::bars())?;
+        let options = request(&args).options(super::progress::bars("compare"))?;
         let shard = args.shard.resolve()?;
         check_output(shard, args.output.as_deref())?;
         if shard.is_some() && args.debias == Debias::Threshold {

@@ -52,22 +52,25 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: ConvertArgs) -> Result<()> {
-    let records = match args.dataset {
-        Dataset::Summeval => summeval::read(&args.data_dir)?,
-        Dataset::Topicalchat => topicalchat::read(
-            &args.data_dir,
-            topicalchat::Options {
-                with_knowledge: args.with_knowledge,
-            },
-        )?,
-        Dataset::Webnlg => webnlg::read(
-            &args.data_dir,
-            webnlg::Options {
-                include_reference: args.include_reference,
-                keep_empty: args.keep_empty,
-            },
-        )?,
-    };
+    let records = (|| -> Result<_> {
+        Ok(match args.dataset {
+            Dataset::Summeval => summeval::read(&args.data_dir)?,
+            Dataset::Topicalchat => topicalchat::read(
+                &args.data_dir,
+                topicalchat::Options {
+                    with_knowledge: args.with_knowledge,
+                },
+            )?,
+            Dataset::Webnlg => webnlg::read(
+                &args.data_dir,
+                webnlg::Options {
+                    include_reference: args.include_reference,
+                    keep_empty: args.keep_empty,
+                },
+            )?,
+        })
+    })()
+    .map_err(|e| super::data_error(e, &args.data_dir, "--data-dir"))?;
     let records = limit_contexts(records, args.limit_contexts);
     super::compare::write_file(&args.output, |out| write_records(out, &records))?;
     let contexts = records

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 
@@ -135,7 +135,11 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
             read_joined(pred, human, &fields).map_err(super::input_error)?,
             format!("{} joined with {}", pred.display(), human.display()),
         ),
-        _ => bail!("give --input, or --pred-file with --human-file"),
+        _ => {
+            return Err(super::input_error(anyhow::anyhow!(
+                "give --input, or --pred-file with --human-file"
+            )))
+        }
     };
     let result =
         meta_evaluate(&items, level, skip).with_context(|| format!("meta-evaluating {source}"))?;

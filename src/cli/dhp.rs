@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::cache_args::CacheArgs;
 use super::compare::write_file;
@@ -40,7 +39,7 @@ pub enum DhpCommand {
     Score(ScoreArgs),
     /// Wilcoxon tests, combined p-values and discernment scores from score rows.
     Analyze(AnalyzeArgs),
-    /// Markdown tables and a Figure-4-like bar chart from `analyze --json` outputs.
+    /// Markdown tables and a Figure-4-like bar chart from the JSON outputs of `analyze`.
     Report(ReportArgs),
 }
 
@@ -151,7 +150,7 @@ pub struct AnalyzeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// One run as LABEL=ANALYSIS.json (the output of `dhp analyze --json`); repeat.
+    /// One run as LABEL=ANALYSIS.json (what `dhp analyze` writes as JSON); repeat.
     #[arg(long = "run", value_name = "LABEL=FILE", required = true)]
     pub runs: Vec<String>,
 
@@ -185,16 +184,6 @@ pub fn run(args: DhpArgs) -> Result<()> {
     }
 }
 
-fn bar(total: usize, unit: &str) -> ProgressBar {
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) = ProgressStyle::with_template(&format!(
-        "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}, ETA {{eta}} {{msg}}"
-    )) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
 fn perturb(args: PerturbArgs) -> Result<()> {
     let items = load_items(
         args.task,
@@ -205,8 +194,13 @@ fn perturb(args: PerturbArgs) -> Result<()> {
             seed: args.seed,
             limit: args.limit,
         },
-    )?;
-    let perturbations = select_perturbations(args.task, &args.perturbations, args.rule_only)?;
+    )
+    .map_err(|e| match args.input {
+        Some(_) => super::input_error(e),
+        None => super::data_error(e, &args.data_dir, "--data-dir"),
+    })?;
+    let perturbations = select_perturbations(args.task, &args.perturbations, args.rule_only)
+        .map_err(super::input_error)?;
     let plan = PerturbPlan {
         task: args.task,
         perturbations,
@@ -230,8 +224,9 @@ fn perturb(args: PerturbArgs) -> Result<()> {
     });
     let total = items.len() * plan.perturbations.len();
     let done_before = read_existing(&args.output)?.len();
-    let progress = bar(total, "rows");
-    progress.set_position(done_before as u64);
+    // Rows already in the output are kept, not made again: the task is what is left.
+    let progress = super::progress::bars("dhp perturb");
+    let task = progress.task(total.saturating_sub(done_before) as u64, "rows");
     let (mut ok, mut skipped, mut failed) = (0, 0, 0);
     let (written, found) = run_perturb(
         &plan,
@@ -243,12 +238,11 @@ fn perturb(args: PerturbArgs) -> Result<()> {
                 Status::Skipped => skipped += 1,
                 Status::Failed => failed += 1,
             }
-            progress.set_message(row.perturbation.clone());
-            progress.inc(1);
+            task.advance(1);
             Ok(())
         },
     )?;
-    progress.finish_and_clear();
+    drop(task);
     println!(
         "{}: {} items, {} perturbations; {written} rows made now ({ok} ok, {skipped} skipped, {failed} failed), {found} found in {}",
         args.task.name(),
@@ -260,11 +254,15 @@ fn perturb(args: PerturbArgs) -> Result<()> {
 }
 
 fn score(args: ScoreArgs) -> Result<()> {
-    let rows = read_existing(&args.input)?;
-    let task = rows
-        .first()
-        .map(|r| r.task)
-        .with_context(|| format!("{} has no rows", args.input.display()))?;
+    let (rows, task) = (|| -> Result<_> {
+        let rows = read_existing(&args.input)?;
+        let task = rows
+            .first()
+            .map(|r| r.task)
+            .with_context(|| format!("{} has no rows", args.input.display()))?;
+        Ok((rows, task))
+    })()
+    .map_err(super::input_error)?;
     let metrics = if args.metrics.is_empty() {
         task.metrics().iter().map(|m| m.to_string()).collect()
     } else {
@@ -276,7 +274,7 @@ fn score(args: ScoreArgs) -> Result<()> {
         metrics,
         with_context: !args.no_context,
         steps: StepsSource::default(),
-        progress: super::progress::bars(),
+        progress: super::progress::bars("dhp score"),
     };
     let cache = args.cache.open()?;
     let mut scorer = args.model.load()?;

@@ -28,6 +28,26 @@ pub struct MergeArgs {
 }
 
 pub fn run(args: MergeArgs) -> Result<()> {
+    // Every failure but writing the merged file is in what the user gave (exit code 2).
+    let merged = merge(&args).map_err(super::input_error)?;
+    write_file(&args.output, |out| Ok(out.write_all(&merged.bytes)?))?;
+    println!(
+        "merged {} shards ({} contexts) into {}",
+        merged.shards,
+        merged.contexts,
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// The merged bytes, and how many shards and contexts they hold.
+struct Merged {
+    bytes: Vec<u8>,
+    shards: usize,
+    contexts: usize,
+}
+
+fn merge(args: &MergeArgs) -> Result<Merged> {
     let contexts = read_single_contexts(&args.input)?;
     let ids: Vec<String> = contexts.into_iter().map(|c| c.id).collect();
     let input_sha256 = file_sha256(&args.input)?;
@@ -42,13 +62,9 @@ pub fn run(args: MergeArgs) -> Result<()> {
             text,
         });
     }
-    let merged = merge_outputs(&shards, &ids, &input_sha256)?;
-    write_file(&args.output, |out| Ok(out.write_all(&merged)?))?;
-    println!(
-        "merged {} shards ({} contexts) into {}",
-        shards.len(),
-        ids.len(),
-        args.output.display()
-    );
-    Ok(())
+    Ok(Merged {
+        bytes: merge_outputs(&shards, &ids, &input_sha256)?,
+        shards: shards.len(),
+        contexts: ids.len(),
+    })
 }

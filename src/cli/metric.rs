@@ -51,22 +51,28 @@ pub struct MetricArgs {
     #[arg(long)]
     pub stemmer: bool,
 
-    /// One row per candidate: context_id, candidate_id, scores; default: standard output.
+    /// One row per candidate: context_id, candidate_id, system_id, metrics (the values
+    /// by metric name) and human (the input's human scores); default: standard output.
     #[arg(long)]
     pub output: Option<PathBuf>,
 }
 
 pub fn run(args: MetricArgs) -> Result<()> {
-    let selection = MetricSelection::parse(&args.metric)?;
-    let options = LexicalOptions {
-        aggregation: args.agg.parse::<Aggregation>()?,
-        stemmer: args.stemmer,
-    };
-    let rows = read_metric_rows(&args.input)?;
-    let paraphrases = match &args.paraphrases {
-        Some(path) => Some(read_paraphrases(path)?),
-        None => None,
-    };
+    // Options and input files: a failure here is the user's to fix (exit code 2).
+    let (selection, options, rows, paraphrases) = (|| -> Result<_> {
+        let selection = MetricSelection::parse(&args.metric)?;
+        let options = LexicalOptions {
+            aggregation: args.agg.parse::<Aggregation>()?,
+            stemmer: args.stemmer,
+        };
+        let rows = read_metric_rows(&args.input)?;
+        let paraphrases = match &args.paraphrases {
+            Some(path) => Some(read_paraphrases(path)?),
+            None => None,
+        };
+        Ok((selection, options, rows, paraphrases))
+    })()
+    .map_err(super::input_error)?;
     let all_references = expand_references(&rows, paraphrases.as_ref());
     let lines = score_rows(&rows, &all_references, &selection, options, args.idf)?;
     match &args.output {

@@ -63,7 +63,7 @@ pub enum Command {
     /// Reproduce the comparative-assessment paper's tables and figures on one data set
     /// (Spearman, positional bias, accuracy, subset-of-comparisons curves).
     Reproduce(reproduce::ReproduceArgs),
-    /// Put the outputs of a sharded run (`--shard I/N`) back together, byte for byte
+    /// Put the outputs of a sharded `compare` or `score` run back together, byte for byte
     /// what a single run writes, after checking the shards' fingerprints and coverage.
     Merge(merge::MergeArgs),
     /// DHP discernment benchmark: perturb references, score originals and perturbed
@@ -106,6 +106,22 @@ pub struct InputError(#[from] anyhow::Error);
 /// Mark `error` as the user's input's fault.
 pub fn input_error(error: anyhow::Error) -> anyhow::Error {
     InputError(error).into()
+}
+
+/// What to say over an error reading the shared human-judgement data in `dir`: where
+/// it was looked for and how to point elsewhere (`flag`, or `NLG_JUDGE_DATA`). An input
+/// error: the data are the user's to give.
+pub fn data_error(error: anyhow::Error, dir: &std::path::Path, flag: &str) -> anyhow::Error {
+    let missing = if dir.is_dir() {
+        ""
+    } else {
+        ", which does not exist"
+    };
+    input_error(error.context(format!(
+        "cannot read the shared data in {}{missing}: give the data directory with {flag} DIR or \
+         the environment variable NLG_JUDGE_DATA",
+        dir.display()
+    )))
 }
 
 /// The exit code for `error`: 2 for input and usage errors (including a request the

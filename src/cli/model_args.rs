@@ -239,7 +239,7 @@ impl ModelArgs {
         options.precision = self.precision.into();
         warn_if_slower(options.precision);
         options.memory.adapt_precision = self.precision == PrecisionArg::Auto;
-        options.progress = super::progress::bars();
+        options.progress = super::progress::bars("loading");
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {

@@ -36,9 +36,13 @@ pub struct ParaphraseArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
+    /// Sampling temperature: the next-token distribution's logits are divided by it
+    /// (above 1 flatter, more varied paraphrases; below 1 sharper).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f64,
 
+    /// Nucleus sampling: draw each token from the most likely tokens whose probabilities
+    /// add up to this share (1 keeps every token).
     #[arg(long, default_value_t = 0.9)]
     pub top_p: f64,
 
@@ -67,7 +71,7 @@ pub struct ParaphraseArgs {
 }
 
 pub fn run(args: ParaphraseArgs) -> Result<()> {
-    let rows = read_metric_rows(&args.input)?;
+    let rows = read_metric_rows(&args.input).map_err(super::input_error)?;
     let mut references: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for row in &rows {
@@ -93,21 +97,20 @@ pub fn run(args: ParaphraseArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         chat: scorer.info().conventions.chat,
     };
-    let bar = indicatif::ProgressBar::new((references.len() * args.n) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "paraphrasing {bar:40} {pos}/{len} [{elapsed} < {eta}]",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let progress = super::progress::bars("paraphrase");
+    let task = progress.task((references.len() * args.n) as u64, "paraphrases");
+    let mut shown = 0;
     let (out, report) = paraphrase_references(
         scorer.as_mut(),
         cache.as_ref(),
         &references,
         &options,
-        &mut |done, _| bar.set_position(done as u64),
+        &mut |done, _| {
+            task.advance((done as u64).saturating_sub(shown));
+            shown = shown.max(done as u64);
+        },
     )?;
-    bar.finish_and_clear();
+    drop(task);
     write_file(&args.output, |w| {
         for row in &out {
             serde_json::to_writer(&mut *w, row)?;

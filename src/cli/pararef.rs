@@ -20,7 +20,12 @@ pub struct PararefArgs {
     pub model: ModelArgs,
 
     /// The shared data directory (wmt22/, summeval/).
-    #[arg(long, env = "NLG_JUDGE_DATA", default_value = "../shared/data")]
+    #[arg(
+        long,
+        visible_alias = "data-dir",
+        env = "NLG_JUDGE_DATA",
+        default_value = crate::data::DEFAULT_DATA_DIR
+    )]
     pub data: PathBuf,
 
     /// WMT22 language pairs.
@@ -91,7 +96,8 @@ pub fn run(args: PararefArgs) -> Result<()> {
         summeval_attribute: args.attribute.clone(),
         seed: args.seed,
     };
-    let datasets = load_datasets(&args.data, &selection)?;
+    let datasets = load_datasets(&args.data, &selection)
+        .map_err(|e| super::data_error(e, &args.data, "--data-dir"))?;
     let mut scorer = args.model.load()?;
     let cache = args.cache.open()?;
     let options = ParaphraseOptions {
@@ -103,23 +109,21 @@ pub fn run(args: PararefArgs) -> Result<()> {
     };
     let mut paraphrased: Vec<Paraphrased> = Vec::new();
     for dataset in &datasets {
-        let bar = indicatif::ProgressBar::new((dataset.items.len() * dataset.n) as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(&format!(
-                "{} {{bar:40}} {{pos}}/{{len}} [{{elapsed}} < {{eta}}]",
-                dataset.name
-            ))
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
+        let progress = super::progress::bars(&format!("pararef {}", dataset.name));
+        let task = progress.task((dataset.items.len() * dataset.n) as u64, "paraphrases");
+        let mut shown = 0;
         let done = paraphrase_dataset(
             scorer.as_mut(),
             cache.as_ref(),
             dataset,
             &options,
             &args.out_dir,
-            &mut |done, _| bar.set_position(done as u64),
+            &mut |done, _| {
+                task.advance((done as u64).saturating_sub(shown));
+                shown = shown.max(done as u64);
+            },
         )?;
-        bar.finish_and_clear();
+        drop(task);
         eprintln!(
             "{}: {} references x {}: {} failed, {} generated ({} tokens, {:.1} tokens/s), {} cached, {:.0} s",
             dataset.name,

@@ -1,20 +1,32 @@
-//! The command line's [`ProgressSink`]: one bar on stderr per library task, notes printed
-//! above it. The library reports through [`Progress`]; only this file draws.
+//! The command line's [`ProgressSink`]: on a terminal one bar on stderr per library task,
+//! notes printed above it; when stderr is not a terminal (a log file, CI, a batch job)
+//! plain lines instead, every few seconds and at the end of each task
+//! (`runtime::progress::PlainLines`). The library reports through [`Progress`]; only
+//! this file draws.
 
 use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::progress::{Progress, ProgressSink};
+use crate::runtime::progress::{plain, PlainLines, Unit};
 
-/// Bars on stderr (indicatif hides them when stderr is not a terminal).
-#[derive(Default)]
+/// What shows the current task.
+enum Shown {
+    Bar(ProgressBar),
+    Lines(PlainLines),
+}
+
+/// Bars on stderr, or plain lines where stderr is not a terminal.
 struct Bars {
-    current: Mutex<Option<ProgressBar>>,
+    /// Names the lines ("compare: 120/240 comparisons ...").
+    label: String,
+    plain: bool,
+    current: Mutex<Option<Shown>>,
 }
 
 impl Bars {
-    fn with_bar(&self, f: impl FnOnce(&mut Option<ProgressBar>)) {
+    fn with_current(&self, f: impl FnOnce(&mut Option<Shown>)) {
         let mut current = self
             .current
             .lock()
@@ -23,47 +35,76 @@ impl Bars {
     }
 }
 
+/// Close what shows a task: clear its bar, or print its last line.
+fn close(shown: Shown) {
+    match shown {
+        Shown::Bar(bar) => bar.finish_and_clear(),
+        Shown::Lines(mut lines) => {
+            if let Some(line) = lines.finish() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
 impl ProgressSink for Bars {
     fn begin(&self, total: u64, unit: &str) {
-        let bar = ProgressBar::new(total);
-        let template = format!(
-            "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}, {{per_sec}}, ETA {{eta}}"
-        );
-        if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        self.with_bar(|current| {
-            if let Some(old) = current.replace(bar) {
-                old.finish_and_clear();
+        let shown = if self.plain {
+            Shown::Lines(PlainLines::new(
+                self.label.clone(),
+                total,
+                Unit::Count(unit.to_string()),
+            ))
+        } else {
+            let bar = ProgressBar::new(total);
+            let template = format!(
+                "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}, {{per_sec}}, ETA {{eta}}"
+            );
+            if let Ok(style) = ProgressStyle::with_template(&template) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            Shown::Bar(bar)
+        };
+        self.with_current(|current| {
+            if let Some(old) = current.replace(shown) {
+                close(old);
             }
         });
     }
 
     fn advance(&self, steps: u64) {
-        self.with_bar(|current| {
-            if let Some(bar) = current {
-                bar.inc(steps);
+        self.with_current(|current| match current {
+            Some(Shown::Bar(bar)) => bar.inc(steps),
+            Some(Shown::Lines(lines)) => {
+                if let Some(line) = lines.advance(steps) {
+                    eprintln!("{line}");
+                }
             }
+            None => {}
         });
     }
 
     fn end(&self) {
-        self.with_bar(|current| {
-            if let Some(bar) = current.take() {
-                bar.finish_and_clear();
+        self.with_current(|current| {
+            if let Some(shown) = current.take() {
+                close(shown);
             }
         });
     }
 
     fn note(&self, message: &str) {
-        self.with_bar(|current| match current {
-            Some(bar) => bar.println(message),
-            None => eprintln!("{message}"),
+        self.with_current(|current| match current {
+            Some(Shown::Bar(bar)) => bar.println(message),
+            _ => eprintln!("{message}"),
         });
     }
 }
 
-/// Progress drawn on stderr.
-pub fn bars() -> Progress {
-    Progress::to(Arc::new(Bars::default()))
+/// Progress on stderr, its plain lines named `label` (the command: "compare").
+pub fn bars(label: &str) -> Progress {
+    Progress::to(Arc::new(Bars {
+        label: label.to_string(),
+        plain: plain(),
+        current: Mutex::new(None),
+    }))
 }

@@ -31,7 +31,7 @@ pub struct ReproduceArgs {
     pub model: ModelArgs,
 
     /// The shared human-judgement data directory (see its README.md).
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    #[arg(long, env = "NLG_JUDGE_DATA", default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
 
     /// Evaluate only the first K contexts (documents, dialogues, triple sets).
@@ -118,13 +118,16 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let loaded = args.experiment.load(
-        &args.data_dir,
-        DataOptions {
-            limit: args.limit_docs.map(|k| k as usize),
-            include_reference: args.include_reference,
-        },
-    )?;
+    let loaded = args
+        .experiment
+        .load(
+            &args.data_dir,
+            DataOptions {
+                limit: args.limit_docs.map(|k| k as usize),
+                include_reference: args.include_reference,
+            },
+        )
+        .map_err(|e| super::data_error(e, &args.data_dir, "--data-dir"))?;
     let max_candidates = loaded
         .contexts
         .iter()
@@ -147,7 +150,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         confidence: 0.95,
         seed: 0,
     });
-    options.progress = super::progress::bars();
+    options.progress = super::progress::bars("reproduce");
     options.command = command_line();
     let out = args
         .out

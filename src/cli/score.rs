@@ -12,7 +12,9 @@ use super::compare::write_file;
 use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{find_human_key, human_keys, read_single_contexts};
+use crate::judge::attribute::builtin_attribute_list;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
+use crate::judge::geval::Criteria;
 use crate::judge::geval::StepsOrigin;
 use crate::judge::scoring::show_first_prompt;
 use crate::judge::{
@@ -41,11 +43,7 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    /// Attribute to judge. G-Eval's built-in criteria: coherence, consistency, fluency,
-    /// relevance (summary); naturalness, coherence (continuity), engagingness,
-    /// groundedness, understandability (dialogue); fluency, grammar, semantics
-    /// (data-to-text). With --criteria-text it defaults to the criterion's name.
-    #[arg(long, required_unless_present = "criteria_text")]
+    #[arg(long, required_unless_present = "criteria_text", help = attribute_help())]
     pub attribute: Option<String>,
 
     /// Prompt scoring and GPTScore: the adjective of an attribute that is not built in
@@ -64,9 +62,15 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub correlate: bool,
 
-    /// Kind of task; sets the prompt nouns and G-Eval's built-in criteria.
-    #[arg(long, value_enum, default_value_t = Task::Summary)]
-    pub task: Task,
+    /// Kind of data; sets the wording of the prompts and G-Eval's built-in criteria.
+    /// summary: "Summary:" (prompt scoring, GPTScore), "Source Text:" and "Summary:"
+    /// (G-Eval); dialogue: "Response:", "Conversation History:" and "Response:";
+    /// data-to-text: "Text:", "Triples:" and "Text:"; custom: the generic "Text:",
+    /// "Input:" and "Output:", no built-in criteria. Default: summary for a built-in
+    /// attribute or criterion, custom for your own (an attribute with --adjective, or
+    /// --criteria-text). A --criteria file's headings are its own.
+    #[arg(long, value_enum)]
+    pub task: Option<Task>,
 
     /// G-Eval criteria file (TOML: name, scale, introduction, criterion; see
     /// criteria/README.md) instead of the built-in criteria for the attribute.
@@ -85,7 +89,9 @@ pub struct ScoreArgs {
     #[arg(long, value_name = "TEXT")]
     pub task_prompt: Option<String>,
 
-    /// G-Eval evaluation steps from this file instead of steps the model writes.
+    /// G-Eval evaluation steps from this file instead of steps the model writes (those
+    /// are written once per model and criteria, and kept in the result cache unless
+    /// --no-cache).
     #[arg(long, value_name = "FILE")]
     pub steps: Option<PathBuf>,
 
@@ -129,6 +135,35 @@ pub struct ScoreArgs {
     pub show_prompt: bool,
 }
 
+/// The help of `--attribute`: the built-in lists are the ones the errors give.
+fn attribute_help() -> String {
+    let geval: Vec<String> = [Task::Summary, Task::Dialogue, Task::DataToText]
+        .into_iter()
+        .map(|task| {
+            let list = Criteria::builtin_list(task).unwrap_or_else(|e| format!("({e})"));
+            format!("{list} (--task {})", task.name())
+        })
+        .collect();
+    format!(
+        "Attribute to judge. G-Eval's built-in criteria: {}; any other with --criteria or \
+         --criteria-text (with --criteria-text it defaults to the criterion's name). Prompt \
+         scoring and GPTScore: built-in {}; any other with --adjective",
+        geval.join("; "),
+        builtin_attribute_list()
+    )
+}
+
+/// The task the run uses: `--task`, else the library's default for what is judged.
+fn task(args: &ScoreArgs) -> Task {
+    args.task.unwrap_or_else(|| {
+        ScoreRequest::default_task(
+            args.method,
+            args.attribute.as_deref(),
+            args.criteria_text.as_deref(),
+        )
+    })
+}
+
 fn parse_scale(text: &str) -> Result<ScoreScale, String> {
     ScoreScale::parse(text).map_err(|e| format!("{e:#}"))
 }
@@ -142,7 +177,7 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         method: args.method,
         attribute: args.attribute.clone(),
         adjective: args.adjective.clone(),
-        task: args.task,
+        task: task(args),
         criteria: args.criteria.clone(),
         criteria_text: args.criteria_text.clone(),
         task_prompt: args.task_prompt.clone(),
@@ -151,7 +186,15 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         scale: args.scale,
         reference: args.reference,
     };
-    request.options(super::progress::bars())
+    let progress = super::progress::bars("score");
+    if args.task.is_none() && request.task == Task::Custom {
+        progress.note(
+            "note: no --task given for an attribute or criteria of your own: the prompts use \
+             the generic nouns of --task custom (\"Text:\", \"Input:\", \"Output:\"); give --task \
+             summary, dialogue or data-to-text for those tasks' wording",
+        );
+    }
+    request.options(progress)
 }
 
 /// A summary of the run for people.

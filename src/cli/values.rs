@@ -59,10 +59,10 @@ command_line_values!(RankMethod {
 });
 
 command_line_values!(Task {
-    Task::Summary => "summary": "Summaries of a passage (SummEval): \"Summary A\", \"Passage:\"",
-    Task::Dialogue => "dialogue": "Responses to a dialogue (Topical-Chat): \"Response A\", \"Dialogue:\"",
-    Task::DataToText => "data-to-text": "Texts verbalising triples (WebNLG): \"Text A\", \"Triples:\"",
-    Task::Custom => "custom": "Any other data: the nouns come from --item and --context-label",
+    Task::Summary => "summary": "Summaries of a passage (SummEval)",
+    Task::Dialogue => "dialogue": "Responses to a dialogue (Topical-Chat)",
+    Task::DataToText => "data-to-text": "Texts verbalising triples (WebNLG)",
+    Task::Custom => "custom": "Any other data (the option's text says which nouns)",
 });
 
 command_line_values!(Design {

@@ -134,58 +134,112 @@ const ALIASES: [(&str, &str); 3] = [
     ("engagement", "engagingness"),
 ];
 
+/// The error for an attribute that is not built in: how to give one of your own
+/// (`--adjective`, and `--question` where the method asks one), and the built-in list.
+fn unknown_attribute(name: &str, asks_question: bool) -> anyhow::Error {
+    let lower = name.trim().to_ascii_lowercase();
+    let question = if asks_question {
+        format!(" or --question (e.g. --question \"Which story shows more {lower}\")")
+    } else {
+        String::new()
+    };
+    anyhow::anyhow!(
+        "unknown attribute `{name}`: for an attribute of your own, say how the prompt \
+         compares it with --adjective (e.g. --adjective \"more {lower}\"){question}; built-in \
+         attributes: {}",
+        builtin_attribute_list()
+    )
+}
+
+/// The built-in attributes as help texts and errors list them, other spellings in
+/// brackets: "coherence, ..., grammaticality (grammar), ...". The one list every command
+/// shows, so that `--help` and the unknown-attribute error agree.
+pub fn builtin_attribute_list() -> String {
+    ATTRIBUTES
+        .iter()
+        .map(|(name, _)| {
+            let aliases: Vec<&str> = ALIASES
+                .iter()
+                .filter(|(_, canonical)| canonical == name)
+                .map(|(alias, _)| *alias)
+                .collect();
+            if aliases.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name} ({})", aliases.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Attribute {
     /// The attribute called `name` (case-insensitive, aliases accepted).
     pub fn named(name: &str) -> Result<Self> {
+        Self::builtin(name).ok_or_else(|| unknown_attribute(name, true))
+    }
+
+    /// The built-in attribute called `name`, if there is one.
+    fn builtin(name: &str) -> Option<Self> {
         let lower = name.trim().to_ascii_lowercase();
         let canonical = ALIASES
             .iter()
             .find(|(alias, _)| *alias == lower)
             .map_or(lower.as_str(), |(_, canonical)| canonical);
-        match ATTRIBUTES.iter().find(|(known, _)| *known == canonical) {
-            Some((known, adjective)) => Ok(Self {
+        ATTRIBUTES
+            .iter()
+            .find(|(known, _)| *known == canonical)
+            .map(|(known, adjective)| Self {
                 name: known.to_string(),
                 adjective: adjective.to_string(),
                 comparative: None,
                 question: None,
-            }),
-            None => {
-                let known: Vec<&str> = ATTRIBUTES
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .chain(ALIASES.iter().map(|(a, _)| *a))
-                    .collect();
-                bail!(
-                    "unknown attribute `{name}`: for an attribute of your own, say how the \
-                     prompt compares it with --adjective (e.g. --adjective \"more {lower}\") \
-                     or --question (e.g. --question \"Which story shows more {lower}\"); \
-                     built-in attributes: {}",
-                    known.join(", ")
-                )
-            }
-        }
+            })
+    }
+
+    /// Whether `name` is a built-in attribute (or another spelling of one).
+    pub fn is_builtin(name: &str) -> bool {
+        Self::builtin(name).is_some()
     }
 
     /// The attribute `name`: a built-in one keeps its tuned adjective unless a phrase is
     /// given; any other name needs `adjective` (a comparative phrase such as "more
     /// empathetic", or an adjective that follows "more") or `question`.
     pub fn resolve(name: &str, adjective: Option<&str>, question: Option<&str>) -> Result<Self> {
+        Self::resolve_asking(name, adjective, Some(question))
+    }
+
+    /// As [`Attribute::resolve`] for methods that ask no pairwise question (prompt
+    /// scoring, GPTScore): an attribute of the user's own needs `adjective`, and the
+    /// error names no `--question`.
+    pub fn resolve_adjective(name: &str, adjective: Option<&str>) -> Result<Self> {
+        Self::resolve_asking(name, adjective, None)
+    }
+
+    /// `question`: `None` where the method takes no question at all.
+    fn resolve_asking(
+        name: &str,
+        adjective: Option<&str>,
+        question: Option<Option<&str>>,
+    ) -> Result<Self> {
+        let asks = question.is_some();
         let adjective = adjective.map(str::trim).filter(|s| !s.is_empty());
         let question = question
+            .flatten()
             .map(|q| q.trim().trim_end_matches('?').trim_end())
             .filter(|s| !s.is_empty());
         let lower = name.trim().to_ascii_lowercase();
         if lower.is_empty() {
             bail!("the attribute name is empty");
         }
-        let mut attribute = match (Self::named(name), adjective) {
-            (Ok(builtin), None) => builtin,
-            (Ok(builtin), Some(_)) => Self {
+        let mut attribute = match (Self::builtin(name), adjective) {
+            (Some(builtin), None) => builtin,
+            (Some(builtin), Some(_)) => Self {
                 name: builtin.name,
                 ..Self::custom(&lower, adjective)
             },
-            (Err(error), None) if question.is_none() => return Err(error),
-            (Err(_), _) => Self::custom(&lower, adjective),
+            (None, None) if question.is_none() => return Err(unknown_attribute(name, asks)),
+            (None, _) => Self::custom(&lower, adjective),
         };
         attribute.question = question.map(str::to_string);
         Ok(attribute)
@@ -292,8 +346,29 @@ mod tests {
     fn unknown_attribute_lists_the_known_ones() {
         let error = Attribute::named("funniness").unwrap_err().to_string();
         assert!(error.contains("`funniness`"), "{error}");
-        for (name, _) in ATTRIBUTES {
-            assert!(error.contains(name), "{error}");
+        let list = builtin_attribute_list();
+        assert!(error.contains(&list), "{error}");
+        for name in ATTRIBUTES
+            .iter()
+            .map(|(n, _)| n)
+            .chain(ALIASES.iter().map(|(a, _)| a))
+        {
+            assert!(list.contains(name), "{list}");
+            assert!(Attribute::is_builtin(name), "{name}");
         }
+        assert!(list.contains("grammaticality (grammar)"), "{list}");
+        assert!(!Attribute::is_builtin("funniness"));
+    }
+
+    #[test]
+    fn methods_without_a_question_do_not_suggest_one() {
+        let error = Attribute::resolve_adjective("wit", None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--adjective"), "{error}");
+        assert!(!error.contains("--question"), "{error}");
+        assert!(error.contains(&builtin_attribute_list()), "{error}");
+        let witty = Attribute::resolve_adjective("wit", Some("more witty")).unwrap();
+        assert_eq!((witty.adjective.as_str(), witty.question), ("witty", None));
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::attribute::Task;
+use super::attribute::{Attribute, Task};
 use super::geval::steps::DEFAULT_MAX_TOKENS;
 use super::geval::{criteria_from_text, Criteria, StepsSource};
 use super::scale::ScoreScale;
@@ -53,6 +53,30 @@ impl ScoreRequest {
         }
     }
 
+    /// The task when the caller names none. A built-in attribute or criterion is read
+    /// with `summary`'s wording (SummEval's: "Summary:", "Source Text:"); an attribute
+    /// or criterion of the caller's own (free-text criteria, an attribute that is not
+    /// built in) with the generic wording of `custom` ("Text:", "Input:", "Output:"),
+    /// since nothing says what its data are: the service reads free-text criteria so
+    /// too. A criteria file's headings are its own whatever the task.
+    pub fn default_task(
+        method: ScoreMethod,
+        attribute: Option<&str>,
+        criteria_text: Option<&str>,
+    ) -> Task {
+        let own = match method {
+            ScoreMethod::Geval => criteria_text.is_some(),
+            ScoreMethod::Prompt | ScoreMethod::Gptscore => {
+                !attribute.is_some_and(Attribute::is_builtin)
+            }
+        };
+        if own {
+            Task::Custom
+        } else {
+            Task::Summary
+        }
+    }
+
     /// Check the choices and settle the run's options: files read, method-specific
     /// options checked. Criteria read from free text are announced through `progress`.
     pub fn options(&self, progress: Progress) -> Result<ScoreOptions> {
@@ -91,6 +115,16 @@ impl ScoreRequest {
             (None, Some((criteria, _))) => criteria.name.to_lowercase(),
             (None, None) => bail!("--attribute is needed (or --criteria-text)"),
         };
+        // The attribute is checked now, before a caller loads a model for it.
+        match self.method {
+            ScoreMethod::Prompt | ScoreMethod::Gptscore => {
+                Attribute::resolve_adjective(&attribute, self.adjective.as_deref())?;
+            }
+            ScoreMethod::Geval if self.criteria.is_none() && from_text.is_none() => {
+                Criteria::builtin(self.task, &attribute)?;
+            }
+            ScoreMethod::Geval => {}
+        }
         let mut options = ScoreOptions::new(self.method, self.task, &attribute);
         options.adjective = self.adjective.clone();
         options.reference = self.reference;
@@ -154,6 +188,47 @@ mod tests {
         );
         let request = ScoreRequest::new(ScoreMethod::Geval, None);
         assert!(request.options(Progress::none()).is_err());
+    }
+
+    #[test]
+    fn unknown_attributes_are_refused_before_any_model() {
+        let request = ScoreRequest::new(ScoreMethod::Prompt, Some("wit"));
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(
+            error.contains("--adjective") && !error.contains("--question"),
+            "{error}"
+        );
+        let mut request = ScoreRequest::new(ScoreMethod::Gptscore, Some("wit"));
+        request.adjective = Some("more witty".into());
+        assert!(request.options(Progress::none()).is_ok());
+        let request = ScoreRequest::new(ScoreMethod::Geval, Some("wit"));
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(error.contains("--criteria-text"), "{error}");
+    }
+
+    #[test]
+    fn own_attributes_and_criteria_default_to_generic_wording() {
+        let default = ScoreRequest::default_task;
+        assert_eq!(
+            default(ScoreMethod::Geval, Some("coherence"), None),
+            Task::Summary
+        );
+        assert_eq!(
+            default(ScoreMethod::Prompt, Some("Fluency"), None),
+            Task::Summary
+        );
+        assert_eq!(
+            default(ScoreMethod::Geval, None, Some("Wit (1-5): ...")),
+            Task::Custom
+        );
+        assert_eq!(
+            default(ScoreMethod::Prompt, Some("wit"), None),
+            Task::Custom
+        );
+        assert_eq!(
+            default(ScoreMethod::Gptscore, Some("wit"), None),
+            Task::Custom
+        );
     }
 
     #[test]

@@ -196,12 +196,18 @@ pub fn resolve_method(
     Ok(match options.method {
         ScoreMethod::Prompt => ResolvedMethod::Prompt {
             task: options.task,
-            attribute: Attribute::resolve(&options.attribute, options.adjective.as_deref(), None)?,
+            attribute: Attribute::resolve_adjective(
+                &options.attribute,
+                options.adjective.as_deref(),
+            )?,
             scale: options.scale.unwrap_or(absolute::DEFAULT_SCALE),
         },
         ScoreMethod::Gptscore => ResolvedMethod::Gptscore {
             task: options.task,
-            attribute: Attribute::resolve(&options.attribute, options.adjective.as_deref(), None)?,
+            attribute: Attribute::resolve_adjective(
+                &options.attribute,
+                options.adjective.as_deref(),
+            )?,
         },
         ScoreMethod::Geval => {
             let mut criteria = match &options.criteria {

@@ -110,8 +110,10 @@ impl BertScoring {
     }
 }
 
-/// One output line per row (`context_id`, `candidate_id`, `system_id`?, `scores` by
-/// metric name, `human`?), as `nlg-judge metric` writes them. `references[k]` are row
+/// One output line per row (`context_id`, `candidate_id`, `system_id`?, `metrics` by
+/// metric name, `human`?: the input's human scores), as `nlg-judge metric` writes them.
+/// The metric values are `metrics`, not `scores`, which names human scores in every
+/// other file of the tool. `references[k]` are row
 /// `k`'s references (see [`expand_references`]); with `idf`, BERTScore weights tokens by
 /// their idf over all of them.
 pub fn score_rows(
@@ -143,7 +145,7 @@ pub fn score_rows(
         if let Some(system) = &row.system_id {
             line.insert("system_id".into(), json!(system));
         }
-        line.insert("scores".into(), Value::Object(scores));
+        line.insert("metrics".into(), Value::Object(scores));
         if !row.scores.is_empty() {
             line.insert("human".into(), json!(row.scores));
         }

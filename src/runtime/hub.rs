@@ -100,8 +100,8 @@ impl HubSettings {
         let url = repo.url(path);
         let bar = BarProgress {
             enabled: show_progress,
-            message: format!("hub {path}"),
-            bar: indicatif::ProgressBar::hidden(),
+            message: format!("downloading {path}"),
+            bar: progress::Bar::hidden(),
         };
         repo.download_with_progress(path, bar)
             .with_context(|| format!("cannot download {url}"))
@@ -119,7 +119,7 @@ fn is_true(value: &str) -> bool {
 struct BarProgress {
     enabled: bool,
     message: String,
-    bar: indicatif::ProgressBar,
+    bar: progress::Bar,
 }
 
 impl hf_hub::api::Progress for BarProgress {

@@ -9,6 +9,7 @@ mod cache_faults;
 mod calibration;
 mod chat_templates;
 mod cli;
+mod cli_help;
 mod cli_models;
 mod common;
 mod compare_resume;

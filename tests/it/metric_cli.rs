@@ -74,7 +74,7 @@ fn scores_equal_the_library_and_paraphrases_join_the_references() {
         )
         .unwrap();
         assert_eq!(
-            plain[1]["scores"][metric.name()].as_f64().unwrap(),
+            plain[1]["metrics"][metric.name()].as_f64().unwrap(),
             expected,
             "{metric}"
         );
@@ -82,7 +82,7 @@ fn scores_equal_the_library_and_paraphrases_join_the_references() {
     let (base, _) = run(&[]);
     let (expanded, stderr) = run(&["--paraphrases", paraphrases.to_str().unwrap(), "--corpus"]);
     assert!(stderr.contains("corpus BLEU"), "{stderr}");
-    let score = |rows: &[Value], metric: &str| rows[0]["scores"][metric].as_f64().unwrap();
+    let score = |rows: &[Value], metric: &str| rows[0]["metrics"][metric].as_f64().unwrap();
     for metric in ["bleu", "chrf", "rouge1", "rougeL"] {
         assert!(score(&expanded, metric) > score(&base, metric), "{metric}");
     }
@@ -100,7 +100,8 @@ fn bad_input_and_unknown_metrics_are_named() {
     .unwrap();
     let out = nlg_judge(&["metric", "--input", input.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    // Input errors exit with 2, as on every command.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("in.jsonl:2") && stderr.contains("no reference"),
         "{stderr}"
@@ -114,6 +115,7 @@ fn bad_input_and_unknown_metrics_are_named() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown metric 'meteor'"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
 }
 
 #[test]
@@ -141,7 +143,7 @@ fn bertscore_of_a_candidate_equal_to_its_reference_is_one() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let f1 = |i: usize| rows[i]["scores"]["bertscore"].as_f64().unwrap();
+    let f1 = |i: usize| rows[i]["metrics"]["bertscore"].as_f64().unwrap();
     assert!((f1(0) - 1.0).abs() < 1e-6, "{}", f1(0));
     assert!(f1(1) > 0.0 && f1(1) < 1.0, "{}", f1(1));
 }

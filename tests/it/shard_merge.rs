@@ -264,6 +264,25 @@ fn three_shards_merge_to_the_single_run_and_merge_refuses_bad_sets() {
         "{error}"
     );
     assert!(!into.exists());
+    // Shards that ran with other options are the user's input error (exit 2), and the
+    // differing values read as the options were given, not as Rust's debug text.
+    assert_eq!(out.status.code(), Some(2), "{error}");
+    let out = run(
+        &setup.compare(
+            "random2",
+            &["--shard", "2/3", "--design", "random", "--comparisons", "2"],
+        ),
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = setup.merge(&[shard(0), shard(1), setup.path("random2.jsonl")], &into);
+    let error = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{error}");
+    assert!(
+        error.contains("`comparisons` (\"default\" versus \"2\")"),
+        "{error}"
+    );
+    assert!(!error.contains("Some("), "{error}");
 
     // Bad shard requests are named.
     let out = run(&setup.compare("bad", &["--shard", "3/3"]), &[]);

@@ -209,27 +209,43 @@ impl Criteria {
     /// The built-in criterion for `attribute` (name or alias, case-insensitive) of `task`.
     pub fn builtin(task: Task, attribute: &str) -> Result<Self> {
         let wanted = attribute.trim().to_ascii_lowercase();
-        let candidates: Vec<Self> = Self::builtins()?
+        let found = Self::builtins()?
             .into_iter()
             .filter(|c| c.task == Some(task))
-            .collect();
-        let known: Vec<String> = candidates.iter().map(|c| c.name.to_lowercase()).collect();
-        candidates
+            .find(|c| c.name.to_lowercase() == wanted || c.aliases.contains(&wanted));
+        match found {
+            Some(criteria) => Ok(criteria),
+            None => bail!(
+                "no built-in G-Eval criteria for `{attribute}` in the {} task; built-in: {} \
+                 (for another attribute, give its criteria: --criteria-text \"Empathy (1-5): \
+                 ...\" or --criteria FILE)",
+                task.name(),
+                Self::builtin_list(task)?
+            ),
+        }
+    }
+
+    /// The built-in criteria of `task` as help texts and errors list them: names in lower
+    /// case, other spellings in brackets ("coherence (continuity, maintains-context)"),
+    /// "none" for a task without any.
+    pub fn builtin_list(task: Task) -> Result<String> {
+        let names: Vec<String> = Self::builtins()?
             .into_iter()
-            .find(|c| c.name.to_lowercase() == wanted || c.aliases.contains(&wanted))
-            .with_context(|| {
-                format!(
-                    "no built-in G-Eval criteria for `{attribute}` in the {} task; built-in: {} \
-                     (for another attribute, give its criteria: --criteria-text \"Empathy (1-5): \
-                     ...\" or --criteria FILE)",
-                    task.name(),
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )
+            .filter(|c| c.task == Some(task))
+            .map(|c| {
+                let name = c.name.to_lowercase();
+                if c.aliases.is_empty() {
+                    name
+                } else {
+                    format!("{name} ({})", c.aliases.join(", "))
+                }
             })
+            .collect();
+        Ok(if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        })
     }
 
     /// The same criterion rated on another scale.
@@ -300,6 +316,12 @@ mod tests {
             error.contains("`naturalness`") && error.contains("relevance"),
             "{error}"
         );
+        let list = Criteria::builtin_list(Task::Dialogue).unwrap();
+        assert!(
+            list.contains("coherence (continuity, maintains-context)"),
+            "{list}"
+        );
+        assert_eq!(Criteria::builtin_list(Task::Custom).unwrap(), "none");
     }
 
     #[test]

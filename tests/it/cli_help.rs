@@ -1,0 +1,393 @@
+//! The command line's own words about itself (issue 40): every subcommand's help, and
+//! the errors its options can give before a model is loaded, name only flags that
+//! subcommand accepts; the built-in attribute lists of `--help` are the ones the errors
+//! give; progress reaches a log file as plain lines; input errors exit with 2.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use clap::CommandFactory;
+use nlg_judge::cli::Cli;
+use nlg_judge::judge::geval::Criteria;
+use nlg_judge::judge::pairwise::CompareRequest;
+use nlg_judge::judge::{ScoreMethod, ScoreRequest, Task};
+use nlg_judge::progress::Progress;
+
+/// Every `--flag` token in `text`: `--` after a non-word character, then a letter, then
+/// letters, digits and inner hyphens (`--` alone, `--9` and `a--b` are no flags).
+fn flags_in(text: &str) -> BTreeSet<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut flags = BTreeSet::new();
+    for start in 0..chars.len().saturating_sub(2) {
+        let opens = chars[start] == '-'
+            && chars[start + 1] == '-'
+            && (start == 0 || !(chars[start - 1].is_alphanumeric() || chars[start - 1] == '-'));
+        if !opens || !chars[start + 2].is_ascii_alphabetic() {
+            continue;
+        }
+        let name: String = chars[start + 2..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == '-')
+            .collect();
+        flags.insert(name.trim_end_matches('-').to_string());
+    }
+    flags
+}
+
+/// The long flags `command` accepts (its own, the propagated global ones, aliases,
+/// `--help` and `--version`).
+fn accepted(command: &clap::Command) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = ["help".to_string(), "version".to_string()].into();
+    for arg in command.get_arguments() {
+        if let Some(long) = arg.get_long() {
+            names.insert(long.to_string());
+        }
+        for alias in arg.get_all_aliases().unwrap_or_default() {
+            names.insert(alias.to_string());
+        }
+    }
+    names
+}
+
+/// The built command tree (global flags propagated into every subcommand).
+fn command_tree() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+/// `(path, command)` for every subcommand under `command`, at any depth.
+/// clap's own `help` subcommands are left out: they show the texts checked where they
+/// belong.
+fn subcommands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+    for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("{path} {}", sub.get_name()).trim().to_string();
+        out.push((name.clone(), sub.clone()));
+        subcommands(sub, &name, out);
+    }
+}
+
+fn find(path: &str) -> clap::Command {
+    let mut all = Vec::new();
+    subcommands(&command_tree(), "", &mut all);
+    all.into_iter()
+        .find(|(name, _)| name == path)
+        .map(|(_, command)| command)
+        .unwrap_or_else(|| panic!("no subcommand `{path}`"))
+}
+
+/// The flags `text` names that `path` does not accept.
+fn foreign_flags(path: &str, text: &str) -> Vec<String> {
+    let accepted = accepted(&find(path));
+    flags_in(text)
+        .into_iter()
+        .filter(|flag| !accepted.contains(flag))
+        .collect()
+}
+
+#[test]
+fn the_flag_finder_reads_flags_and_nothing_else() {
+    let found = flags_in("use --item (e.g. --item Story), --x-y; not a--b, -- or --9; --no-cache.");
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        ["item", "no-cache", "x-y"]
+    );
+}
+
+#[test]
+fn every_help_names_only_flags_its_command_accepts() {
+    let tree = command_tree();
+    let mut all = vec![("nlg-judge".to_string(), tree.clone())];
+    subcommands(&tree, "", &mut all);
+    assert!(all.len() > 20, "{} subcommands", all.len());
+    let mut violations = Vec::new();
+    for (path, mut command) in all {
+        let help = command.render_long_help().to_string();
+        let accepted = accepted(&command);
+        for flag in flags_in(&help) {
+            if !accepted.contains(&flag) {
+                violations.push(format!("`{path} --help` names --{flag}"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// The errors `score` and `compare` give for their options before any model is loaded.
+#[test]
+fn option_errors_name_only_flags_of_their_command() {
+    let score = |edit: &dyn Fn(&mut ScoreRequest)| {
+        let mut request = ScoreRequest::new(ScoreMethod::Prompt, Some("wit"));
+        edit(&mut request);
+        format!("{:#}", request.options(Progress::none()).unwrap_err())
+    };
+    let score_errors = [
+        score(&|_| {}),
+        score(&|r| r.method = ScoreMethod::Gptscore),
+        score(&|r| r.method = ScoreMethod::Geval),
+        score(&|r| {
+            r.method = ScoreMethod::Geval;
+            r.task = Task::Custom;
+        }),
+        score(&|r| r.reference = true),
+        score(&|r| r.attribute = None),
+    ];
+    let compare = |edit: &dyn Fn(&mut CompareRequest)| {
+        let mut request = CompareRequest::new("wit");
+        edit(&mut request);
+        format!("{:#}", request.options(Progress::none()).unwrap_err())
+    };
+    let compare_errors = [
+        compare(&|_| {}),
+        compare(&|r| {
+            r.attribute = "coherence".into();
+            r.task = Task::Custom;
+        }),
+    ];
+    let mut violations = Vec::new();
+    let all: [(&str, &[String]); 2] = [("score", &score_errors), ("compare", &compare_errors)];
+    for (path, errors) in all {
+        for error in errors.iter() {
+            assert!(error.contains("--"), "{error}");
+            for flag in foreign_flags(path, error) {
+                violations.push(format!("`{path}` error names --{flag}: {error}"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// The text of an argument's help.
+fn arg_help(path: &str, flag: &str) -> String {
+    let command = find(path);
+    let arg = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(flag))
+        .unwrap_or_else(|| panic!("`{path}` has no --{flag}"));
+    arg.get_long_help()
+        .or(arg.get_help())
+        .map(|h| h.to_string())
+        .unwrap_or_default()
+}
+
+/// The part of `text` after `start` up to the first of `ends` (or the end).
+fn between<'a>(text: &'a str, start: &str, ends: &[&str]) -> &'a str {
+    let from = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no `{start}` in: {text}"))
+        + start.len();
+    let rest = &text[from..];
+    let to = ends
+        .iter()
+        .filter_map(|end| rest.find(end))
+        .min()
+        .unwrap_or(rest.len());
+    rest[..to].trim()
+}
+
+#[test]
+fn built_in_attribute_lists_in_help_are_the_errors_lists() {
+    // compare: the pairwise attributes.
+    let help = arg_help("compare", "attribute");
+    let error = format!(
+        "{:#}",
+        CompareRequest::new("wit")
+            .options(Progress::none())
+            .unwrap_err()
+    );
+    let shown = between(&help, "built-in (tuned wording) ", &[";"]);
+    let told = between(&error, "built-in attributes: ", &["\n"]);
+    assert_eq!(shown, told);
+    assert!(shown.split(", ").count() >= 11, "{shown}");
+
+    // score: the same list for prompt scoring and GPTScore ...
+    let help = arg_help("score", "attribute");
+    let error = format!(
+        "{:#}",
+        ScoreRequest::new(ScoreMethod::Prompt, Some("wit"))
+            .options(Progress::none())
+            .unwrap_err()
+    );
+    assert_eq!(
+        between(
+            &help,
+            "Prompt scoring and GPTScore: built-in ",
+            &["; any other"]
+        ),
+        between(&error, "built-in attributes: ", &["\n"])
+    );
+    // ... and G-Eval's criteria of each task.
+    for task in [Task::Summary, Task::Dialogue, Task::DataToText] {
+        let error = format!("{:#}", Criteria::builtin(task, "wit").unwrap_err());
+        let told = between(&error, "built-in: ", &[" (for another"]);
+        let listed = format!("{told} (--task {})", task.name());
+        assert!(help.contains(&listed), "{listed} not in: {help}");
+    }
+}
+
+fn nlg_judge() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+}
+
+const INPUT: &str = "{\"context_id\":\"d\",\"context\":\"A passage.\",\"candidate_id\":\"a\",\"candidate\":\"One.\"}\n\
+{\"context_id\":\"d\",\"context\":\"A passage.\",\"candidate_id\":\"b\",\"candidate\":\"Two.\"}\n\
+{\"context_id\":\"d\",\"context\":\"A passage.\",\"candidate_id\":\"c\",\"candidate\":\"Three.\"}\n";
+
+#[test]
+fn progress_reaches_a_log_file_as_plain_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let log = dir.path().join("stderr.log");
+    let status = nlg_judge()
+        .args(["compare", "--model", "mock", "--no-cache", "--attribute"])
+        .args(["coherence", "--output"])
+        .arg(dir.path().join("out.jsonl"))
+        .arg("--input")
+        .arg(&input)
+        .env("NLG_JUDGE_PROGRESS_INTERVAL", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(!text.contains('\u{1b}'), "escape codes in: {text:?}");
+    // Three candidates, all six ordered pairs: a line at every step, then the last one.
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("compare: "))
+        .collect();
+    for done in 1..=6 {
+        let share = format!(
+            "compare: {done}/6 comparisons ({:.0}%), ",
+            100.0 * done as f64 / 6.0
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&share) && l.contains("/s")),
+            "no `{share}` in: {text}"
+        );
+    }
+    let last = lines.last().expect("progress lines");
+    assert!(
+        last.starts_with("compare: 6/6 comparisons (100%) in "),
+        "{text}"
+    );
+    assert!(lines[0].contains("ETA "), "{text}");
+}
+
+#[test]
+fn score_on_own_attributes_says_which_nouns_it_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, INPUT).unwrap();
+    let run = |extra: &[&str]| {
+        let output = nlg_judge()
+            .args([
+                "score",
+                "--model",
+                "mock",
+                "--no-cache",
+                "--method",
+                "prompt",
+            ])
+            .arg("--input")
+            .arg(&input)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["--attribute", "wit", "--adjective", "more witty"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("generic nouns of --task custom"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        "--attribute",
+        "wit",
+        "--adjective",
+        "witty",
+        "--task",
+        "summary",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("--task custom"), "{stderr}");
+    // An attribute of one's own without --adjective is an input error, refused before the
+    // model loads, and points to the flag `score` has.
+    let (code, stderr) = run(&["--attribute", "wit"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--adjective") && !stderr.contains("--question"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn input_errors_exit_with_2_on_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let missing = missing.to_str().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let out = out.to_str().unwrap();
+    let no_data = dir.path().join("no-data");
+    let no_data = no_data.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["metric", "--input", missing],
+        vec!["merge", missing, "--input", missing, "--output", out],
+        vec!["correlate", "--input", missing],
+        vec![
+            "paraphrase",
+            "--model",
+            "mock",
+            "--input",
+            missing,
+            "--output",
+            out,
+        ],
+        vec![
+            "convert",
+            "--dataset",
+            "summeval",
+            "--data-dir",
+            no_data,
+            "--output",
+            out,
+        ],
+        vec![
+            "dhp", "score", "--model", "mock", "--input", missing, "--output", out,
+        ],
+    ];
+    for args in cases {
+        let output = nlg_judge().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+    // A missing data directory says how to give another.
+    let output = nlg_judge()
+        .args([
+            "convert",
+            "--dataset",
+            "summeval",
+            "--data-dir",
+            no_data,
+            "--output",
+            out,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--data-dir")
+            && stderr.contains("NLG_JUDGE_DATA")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+}
