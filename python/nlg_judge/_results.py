@@ -189,11 +189,17 @@ class CompareResult(_Correlates):
         accuracy: pairwise accuracy against the human scores (None without them).
         human_key: the input's human-score key matching the attribute (or ``human_key=``).
         computed, cached: comparisons the model computed now / found in the result cache.
+        rank: the ranking the scores come from (``win-ratio``, ``poe``, ...).
+        diagnostics: whether the judge was judging, as ``compare --output`` writes it in
+            ``OUT.diagnostics.json``: ``warnings``, ``checks`` (name, value, threshold,
+            warn_when, status, message, remedy) and ``adjusted`` when a default changed.
     """
 
     def __init__(self, native: Any) -> None:
         self._native = native
         raw = json.loads(native.to_json())
+        self.rank: str = raw["rank"]
+        self.diagnostics: Dict[str, Any] = raw["diagnostics"]
         self.contexts: List[ContextResult] = [ContextResult(c) for c in raw["contexts"]]
         self.tau: float = raw["tau"]
         self.first_position_raw = _rate(raw["first_position_raw"])
@@ -281,12 +287,15 @@ class ScoreResult(_Correlates):
         criteria, scale, steps: G-Eval's criterion name, scale [low, high] and the
             evaluation steps used (given, cached or written by the model).
         computed, cached: results the model computed now / found in the result cache.
+        diagnostics: whether the judge was judging (label mass, ties, G-Eval's steps), as
+            ``score --output`` writes it in ``OUT.diagnostics.json``.
     """
 
     def __init__(self, native: Any) -> None:
         self._native = native
         raw = json.loads(native.to_json())
         self.method: str = raw["method"]
+        self.diagnostics: Dict[str, Any] = raw["diagnostics"]
         self.records: List[Dict[str, Any]] = raw["candidates"]
         self.scores = np.asarray([c["score"] for c in self.records], dtype=float)
         self.criteria: Optional[str] = raw.get("criteria")

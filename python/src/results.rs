@@ -169,6 +169,7 @@ impl NativeScoreResult {
             "candidates": self.run.candidates,
             "computed": self.run.computed,
             "cached": self.run.cached,
+            "diagnostics": self.run.diagnostics,
         });
         if let ResolvedMethod::Geval {
             criteria, steps, ..

@@ -13,6 +13,8 @@ use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{human_keys, read_contexts};
 use crate::judge::attribute::builtin_attribute_list;
+use crate::judge::diagnostics::Diagnostics;
+use crate::judge::pairwise::run::method_name;
 use crate::judge::pairwise::StopRule;
 use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
@@ -207,7 +209,7 @@ fn report_facts(
                 None => format!("{:?}", options.design).to_lowercase(),
             },
         ),
-        ("scores".to_string(), rank_name(options.rank).to_string()),
+        ("scores".to_string(), rank_name(result.rank).to_string()),
         (
             "debiasing".to_string(),
             match options.debias {
@@ -232,12 +234,24 @@ fn report_facts(
 
 /// The ranking method's name in words.
 fn rank_name(rank: RankMethod) -> &'static str {
-    match rank {
-        RankMethod::WinRatio => "win ratio",
-        RankMethod::Soft => "soft win ratio",
-        RankMethod::BradleyTerry => "Bradley-Terry",
-        RankMethod::Poe => "Product of Experts",
-    }
+    method_name(rank)
+}
+
+/// `OUT.diagnostics.json` beside `output`.
+pub(crate) fn diagnostics_path(output: &Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".diagnostics.json");
+    PathBuf::from(name)
+}
+
+/// Write the judge diagnostics beside `output` (pretty JSON, final newline); returns
+/// the file's path.
+pub(crate) fn write_diagnostics(output: &Path, diagnostics: &Diagnostics) -> Result<PathBuf> {
+    let path = diagnostics_path(output);
+    let mut text = serde_json::to_string_pretty(diagnostics)?;
+    text.push('\n');
+    write_file(&path, |out| Ok(out.write_all(text.as_bytes())?))?;
+    Ok(path)
 }
 
 /// Write to `path` through a temporary file renamed into place (creating its folder):
@@ -383,6 +397,8 @@ pub fn run(args: CompareArgs) -> Result<()> {
                 "scores (context_id, candidate_id, score, rank): {}",
                 path.display()
             ));
+            let sidecar = write_diagnostics(path, &result.diagnostics)?;
+            wrote.push(format!("judge diagnostics: {}", sidecar.display()));
         }
         None => {
             let stdout = std::io::stdout();
@@ -416,8 +432,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
             facts,
             &result,
             &contexts,
-            rank_name(options.rank),
-        )?;
+            rank_name(result.rank),
+        )?
+        .with_diagnostics(&result.diagnostics);
         write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
         wrote.push(format!("report to open in a browser: {}", path.display()));
     }

@@ -1,5 +1,6 @@
 //! What `compare` prints for people: a ranked table per context (rank, candidate, score,
-//! the start of the text), the positional-bias figures, and where the full results went.
+//! the start of the text), the positional-bias figures, the judge diagnostics (warnings
+//! with their remedies), and where the full results went.
 //!
 //! This is the first output a newcomer sees (the README's first command), so it explains
 //! itself; machine-readable results go to files or standard output as JSONL.
@@ -127,6 +128,7 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
             .unwrap_or_default(),
         rate_text(result.accuracy)
     );
+    text.push_str(&result.diagnostics.text());
     text
 }
 

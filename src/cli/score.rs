@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
-use super::compare::write_file;
+use super::compare::{write_diagnostics, write_file};
 use super::model_args::ModelArgs;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{find_human_key, human_keys, read_single_contexts};
@@ -218,6 +218,7 @@ fn summary(run: &ScoreRun) -> String {
         text.push_str(&format!("; mean probability on the scale {mean_mass:.4}"));
     }
     text.push('\n');
+    text.push_str(&run.diagnostics.text());
     text
 }
 
@@ -314,7 +315,8 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             &run.candidates,
             &contexts,
             human_key.as_deref(),
-        )?;
+        )?
+        .with_diagnostics(&run.diagnostics);
         write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
         report.push_str(&format!(
             "results: report to open in a browser: {}\n",
@@ -347,6 +349,11 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     match &args.output {
         Some(path) => {
             write_file(path, |out| write_scored(&run.candidates, out))?;
+            let sidecar = write_diagnostics(path, &run.diagnostics)?;
+            report.push_str(&format!(
+                "results: judge diagnostics: {}\n",
+                sidecar.display()
+            ));
             if let Some(spec) = shard {
                 let mut print = Fingerprint::new();
                 let model = scorer.info();

@@ -7,10 +7,12 @@
 //! - [`gptscore`]: the likelihood baseline;
 //! - [`scale`]: integer score scales read off the model's answer distribution;
 //! - [`scoring`]: the cached, resumable runner of the three absolute methods;
-//! - [`score_request`]: a scoring run's options as callers name them, checked.
+//! - [`score_request`]: a scoring run's options as callers name them, checked;
+//! - [`diagnostics`]: whether the judge was judging (bias, ties, label mass, steps).
 
 pub mod absolute;
 pub mod attribute;
+pub mod diagnostics;
 pub mod geval;
 pub mod gptscore;
 pub mod pairwise;

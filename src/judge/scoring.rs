@@ -20,6 +20,7 @@ use serde_json::json;
 
 use super::absolute;
 use super::attribute::{Attribute, Task};
+use super::diagnostics::{self, Diagnostics};
 use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
 use super::scale::{ScoreDistribution, ScoreScale};
@@ -250,6 +251,8 @@ pub struct ScoreRun {
     /// Results computed in this run / found in the cache.
     pub computed: usize,
     pub cached: usize,
+    /// Whether the judge was judging: label mass, ties, G-Eval's steps.
+    pub diagnostics: Diagnostics,
 }
 
 impl ScoreRun {
@@ -324,6 +327,7 @@ pub fn run_scoring(
         candidates: Vec::with_capacity(total),
         computed: 0,
         cached: 0,
+        diagnostics: Diagnostics::default(),
     };
     match method {
         ResolvedMethod::Gptscore { task, attribute } => {
@@ -385,6 +389,7 @@ pub fn run_scoring(
         }
     }
     drop(bar);
+    run.diagnostics = diagnostics::for_scores(&run);
     Ok(run)
 }
 

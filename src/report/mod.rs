@@ -21,6 +21,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::data::Context;
+use crate::judge::diagnostics::Diagnostics;
 use crate::judge::pairwise::CompareResult;
 use crate::judge::ScoredCandidate;
 use crate::rank::Rate;
@@ -125,6 +126,9 @@ pub struct RunView {
     pub consistency: Option<Fraction>,
     pub accuracy: Option<Fraction>,
     pub correlation: Option<CorrelationView>,
+    /// Whether the judge was judging (see [`crate::judge::diagnostics`]); its warnings
+    /// are also the report's notes.
+    pub diagnostics: Option<Diagnostics>,
     /// Absolute: the scale's scores, for the distributions.
     pub scale: Option<Vec<i64>>,
     pub contexts: Vec<RunContext>,
@@ -334,6 +338,7 @@ impl Report {
                 consistency: Some(result.consistency.into()),
                 accuracy: result.accuracy.map(Fraction::from),
                 correlation,
+                diagnostics: None,
                 scale: None,
                 contexts: runs_contexts,
             }],
@@ -418,6 +423,7 @@ impl Report {
                 consistency: None,
                 accuracy: None,
                 correlation,
+                diagnostics: None,
                 scale,
                 contexts: runs_contexts,
             }],
@@ -442,6 +448,25 @@ impl Report {
             runs: Vec::new(),
             sections: markdown::sections(text, figures),
         }
+    }
+
+    /// The report with the run's judge diagnostics: kept with the run's data, and each
+    /// warning (with its remedy) and adjusted default shown as a note on the summary page.
+    pub fn with_diagnostics(mut self, diagnostics: &Diagnostics) -> Report {
+        for check in diagnostics.checks.iter().filter(|c| c.is_warning()) {
+            let mut note = format!("Judge diagnostics, {}: {}.", check.name, check.message);
+            if let Some(remedy) = &check.remedy {
+                note.push_str(&format!(" Remedy: {remedy}."));
+            }
+            self.notes.push(note);
+        }
+        if let Some(adjusted) = &diagnostics.adjusted {
+            self.notes.push(format!("Judge diagnostics: {adjusted}."));
+        }
+        if let Some(run) = self.runs.first_mut() {
+            run.diagnostics = Some(diagnostics.clone());
+        }
+        self
     }
 
     /// The page.

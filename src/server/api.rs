@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
+use crate::judge::diagnostics::{self, label_mass, Diagnostics};
 use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
 use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
 use crate::judge::{absolute, Attribute, Nouns, ScoreDistribution, ScoreScale, Task};
@@ -159,6 +160,9 @@ pub struct ScoreResponse {
     /// colon, else "Score").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub criteria_name: Option<String>,
+    /// Whether the judge was judging this answer: its label mass and, for G-Eval, the
+    /// evaluation steps (see `judge::diagnostics`).
+    pub diagnostics: Diagnostics,
 }
 
 impl ScoreResponse {
@@ -173,7 +177,14 @@ impl ScoreResponse {
                     .collect(),
             )
         };
+        let mut checks: Vec<_> = label_mass(&[distribution.mass], "score labels")
+            .into_iter()
+            .collect();
+        if let Some(text) = &steps {
+            checks.insert(0, diagnostics::steps(text));
+        }
         Self {
+            diagnostics: Diagnostics::new(checks),
             score: distribution.expectation,
             argmax: distribution.argmax,
             probabilities: pairs(&distribution.normalised),
@@ -204,6 +215,9 @@ pub struct CompareResponse {
     /// In request order.
     pub candidates: Vec<RankedCandidate>,
     pub comparisons: usize,
+    /// Whether the judge was judging: positional bias, order consistency, ties, label
+    /// mass (see `judge::diagnostics`).
+    pub diagnostics: Diagnostics,
 }
 
 fn non_empty(field: &str, text: &str) -> Result<()> {

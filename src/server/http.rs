@@ -394,6 +394,7 @@ async fn compare(
     Ok(Json(CompareResponse {
         candidates,
         comparisons: context.comparisons.len(),
+        diagnostics: result.diagnostics.clone(),
     }))
 }
 

@@ -20,6 +20,7 @@ mod deploy_files;
 mod dhp_analyze;
 mod dhp_cli;
 mod dhp_pipeline;
+mod diagnostics;
 mod fuzz;
 mod hub_source;
 mod llama_model;

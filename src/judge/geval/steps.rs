@@ -10,6 +10,13 @@
 //! result is kept in the result cache
 //! under the model's fingerprint and a hash of the steps prompt as the model reads it, so
 //! a second run (or a second process) reads it back instead of generating.
+//!
+//! Small models often write degenerate steps (one sentence over and over, or next to
+//! nothing; see [`crate::judge::diagnostics::steps_problem`]). Those are never stored:
+//! the greedy attempt is followed by up to [`SAMPLED_ATTEMPTS`] sampled ones (seeds 1,
+//! 2, ...), the first sound list is stored, and when none is sound the run is refused
+//! with an error naming `--steps FILE`. Degenerate steps found in the cache (stored by
+//! an earlier version) are treated as missing.
 
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
@@ -17,8 +24,9 @@ use sha2::{Digest, Sha256};
 
 use super::criteria::Criteria;
 use crate::engine::{
-    FinishReason, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+    EngineError, FinishReason, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
 };
+use crate::judge::diagnostics::steps_problem;
 
 /// Kind of the steps entries in the result cache's text table.
 pub const CACHE_KIND: &str = "geval-steps";
@@ -28,6 +36,13 @@ const STEPS_VERSION: &str = "geval-steps/v1";
 
 /// Opens the model's answer so that it writes a numbered list.
 const ANSWER_OPENING: &str = "1.";
+
+/// Sampled attempts after a degenerate greedy one, before the steps are refused.
+pub const SAMPLED_ATTEMPTS: u64 = 3;
+
+/// Temperature and nucleus of the sampled attempts.
+const RETRY_TEMPERATURE: f64 = 0.7;
+const RETRY_TOP_P: f64 = 0.95;
 
 /// Default bound on generated step tokens.
 pub const DEFAULT_MAX_TOKENS: usize = 200;
@@ -116,16 +131,26 @@ pub fn steps_key(scorer: &dyn Scorer, criteria: &Criteria, max_tokens: usize) ->
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// Have the model write the steps (no cache involved).
+/// Have the model write the steps greedily (no cache involved, no check).
 pub fn generate_steps(
     scorer: &mut dyn Scorer,
     criteria: &Criteria,
     max_tokens: usize,
 ) -> Result<String> {
+    generate_steps_with(scorer, criteria, max_tokens, Sampling::Greedy)
+}
+
+/// Have the model write the steps with `sampling` (no cache involved, no check).
+fn generate_steps_with(
+    scorer: &mut dyn Scorer,
+    criteria: &Criteria,
+    max_tokens: usize,
+    sampling: Sampling,
+) -> Result<String> {
     let request = GenerationRequest {
         prompt: steps_prompt(criteria, scorer.info().conventions.chat),
         max_tokens,
-        sampling: Sampling::Greedy,
+        sampling,
         stop: stop_strings(criteria),
     };
     let generation = scorer
@@ -164,6 +189,45 @@ fn numbered_list(text: &str) -> String {
     kept.join("\n")
 }
 
+/// Steps the model writes that are not degenerate: the greedy ones, else the first sound
+/// one of [`SAMPLED_ATTEMPTS`] sampled attempts; an error naming `--steps FILE` when
+/// every attempt is degenerate (a request the model cannot answer well: `BadRequest`).
+fn sound_steps(scorer: &mut dyn Scorer, criteria: &Criteria, max_tokens: usize) -> Result<String> {
+    let mut problems = Vec::new();
+    for attempt in 0..=SAMPLED_ATTEMPTS {
+        let sampling = match attempt {
+            0 => Sampling::Greedy,
+            seed => Sampling::TopP {
+                temperature: RETRY_TEMPERATURE,
+                top_p: RETRY_TOP_P,
+                seed,
+            },
+        };
+        let text = generate_steps_with(scorer, criteria, max_tokens, sampling)?;
+        match steps_problem(&text) {
+            None => return Ok(text),
+            Some(problem) => {
+                tracing::warn!(
+                    criterion = %criteria.name,
+                    attempt,
+                    "degenerate evaluation steps: {problem}"
+                );
+                problems.push(problem);
+            }
+        }
+    }
+    Err(EngineError::BadRequest(format!(
+        "the model wrote degenerate evaluation steps for {} in all {} attempts (greedy, then \
+         sampled with seeds 1 to {SAMPLED_ATTEMPTS}; first: {}); nothing was stored. Write \
+         the steps yourself and pass them with --steps FILE (the service: the `steps` \
+         field), or use a larger model",
+        criteria.name,
+        SAMPLED_ATTEMPTS + 1,
+        problems.first().map_or("", String::as_str)
+    ))
+    .into())
+}
+
 /// The steps to use for `criteria`: the given ones, else the stored ones, else freshly
 /// generated ones (stored when there is a cache).
 pub fn resolve_steps(
@@ -185,16 +249,15 @@ pub fn resolve_steps(
     let fingerprint = scorer.info().fingerprint.clone();
     if let Some(cache) = cache {
         if let Some(text) = cache.get_text(&fingerprint, CACHE_KIND, &key)? {
-            return Ok(Steps {
-                text,
-                origin: StepsOrigin::Cached,
-            });
+            if steps_problem(&text).is_none() {
+                return Ok(Steps {
+                    text,
+                    origin: StepsOrigin::Cached,
+                });
+            }
         }
     }
-    let text = generate_steps(scorer, criteria, max_tokens)?;
-    if text.is_empty() {
-        tracing::warn!(criterion = %criteria.name, "the model wrote empty evaluation steps");
-    }
+    let text = sound_steps(scorer, criteria, max_tokens)?;
     if let Some(cache) = cache {
         cache.put_text(&fingerprint, CACHE_KIND, &key, &text)?;
     }

@@ -69,6 +69,14 @@ impl CompareRequest {
         })
     }
 
+    /// The ranking used instead of the default when the judge cannot be ranked by it:
+    /// Product of Experts, when `--rank` is not given and the design has both orders of
+    /// its pairs (see [`CompareOptions::rank_fallback`]); a method asked for is kept.
+    pub fn rank_fallback(&self) -> Option<RankMethod> {
+        (self.rank.is_none() && crate::judge::diagnostics::both_orders(self.design))
+            .then_some(RankMethod::Poe)
+    }
+
     /// Check the choices and settle the run's options (errors are the caller's input's).
     pub fn options(&self, progress: Progress) -> Result<CompareOptions> {
         let attribute = Attribute::resolve(
@@ -103,6 +111,7 @@ impl CompareRequest {
             adaptive,
             seed: self.seed,
             rank: self.rank_method(),
+            rank_fallback: self.rank_fallback(),
             debias: self.debias,
             score_field: self.human_key.clone(),
             progress,
@@ -120,7 +129,13 @@ mod tests {
             .options(Progress::none())
             .unwrap();
         assert_eq!(options.rank, RankMethod::WinRatio);
+        assert_eq!(options.rank_fallback, Some(RankMethod::Poe));
         assert_eq!(options.design, Design::Full);
+        let asked = CompareRequest {
+            rank: Some(RankMethod::WinRatio),
+            ..CompareRequest::new("coherence")
+        };
+        assert_eq!(asked.options(Progress::none()).unwrap().rank_fallback, None);
         let adaptive = CompareRequest {
             design: Design::Adaptive,
             ..CompareRequest::new("coherence")

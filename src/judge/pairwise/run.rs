@@ -25,6 +25,7 @@ use crate::data::{find_human_key, human_keys, Context};
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
 use crate::engine::{Label, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Nouns, Task};
+use crate::judge::diagnostics::{self, Diagnostics};
 use crate::progress::Progress;
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
@@ -58,6 +59,12 @@ pub struct CompareOptions {
     pub adaptive: AdaptiveSettings,
     pub seed: u64,
     pub rank: RankMethod,
+    /// A ranking to use instead of `rank` when the judge's diagnostics show `rank`
+    /// cannot separate the candidates (a strong positional bias or mostly ties) and the
+    /// design compares both orders of its pairs; `None` (the library's and `reproduce`'s
+    /// default): always `rank`, as the papers rank. The command line sets Product of
+    /// Experts here when `--rank` is not given.
+    pub rank_fallback: Option<RankMethod>,
     pub debias: Debias,
     /// Human score field for pairwise accuracy. `None`: the attribute's name, used where
     /// every candidate of a context has it; given: required in every context.
@@ -79,6 +86,7 @@ impl CompareOptions {
             adaptive: AdaptiveSettings::default(),
             seed: 0,
             rank: RankMethod::WinRatio,
+            rank_fallback: None,
             debias: Debias::None,
             score_field: None,
             progress: Progress::none(),
@@ -143,6 +151,12 @@ pub struct CompareResult {
     /// Comparisons the scorer computed in this run / found in the cache.
     pub computed: usize,
     pub cached: usize,
+    /// The ranking the scores come from (the options' `rank`, or their fallback when the
+    /// diagnostics called for it).
+    pub rank: RankMethod,
+    /// Whether the judge was judging: positional bias, order consistency, ties, label
+    /// mass, each with its threshold and remedy.
+    pub diagnostics: Diagnostics,
 }
 
 impl CompareResult {
@@ -493,6 +507,8 @@ pub fn summarise(
         human_key: matched,
         computed: 0,
         cached: 0,
+        rank: options.rank,
+        diagnostics: Diagnostics::default(),
     };
     for (context, comparisons) in contexts.iter().zip(comparisons) {
         let n = context.candidates.len();
@@ -531,7 +547,90 @@ pub fn summarise(
             adaptive: None,
         });
     }
+    out.diagnostics = diagnostics::for_compare(&out, options);
+    if let Some(fallback) = options.rank_fallback {
+        fall_back(&mut out, options, fallback)?;
+    }
     Ok(out)
+}
+
+/// Rank with `fallback` instead of the options' method when the diagnostics show that
+/// method cannot separate the candidates (ties past their threshold, or an uncorrected
+/// positional bias under the win ratio) and the design has both orders of each pair, so
+/// that a constant positional bias cancels in the fallback's probabilities. Kept only
+/// when it ties fewer candidates; the diagnostics then say what changed and how to get
+/// the asked ranking back.
+fn fall_back(
+    out: &mut CompareResult,
+    options: &CompareOptions,
+    fallback: RankMethod,
+) -> Result<()> {
+    let warns = |name: &str| {
+        out.diagnostics
+            .get(name)
+            .is_some_and(diagnostics::Check::is_warning)
+    };
+    let biased_decisions = warns("positional_bias") && options.rank == RankMethod::WinRatio;
+    if fallback == options.rank
+        || !diagnostics::both_orders(options.design)
+        || !(warns("ties") || biased_decisions)
+    {
+        return Ok(());
+    }
+    let mut scores = Vec::with_capacity(out.contexts.len());
+    for context in &out.contexts {
+        let outcomes: Vec<Outcome> = context
+            .comparisons
+            .iter()
+            .map(|c| Outcome::new(c.first, c.second, c.p_a))
+            .collect();
+        scores.push(
+            score_at_threshold(fallback, context.scores.len(), &outcomes, out.tau)
+                .with_context(|| format!("context `{}`: ranking", context.context_id))?,
+        );
+    }
+    let tied = |all: Vec<&[f64]>| diagnostics::ties(&all, "").map_or(0.0, |c| c.value);
+    let before = tied(out.contexts.iter().map(|c| c.scores.as_slice()).collect());
+    let after = tied(scores.iter().map(Vec::as_slice).collect());
+    if !(after < before || (biased_decisions && after <= before)) {
+        return Ok(());
+    }
+    for (context, scores) in out.contexts.iter_mut().zip(scores) {
+        context.ranks = ranks_from_scores(&scores);
+        context.scores = scores;
+    }
+    let asked = options.rank;
+    out.rank = fallback;
+    out.diagnostics = diagnostics::for_compare(out, options);
+    out.diagnostics.adjusted = Some(format!(
+        "the scores are {} instead of the default {}, which this judge's answers cannot \
+         rank (a constant positional bias cancels over both orders); --rank {} gives the \
+         papers' ranking",
+        method_name(fallback),
+        method_name(asked),
+        flag_name(asked)
+    ));
+    Ok(())
+}
+
+/// A ranking method in words.
+pub fn method_name(rank: RankMethod) -> &'static str {
+    match rank {
+        RankMethod::WinRatio => "win ratio",
+        RankMethod::Soft => "soft win ratio",
+        RankMethod::BradleyTerry => "Bradley-Terry",
+        RankMethod::Poe => "Product of Experts",
+    }
+}
+
+/// A ranking method as `--rank` takes it.
+fn flag_name(rank: RankMethod) -> &'static str {
+    match rank {
+        RankMethod::WinRatio => "win-ratio",
+        RankMethod::Soft => "soft",
+        RankMethod::BradleyTerry => "bradley-terry",
+        RankMethod::Poe => "poe",
+    }
 }
 
 /// `x` with `decimals` decimals, never `-0.000...`.
