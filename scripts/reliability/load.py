@@ -10,6 +10,9 @@ request was sent, or partly sent, and no answer came: the connection was closed 
 reset), `timeout` (no answer within --timeout). A request that is `dropped` is lost
 silently; a 503 is an answer.
 
+With --token the requests carry `Authorization: Bearer <token>`; with --tls-ca they go
+over HTTPS, verified against that CA.
+
 Loopback only: the address must be 127.0.0.0/8 or localhost.
 """
 
@@ -18,6 +21,7 @@ import http.client
 import ipaddress
 import json
 import socket
+import ssl
 import threading
 import time
 
@@ -63,7 +67,7 @@ class Totals:
 
 
 def client(host, port, kinds, index, deadline, budget, totals, keepalive, timeout, per_client,
-           unique):
+           unique, token=None, tls=None):
     connection = None
     done = 0
     while time.monotonic() < deadline and (per_client is None or done < per_client):
@@ -76,12 +80,18 @@ def client(host, port, kinds, index, deadline, budget, totals, keepalive, timeou
             body = dict(body, output=f"{body['output']} #{index}-{done}")
         payload = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         if not keepalive:
             headers["Connection"] = "close"
         started = time.monotonic()
         try:
             if connection is None:
-                connection = http.client.HTTPConnection(host, port, timeout=timeout)
+                if tls is None:
+                    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+                else:
+                    connection = http.client.HTTPSConnection(host, port, timeout=timeout,
+                                                             context=tls)
                 connection.connect()
         except ConnectionRefusedError:
             totals.record(error="refused")
@@ -136,18 +146,21 @@ def main():
     parser.add_argument("--keepalive", action="store_true")
     parser.add_argument("--unique", action="store_true", help="a distinct output text per request")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--token", default=None, help="bearer token of every request")
+    parser.add_argument("--tls-ca", default=None, help="HTTPS, verified against this CA (PEM)")
     args = parser.parse_args()
     host, port = args.addr.rsplit(":", 1)
     check_loopback(host)
     kinds = args.kinds.split(",")
     totals = Totals()
+    tls = ssl.create_default_context(cafile=args.tls_ca) if args.tls_ca else None
     started = time.monotonic()
     deadline = started + args.duration
     threads = [
         threading.Thread(
             target=client,
             args=(host, int(port), kinds, k, deadline, args.max_requests, totals,
-                  args.keepalive, args.timeout, args.per_client, args.unique),
+                  args.keepalive, args.timeout, args.per_client, args.unique, args.token, tls),
             daemon=True,
         )
         for k in range(args.clients)

@@ -11,11 +11,15 @@
 #   4. faults: full disk (a 1 MiB tmpfs; RLIMIT_FSIZE where mounting is not allowed),
 #      read-only cache (the tmpfs remounted read-only), corrupt cache, kill -9 during a
 #      run: what the user sees, what is kept, whether a rerun completes;
-#   5. fuzz: the seeded property tests with FUZZ_CASES cases each.
+#   5. fuzz: the seeded property tests with FUZZ_CASES cases each;
+#   6. network: TLS (a CA and a certificate made by openssl here) and two tokens: one
+#      floods with 64 clients, the other sends with 4, for 20 s against a model taking
+#      2 ms a call and --max-queued-per-token 8: answers by status for each token (the
+#      flood's 503s stay its own), plain HTTP on the TLS port, a token removed by SIGHUP.
 # The mock model (`--model mock`) keeps the figures about the service, not the model.
 #
 # Usage: scripts/reliability/run.sh [OUT_DIR]   (env: BIN, SOAK_SECONDS, FUZZ_CASES, SKIP)
-# SKIP: space-separated parts to skip (soak burst sigterm faults fuzz).
+# SKIP: space-separated parts to skip (soak burst sigterm faults fuzz network).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,7 +49,7 @@ start_server() {
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
     for _ in $(seq 1 600); do
-        ADDR=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1 | sed 's#http://##') || true
+        ADDR=$(grep -o 'https\?://127.0.0.1:[0-9]*' "$log" | head -1 | sed 's#https\?://##') || true
         [ -n "$ADDR" ] && return 0
         sleep 0.1
     done
@@ -187,6 +191,46 @@ EOF
         >/dev/null 2>&1 && code=0 || code=$?
     note "cache sound after the kill: $sound; rerun exit $code in $(python3 -c "import time; print(round(time.time() - $started, 1))") s, output lines $(wc -l <"$WORK/k.jsonl")"
     cat "$faults" >&2
+fi
+
+if ! skip network; then
+    echo "== network: TLS and two tokens, one flooding" >&2
+    tls="$WORK/tls"
+    mkdir -p "$tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=reliability-ca -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+        -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >"$tls/ext.cnf"
+    openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+        -days 2 -extfile "$tls/ext.cnf" -out "$tls/server.pem" 2>/dev/null
+    flood=$(openssl rand -hex 24)
+    other=$(openssl rand -hex 24)
+    printf '# reliability tokens\nflood:%s\nother:%s\n' "$flood" "$other" >"$tls/tokens"
+    start_server "$WORK/network.log" --model mock:delay-ms=2 --no-cache --token-file "$tls/tokens" \
+        --tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --max-queued-per-token 8
+    $LOAD --addr "$ADDR" --clients 64 --duration 20 --kinds score --unique --token "$flood" \
+        --tls-ca "$tls/ca.pem" >"$OUT/network_flood.json" &
+    FLOOD_PID=$!
+    $LOAD --addr "$ADDR" --clients 4 --duration 20 --kinds score --unique --token "$other" \
+        --tls-ca "$tls/ca.pem" >"$OUT/network_other.json"
+    wait "$FLOOD_PID" || true
+    plain=$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/healthz" || true)
+    curl -s --cacert "$tls/ca.pem" -H "Authorization: Bearer $other" "https://$ADDR/healthz" \
+        >"$OUT/network_health.json" || true
+    printf '# reliability tokens\nother:%s\n' "$other" >"$tls/tokens"
+    kill -HUP "$SERVER_PID"
+    for _ in $(seq 1 100); do grep -q SIGHUP "$WORK/network.log" && break; sleep 0.1; done
+    removed=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$tls/ca.pem" \
+        -H "Authorization: Bearer $flood" "https://$ADDR/v1/models" || true)
+    kept=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$tls/ca.pem" \
+        -H "Authorization: Bearer $other" "https://$ADDR/v1/models" || true)
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" && code=0 || code=$?
+    echo "{\"plain_http_on_tls_port\": \"$plain\", \"removed_token_after_sighup\": \"$removed\", \"kept_token\": \"$kept\", \"exit\": $code}" \
+        >"$OUT/network.json"
+    cat "$OUT/network_flood.json" "$OUT/network_other.json" "$OUT/network_health.json" "$OUT/network.json" >&2
 fi
 
 if ! skip fuzz; then

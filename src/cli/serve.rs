@@ -1,7 +1,10 @@
 //! `nlg-judge serve`: the metrics service and the OpenAI-compatible routes (see
-//! [`crate::server`]).
+//! [`crate::server`]), with its exposure checked before the model loads (no service
+//! reachable from other machines without a token, unless asked), TLS from PEM files, and
+//! the token file reloaded on SIGHUP.
 
-use std::path::PathBuf;
+use std::net::ToSocketAddrs as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,13 +12,15 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
+use super::input_error;
 use super::model_args::ModelArgs;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
+use crate::server::auth::SHORT_TOKEN_CHARS;
 use crate::server::{
-    serve, shutdown_signal, BearerToken, Limits, ServerConfig, WorkerConfig, WorkerStats,
+    exposure, serve, shutdown_signal, tls, Limits, ServerConfig, Tokens, WorkerConfig, WorkerStats,
     DEFAULT_BODY_TIMEOUT, DEFAULT_DRAIN_GRACE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE,
-    DEFAULT_PREFIX_CACHE_BYTES,
+    DEFAULT_MAX_QUEUED_PER_TOKEN, DEFAULT_PREFIX_CACHE_BYTES,
 };
 
 /// Arguments of `nlg-judge serve`.
@@ -24,14 +29,30 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
 
-    /// Address to listen on (port 0: any free port, printed at start).
+    /// Address to listen on (port 0: any free port, printed at start). An address other
+    /// than loopback needs --token-file (or --allow-no-token).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: String,
 
-    /// File holding the bearer token every /v1 request must present
-    /// (`Authorization: Bearer <token>`); without it the service is open.
+    /// File of the bearer tokens every /v1 request must present
+    /// (`Authorization: Bearer <token>`): one `name:token` per line, `#` comments; a line
+    /// without `name:` is the token `default`. The log and /healthz name the token of each
+    /// request. Reloaded on SIGHUP (a bad file keeps the tokens in force).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+
+    /// Serve without a token on an address other than loopback (refused otherwise):
+    /// anyone who can reach the port may use the service. Warned at start and in /healthz.
+    #[arg(long)]
+    pub allow_no_token: bool,
+
+    /// Serve HTTPS only, with this PEM certificate chain (the server's certificate first).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 
     /// Largest request body in bytes (larger: 413).
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
@@ -49,6 +70,12 @@ pub struct ServeArgs {
     /// `Retry-After` instead of queueing without bound.
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
+
+    /// Most requests one token may have waiting for the model worker or being served;
+    /// more from that token are answered 503 with `Retry-After`, so that one client's
+    /// flood leaves the queue to the others.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_QUEUED_PER_TOKEN)]
+    pub max_queued_per_token: usize,
 
     /// Most connections served at once; more are answered 503 and closed (memory stays
     /// below about this times the body limit).
@@ -92,20 +119,102 @@ pub struct ServeArgs {
     pub cache: CacheArgs,
 }
 
-pub fn run(args: ServeArgs) -> Result<()> {
-    let token = args
+/// What the addresses, the token file and the TLS files give, checked before the model
+/// loads (each fault exits 2).
+struct Exposure {
+    tokens: Option<Tokens>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    warnings: Vec<String>,
+}
+
+fn check_exposure(args: &ServeArgs) -> Result<Exposure> {
+    let addrs: Vec<_> = args
+        .addr
+        .to_socket_addrs()
+        .with_context(|| format!("--addr {}: not an address to listen on", args.addr))
+        .map_err(input_error)?
+        .collect();
+    let tokens = args
         .token_file
         .as_deref()
-        .map(BearerToken::from_file)
-        .transpose()?;
+        .map(Tokens::from_file)
+        .transpose()
+        .map_err(input_error)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::server_config(cert, key).map_err(input_error)?),
+        _ => None,
+    };
+    let warnings = exposure(&addrs, tokens.is_some(), tls.is_some(), args.allow_no_token)
+        .map_err(|refusal| input_error(refusal.into()))?;
+    if args.max_queued_per_token == 0 {
+        return Err(input_error(anyhow::anyhow!(
+            "--max-queued-per-token must be at least 1"
+        )));
+    }
+    Ok(Exposure {
+        tokens,
+        tls,
+        warnings,
+    })
+}
+
+/// Reload the token file on each SIGHUP, saying what came of it.
+#[cfg(unix)]
+fn reload_on_hangup(tokens: Tokens) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let path = tokens.path().map(Path::display);
+            match tokens.reload() {
+                Ok(set) => eprintln!(
+                    "SIGHUP: token file {} reloaded: {} tokens ({})",
+                    path.map(|p| p.to_string()).unwrap_or_default(),
+                    set.len(),
+                    set.names().join(", ")
+                ),
+                Err(error) => eprintln!("SIGHUP: error: {error:#}"),
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn reload_on_hangup(_: Tokens) -> Result<()> {
+    Ok(())
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let Exposure {
+        tokens,
+        tls,
+        warnings,
+    } = check_exposure(&args)?;
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(tokens) = &tokens {
+        let set = tokens.current();
+        let short = set.short_names();
+        if !short.is_empty() {
+            eprintln!(
+                "warning: tokens shorter than {SHORT_TOKEN_CHARS} characters are easy to guess: {} (e.g. `openssl rand -hex 32` makes a good one)",
+                short.join(", ")
+            );
+        }
+    }
     let cache = args.cache.open_or_memory()?;
     let scorer = args.model.load()?;
     let config = ServerConfig {
-        token,
+        tokens,
+        tls,
+        warnings,
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
             max_candidates: args.max_candidates,
             max_queue: args.max_queue,
+            max_queued_per_token: args.max_queued_per_token,
             max_connections: args.max_connections,
             header_timeout: seconds("--header-timeout", args.header_timeout)?,
             body_timeout: seconds("--body-timeout", args.body_timeout)?,
@@ -128,14 +237,28 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let address = listener.local_addr()?;
-        eprintln!(
-            "serving {} on http://{address} ({}); Ctrl-C or SIGTERM stops",
-            scorer.info().name,
-            if config.token.is_some() {
-                "bearer token required"
-            } else {
-                "no token"
+        if let Some(tokens) = config.tokens.as_ref().filter(|t| t.path().is_some()) {
+            reload_on_hangup(tokens.clone())?;
+        }
+        let auth = match &config.tokens {
+            Some(tokens) => {
+                let set = tokens.current();
+                format!(
+                    "bearer token required: {} ({}), SIGHUP reloads",
+                    set.len(),
+                    set.names().join(", ")
+                )
             }
+            None => "no token".to_string(),
+        };
+        eprintln!(
+            "serving {} on {}://{address} ({auth}); Ctrl-C or SIGTERM stops",
+            scorer.info().name,
+            if config.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
         );
         serve(
             listener,

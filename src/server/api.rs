@@ -30,8 +30,16 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        if inner.is_syntax() || inner.is_eof() || path == "." {
+        if inner.is_syntax() || inner.is_eof() {
             anyhow::anyhow!("malformed JSON body: {inner}")
+        } else if path == "." {
+            // Well-formed JSON that is not the body asked for: a field missing (`{}`),
+            // or not an object.
+            if inner.to_string().starts_with("missing field") {
+                anyhow::anyhow!("incomplete body: {inner}")
+            } else {
+                anyhow::anyhow!("invalid body: {inner}")
+            }
         } else {
             anyhow::anyhow!("invalid field `{path}`: {inner}")
         }
@@ -46,7 +54,8 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GevalBody {
-    /// The output to rate.
+    /// The output to rate (`candidate`, as in input files, is taken too).
+    #[serde(alias = "candidate")]
     pub output: String,
     /// The expected output (reference-based rating).
     pub expected_output: Option<String>,
@@ -82,6 +91,8 @@ pub struct CustomCriteria {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScoreBody {
+    /// The output to rate (`candidate`, as in input files, is taken too).
+    #[serde(alias = "candidate")]
     pub output: String,
     pub context: Option<String>,
     pub attribute: String,
@@ -438,6 +449,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("`output`"), "{error}");
+        let error = parse_body::<ScoreBody>(b"{}").unwrap_err().to_string();
+        assert!(
+            error.contains("incomplete body")
+                && error.contains("missing field `output`")
+                && !error.contains("malformed"),
+            "{error}"
+        );
+        let error = parse_body::<ScoreBody>(b"\"text\"")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("invalid body"), "{error}");
+        // `candidate`, the input files' name, is the output too.
+        let body: ScoreBody =
+            parse_body(br#"{"candidate": "text", "attribute": "fluency"}"#).unwrap();
+        assert_eq!(body.output, "text");
+        let body: GevalBody =
+            parse_body(br#"{"candidate": "t", "criteria": "coherence"}"#).unwrap();
+        assert_eq!(body.output, "t");
         let error = parse_body::<GevalBody>(
             b"{\"output\": \"x\", \"criteria\": \"coherence\", \"scale\": [5, 1]}",
         )

@@ -4,11 +4,12 @@
 //! does not arrive in time, 413 over the limit, 503 when the service starts draining
 //! meanwhile and the rest does not arrive within the drain's grace). Handlers then parse and check it (400 naming the field, line and column;
 //! 422 for too many candidates), send a job to the model worker and wait for its reply;
-//! when `max_queue` jobs already wait, the answer is 503 at once. Every 503 carries
-//! `Retry-After`. `/healthz` never touches the worker, so it answers while the model is
+//! when `max_queue` jobs already wait, or the request's token has `max_queued_per_token`
+//! jobs waiting or being served ([`super::callers`]), the answer is 503 at once. Every
+//! 503 carries `Retry-After`. `/healthz` never touches the worker, so it answers while the model is
 //! busy: `ready` (200), or `draining` (503) once shutdown has begun. Every `/v1` route needs the bearer token when one is
-//! configured (401 otherwise). The log records method, path, body size, status and
-//! time — never the texts, which may be sensitive.
+//! configured (401 otherwise). The log records method, path, the token's name, body
+//! size, status and time — never the token or the texts, which may be sensitive.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -22,6 +23,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -30,7 +32,8 @@ use super::api::{
     compare_job, geval_task, parse_body, score_task, CompareBody, CompareRefusal, CompareResponse,
     GevalBody, RankedCandidate, ScoreBody, ScoreResponse,
 };
-use super::auth::BearerToken;
+use super::auth::Tokens;
+use super::callers::{Caller, Callers};
 use super::worker::{Job, LabelTask, Reply, WorkerStats};
 use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
@@ -42,6 +45,9 @@ pub struct Limits {
     pub max_candidates: usize,
     /// Most jobs waiting for the model worker (more: 503 with `Retry-After`).
     pub max_queue: usize,
+    /// Most jobs one token may have waiting for the model worker or being served (more:
+    /// 503 with `Retry-After` for that token).
+    pub max_queued_per_token: usize,
     /// Most connections served at once (more: 503 and closed).
     pub max_connections: usize,
     /// A request head must arrive within this (idle keep-alive connections close after it).
@@ -76,6 +82,7 @@ impl Default for Limits {
             max_body_bytes: super::DEFAULT_MAX_BODY_BYTES,
             max_candidates: super::DEFAULT_MAX_CANDIDATES,
             max_queue: DEFAULT_MAX_QUEUE,
+            max_queued_per_token: super::callers::DEFAULT_MAX_QUEUED_PER_TOKEN,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
@@ -91,7 +98,14 @@ pub struct AppState {
     pub jobs: mpsc::Sender<Job>,
     pub stats: Arc<WorkerStats>,
     pub model: Arc<ModelInfo>,
-    pub token: Option<BearerToken>,
+    /// The tokens requests must present (`None`: an open service).
+    pub tokens: Option<Tokens>,
+    /// Each token name's counters and queue bound.
+    pub callers: Arc<Callers>,
+    /// Warnings about how the service is exposed, shown by `/healthz`.
+    pub warnings: Arc<Vec<String>>,
+    /// Whether connections are served over TLS.
+    pub tls: bool,
     pub limits: Limits,
     /// What the OpenAI-compatible routes keep.
     pub openai: Arc<super::openai::Backend>,
@@ -151,6 +165,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn(retry_after))
+        .layer(middleware::from_fn(method_not_allowed))
         .layer(middleware::from_fn(log_requests))
         .with_state(state)
 }
@@ -165,6 +180,40 @@ async fn retry_after(request: Request, next: Next) -> Response {
             .or_insert(HeaderValue::from_static("1"));
     }
     response
+}
+
+/// A 405 names the method the route takes, in the route's error shape (axum's own 405
+/// has an empty body).
+async fn method_not_allowed(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    // axum leaves the `Allow` header out here: the routes' methods, from their paths.
+    let allow = response
+        .headers()
+        .get(header::ALLOW)
+        .cloned()
+        .unwrap_or_else(|| {
+            let get = matches!(path.as_str(), "/healthz" | "/v1/models" | "/tokenizer_info")
+                || path.starts_with("/v1/models/");
+            HeaderValue::from_static(if get { "GET,HEAD" } else { "POST" })
+        });
+    let allowed = allow
+        .to_str()
+        .unwrap_or("another method")
+        .replace(',', ", ");
+    let message = format!("{path} does not take {method}: use {allowed}");
+    let mut answer = if super::openai::is_openai_path(&path) {
+        super::openai::error::OpenAiError::new(StatusCode::METHOD_NOT_ALLOWED, message)
+            .into_response()
+    } else {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, message).into_response()
+    };
+    answer.headers_mut().insert(header::ALLOW, allow);
+    answer
 }
 
 /// Read the whole body before the handler runs (see [`buffer_body`]).
@@ -186,7 +235,7 @@ pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Re
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
+        return Err(too_large(Some(limit)));
     }
     let (parts, body) = request.into_parts();
     let timeout = state.limits.body_timeout;
@@ -198,7 +247,7 @@ pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Re
                 let over = std::error::Error::source(&error)
                     .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
                 return Err(if over {
-                    too_large()
+                    too_large(Some(limit))
                 } else {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
@@ -226,14 +275,17 @@ pub(crate) async fn buffer_body(state: &AppState, request: Request) -> Result<Re
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
-fn too_large() -> ApiError {
+/// 413, stating the limit (when known here) and the flag that sets it.
+fn too_large(limit: Option<usize>) -> ApiError {
+    let limit = limit.map_or(String::new(), |n| format!(" ({n} bytes)"));
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "request body is larger than this service accepts",
+        format!("request body is larger than this service accepts{limit}; `nlg-judge serve --max-body-bytes` sets the limit"),
     )
 }
 
-/// Log method, path, body size, status and time of every request (never its content).
+/// Log method, path, the token's name, body size, status and time of every request
+/// (never the token or the content).
 async fn log_requests(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
@@ -245,9 +297,14 @@ async fn log_requests(request: Request, next: Next) -> Response {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let response = next.run(request).await;
+    let caller = response
+        .extensions()
+        .get::<Caller>()
+        .map_or("-", Caller::label);
     tracing::info!(
         %method,
         path,
+        caller,
         body_bytes,
         status = response.status().as_u16(),
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -256,40 +313,75 @@ async fn log_requests(request: Request, next: Next) -> Response {
     response
 }
 
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        if presented.is_none() {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token").into_response();
-        }
-        if !token.accepts(presented) {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "wrong bearer token").into_response();
-        }
+/// The caller of `request` by its token (401 without one of the tokens in force, when
+/// the service has tokens), counted.
+pub(crate) fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError> {
+    let Some(tokens) = &state.tokens else {
+        return Ok(Caller(None));
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    if presented.is_none() {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token",
+        ));
     }
-    next.run(request).await
+    let name = tokens
+        .identify(presented)
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "wrong bearer token"))?;
+    state.callers.count_request(&name);
+    Ok(Caller(Some(name)))
+}
+
+/// Run `request` as its caller: the caller goes into the request's extensions (for the
+/// handlers' per-token bound) and the response's (for the log).
+pub(crate) async fn as_caller(caller: Caller, mut request: Request, next: Next) -> Response {
+    request.extensions_mut().insert(caller.clone());
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(caller);
+    response
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match authenticate(&state, &request) {
+        Ok(caller) => as_caller(caller, request, next).await,
+        Err(error) => error.into_response(),
+    }
 }
 
 /// The body bytes, or the limit's (413) or transport's error.
 pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "request body is larger than this service accepts".to_string()
-        } else {
-            rejection.body_text()
-        };
-        ApiError::new(status, message)
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return too_large(None);
+        }
+        ApiError::new(status, rejection.body_text())
     })
 }
 
-/// Send a job to the worker and wait for its answer.
+/// Send a job of `caller` to the worker and wait for its answer (503 at once when the
+/// caller's token or the service has its most jobs queued).
 pub(crate) async fn submit<T>(
     state: &AppState,
+    caller: &Caller,
     job: impl FnOnce(Reply<T>) -> Job,
 ) -> Result<T, ApiError> {
+    // Held until the answer (or the client's departure) ends this call.
+    let _place = match &caller.0 {
+        None => None,
+        Some(name) => Some(state.callers.enter(name).map_err(|queued| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the token `{name}` has {queued} requests waiting or being served, the most one token may have (`nlg-judge serve --max-queued-per-token`); retry later"
+                ),
+            )
+        })?),
+    };
     let (reply, answer) = oneshot::channel();
     let waiting = state.stats.queued.fetch_add(1, Ordering::SeqCst);
     if waiting >= state.limits.max_queue {
@@ -327,19 +419,24 @@ pub(crate) async fn submit<T>(
     }
 }
 
-async fn label_job(state: &AppState, task: LabelTask) -> Result<ScoreResponse, ApiError> {
-    let answer = submit(state, |reply| Job::Label { task, reply }).await?;
+async fn label_job(
+    state: &AppState,
+    caller: &Caller,
+    task: LabelTask,
+) -> Result<ScoreResponse, ApiError> {
+    let answer = submit(state, caller, |reply| Job::Label { task, reply }).await?;
     Ok(ScoreResponse::new(&answer.distribution, answer.steps))
 }
 
 async fn geval(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ScoreResponse>, ApiError> {
     let bytes = body_bytes(body)?;
     let body: GevalBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
     let (task, reading) = geval_task(body).map_err(|e| ApiError::bad_request(&e))?;
-    let mut response = label_job(&state, task).await?;
+    let mut response = label_job(&state, &caller, task).await?;
     response.scale_source = Some(reading.scale_source);
     response.criteria_name = Some(reading.name);
     Ok(Json(response))
@@ -347,16 +444,18 @@ async fn geval(
 
 async fn score(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ScoreResponse>, ApiError> {
     let bytes = body_bytes(body)?;
     let body: ScoreBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
     let task = score_task(body).map_err(|e| ApiError::bad_request(&e))?;
-    Ok(Json(label_job(&state, task).await?))
+    Ok(Json(label_job(&state, &caller, task).await?))
 }
 
 async fn compare(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<CompareResponse>, ApiError> {
     let bytes = body_bytes(body)?;
@@ -368,7 +467,7 @@ async fn compare(
             }
             CompareRefusal::Invalid(error) => ApiError::bad_request(&error),
         })?;
-    let result = submit(&state, |reply| Job::Compare {
+    let result = submit(&state, &caller, |reply| Job::Compare {
         context,
         options,
         reply,
@@ -398,7 +497,10 @@ async fn compare(
     }))
 }
 
-async fn healthz(State(state): State<AppState>) -> Response {
+/// Status and counters. With tokens, a request presenting one of them also gets each
+/// token name's counters (`per_token`) and the last reload's error; names and paths are
+/// not shown to anyone else.
+async fn healthz(State(state): State<AppState>, request: Request) -> Response {
     let stats = &state.stats;
     let draining = state.drain.is_draining();
     let status = if draining {
@@ -406,8 +508,12 @@ async fn healthz(State(state): State<AppState>) -> Response {
     } else {
         StatusCode::OK
     };
-    let body = Json(json!({
+    let mut body = json!({
         "status": if draining { "draining" } else { "ready" },
+        "warnings": state.warnings.as_slice(),
+        "tls": state.tls,
+        "auth": state.tokens.as_ref().map(|tokens| tokens.status()),
+        "max_queued_per_token": state.limits.max_queued_per_token,
         "model": state.model.name,
         "queued": WorkerStats::get(&stats.queued),
         "max_queue": state.limits.max_queue,
@@ -416,6 +522,22 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "rounds": WorkerStats::get(&stats.rounds),
         "label_calls": WorkerStats::get(&stats.label_calls),
         "panics": WorkerStats::get(&stats.panics),
-    }));
-    (status, body).into_response()
+    });
+    let authenticated = state.tokens.as_ref().is_some_and(|tokens| {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        tokens.identify(presented).is_some()
+    });
+    if authenticated {
+        body["per_token"] = json!(state.callers.snapshot());
+    } else if let Some(auth) = body["auth"].as_object_mut() {
+        // The reload's error names the file's path: for callers with a token only.
+        let failed = auth
+            .remove("last_reload_error")
+            .is_some_and(|error| !error.is_null());
+        auth.insert("reload_failed".to_string(), json!(failed));
+    }
+    (status, Json(body)).into_response()
 }

@@ -5,6 +5,11 @@
 //!   own task. A request head must arrive within the header timeout (idle keep-alive
 //!   connections are closed after it too); the body within the body timeout
 //!   ([`super::http`]'s body reading).
+//! - With TLS ([`super::tls`]) the task first completes the TLS handshake, within the
+//!   header timeout; a client that sends plain HTTP instead is answered a plain-text
+//!   400 saying to use `https://` and closed, any other failed handshake is closed. So
+//!   nothing but TLS is served on the port, and a failed or stalled handshake ends only
+//!   its own connection.
 //! - At most `max_connections` connections are served at once; one more is answered
 //!   `503` with `Retry-After` and closed, so that memory stays bounded under floods
 //!   (about `max_connections × (max_body_bytes + hyper's read buffer)`).
@@ -50,6 +55,7 @@ use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use super::http::Limits;
+use super::tls::TlsAcceptor;
 
 /// What happened during the drain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -179,11 +185,12 @@ struct Tally {
     unfinished: AtomicUsize,
 }
 
-/// Serve `router` on `listener` until `shutdown` completes, then drain (see the module
-/// header).
+/// Serve `router` on `listener` (over TLS with `tls`) until `shutdown` completes, then
+/// drain (see the module header).
 pub async fn run(
     listener: TcpListener,
     router: Router,
+    tls: Option<TlsAcceptor>,
     limits: Limits,
     switch: DrainSwitch,
     shutdown: impl Future<Output = ()>,
@@ -200,6 +207,7 @@ pub async fn run(
         tally: Arc::new(Tally::default()),
         stopped,
         router,
+        tls,
         settings,
         max_connections: limits.max_connections,
     };
@@ -284,6 +292,7 @@ struct Open {
     tally: Arc<Tally>,
     stopped: watch::Receiver<bool>,
     router: Router,
+    tls: Option<TlsAcceptor>,
     settings: Settings,
     max_connections: usize,
 }
@@ -313,6 +322,7 @@ impl Open {
         self.tasks.spawn(connection(
             stream,
             self.router.clone(),
+            self.tls.clone(),
             self.settings,
             activity,
             self.stopped.clone(),
@@ -397,6 +407,7 @@ fn bytes_waiting(stream: &TcpStream) -> bool {
 async fn connection(
     stream: TcpStream,
     router: Router,
+    tls: Option<TlsAcceptor>,
     settings: Settings,
     activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
@@ -407,6 +418,27 @@ async fn connection(
     let socket = Counted {
         stream: stream.clone(),
         activity: activity.clone(),
+    };
+    let socket = match tls {
+        None => Socket::Plain(socket),
+        Some(acceptor) => {
+            match tokio::time::timeout(
+                settings.header_timeout,
+                handshake(&stream, acceptor, socket),
+            )
+            .await
+            {
+                Ok(Some(tls)) => Socket::Tls(Box::new(tls)),
+                Ok(None) => return,
+                Err(_) => {
+                    tracing::info!(
+                        timeout_s = settings.header_timeout.as_secs_f64(),
+                        "TLS handshake not completed within the header timeout; closed"
+                    );
+                    return;
+                }
+            }
+        }
     };
     let counter = activity.clone();
     let draining = stop.clone();
@@ -501,6 +533,123 @@ async fn connection(
     connection.as_mut().graceful_shutdown();
     if let Err(error) = connection.await {
         tracing::debug!(%error, "connection ended with an error while draining");
+    }
+}
+
+/// The answer to plain HTTP on the TLS port (in clear: it carries nothing of the client's).
+fn plain_http_answer() -> Vec<u8> {
+    let body = "This port speaks HTTPS only: send the request to https:// on this port.\n";
+    format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The TLS handshake on a new connection: the TLS stream, or `None` when the client sent
+/// plain HTTP (answered [`plain_http_answer`]) or the handshake failed.
+async fn handshake(
+    stream: &TcpStream,
+    acceptor: TlsAcceptor,
+    mut socket: Counted,
+) -> Option<tokio_rustls::server::TlsStream<Counted>> {
+    // A TLS client opens with a handshake record (0x16); an HTTP client with a method.
+    let mut first = [0u8; 1];
+    match stream.peek(&mut first).await {
+        Ok(1..) if first[0].is_ascii_alphabetic() => {
+            tracing::info!("plain HTTP on the TLS port: answered 400 and closed");
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                socket.write_all(&plain_http_answer()).await?;
+                socket.shutdown().await?;
+                // Read what the client sent for a moment, so that it sees the answer
+                // rather than a reset.
+                let mut sink = [0u8; 4096];
+                let mut left: usize = 64 * 1024;
+                while left > 0 {
+                    let n = socket.read(&mut sink).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(n);
+                }
+                io::Result::Ok(())
+            })
+            .await;
+            return None;
+        }
+        Ok(1..) => {}
+        _ => return None, // closed before sending
+    }
+    match acceptor.accept(socket).await {
+        Ok(tls) => Some(tls),
+        Err(error) => {
+            tracing::info!(%error, "TLS handshake failed; closed");
+            None
+        }
+    }
+}
+
+/// The connection as hyper sees it: the counted socket, or TLS over it.
+enum Socket {
+    Plain(Counted),
+    Tls(Box<tokio_rustls::server::TlsStream<Counted>>),
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(socket) => Pin::new(socket).poll_read(cx, buf),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(socket) => Pin::new(socket).poll_write(cx, buf),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(socket) => Pin::new(socket).poll_write_vectored(cx, bufs),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(socket) => socket.is_write_vectored(),
+            Self::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(socket) => Pin::new(socket).poll_flush(cx),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(socket) => Pin::new(socket).poll_shutdown(cx),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_shutdown(cx),
+        }
     }
 }
 

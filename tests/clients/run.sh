@@ -5,7 +5,10 @@
 # so not part of `cargo test`; the output is recorded in docs/results.md.
 #
 #   python3 -m venv /tmp/clients && /tmp/clients/bin/pip install openai lm-eval deepeval pytest torch transformers gguf
-#   PYTHON=/tmp/clients/bin/python tests/clients/run.sh [all|openai|lm-eval|prefix-cache|deepeval|load]
+#   PYTHON=/tmp/clients/bin/python tests/clients/run.sh [all|openai|tls|lm-eval|prefix-cache|deepeval|load]
+#
+# `tls` runs the openai checks over HTTPS: a CA and a certificate for 127.0.0.1 made by
+# openssl here, `serve --tls-cert/--tls-key`, the client verifying with the CA.
 #
 # Uses target/release/nlg-judge (built if missing) and the smollm2-135m-instruct card.
 # Outputs go to tests/clients/out/ (not committed).
@@ -31,7 +34,7 @@ start() { # start [extra serve args]: serve $SERVE_MODEL on a free port, wait un
         --no-cache "$@" > "$OUT/serve-$PORT.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 600); do
-        if curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null; then
+        if curl -sf ${CURL_CA:+--cacert "$CURL_CA"} "${SCHEME:-http}://127.0.0.1:$PORT/healthz" > /dev/null; then
             echo "(service up after $((SECONDS - began)) s)"
             return 0
         fi
@@ -48,6 +51,24 @@ if [[ $WHAT == all || $WHAT == openai ]]; then
     start
     NLG_JUDGE_URL="http://127.0.0.1:$PORT/v1" NLG_JUDGE_TOKEN=$TOKEN NLG_JUDGE_MODEL=$MODEL \
         "$PYTHON" -m pytest -q tests/clients/test_openai_client.py -p no:cacheprovider
+    stop
+fi
+
+if [[ $WHAT == all || $WHAT == tls ]]; then
+    echo "== the openai package over TLS (pytest)"
+    TLS=$OUT/tls
+    mkdir -p "$TLS"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=clients-ca \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+        -keyout "$TLS/ca.key" -out "$TLS/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+        -keyout "$TLS/server.key" -out "$TLS/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' > "$TLS/ext.cnf"
+    openssl x509 -req -in "$TLS/server.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial \
+        -days 2 -extfile "$TLS/ext.cnf" -out "$TLS/server.pem" 2>/dev/null
+    SCHEME=https CURL_CA=$TLS/ca.pem start --tls-cert "$TLS/server.pem" --tls-key "$TLS/server.key"
+    NLG_JUDGE_URL="https://127.0.0.1:$PORT/v1" NLG_JUDGE_CA=$TLS/ca.pem NLG_JUDGE_TOKEN=$TOKEN \
+        NLG_JUDGE_MODEL=$MODEL "$PYTHON" -m pytest -q tests/clients/test_openai_client.py -p no:cacheprovider
     stop
 fi
 

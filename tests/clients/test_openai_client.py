@@ -2,7 +2,8 @@
 streaming, usage, and errors as the package raises them.
 
 Run by tests/clients/run.sh, which starts the service and sets NLG_JUDGE_URL (the /v1
-base URL), NLG_JUDGE_TOKEN and NLG_JUDGE_MODEL.
+base URL), NLG_JUDGE_TOKEN and NLG_JUDGE_MODEL; over TLS (`run.sh tls`) also NLG_JUDGE_CA,
+the CA the client verifies the service's certificate with.
 """
 
 import math
@@ -15,11 +16,27 @@ import pytest
 URL = os.environ["NLG_JUDGE_URL"]
 TOKEN = os.environ["NLG_JUDGE_TOKEN"]
 MODEL = os.environ.get("NLG_JUDGE_MODEL", "smollm2-135m-instruct")
+CA = os.environ.get("NLG_JUDGE_CA")
+VERIFY = CA if CA else True
 
 
 @pytest.fixture(scope="module")
 def client():
-    return openai.OpenAI(base_url=URL, api_key=TOKEN, max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=URL, api_key=TOKEN, max_retries=0, timeout=300,
+                         http_client=httpx.Client(verify=VERIFY, timeout=300))
+
+
+@pytest.mark.skipif(CA is None, reason="the service runs without TLS")
+def test_tls_is_verified_and_plain_http_is_refused(client):
+    assert URL.startswith("https://")
+    assert client.models.list().data[0].id == MODEL
+    # A client that does not trust the CA does not connect.
+    stranger = openai.OpenAI(base_url=URL, api_key=TOKEN, max_retries=0)
+    with pytest.raises(openai.APIConnectionError):
+        stranger.models.list()
+    plain = httpx.get(URL.replace("https://", "http://", 1) + "/models",
+                      headers={"Authorization": f"Bearer {TOKEN}"})
+    assert plain.status_code == 400 and "https://" in plain.text
 
 
 def test_the_model_list_names_the_served_model(client):
@@ -56,6 +73,7 @@ def test_token_id_prompts_in_one_request_answer_in_order(client):
         f"{root}/tokenize",
         json={"prompt": "Hello there", "add_special_tokens": False},
         headers={"Authorization": f"Bearer {TOKEN}"},
+        verify=VERIFY,
     ).json()["tokens"]
     text = client.completions.create(model=MODEL, prompt="Hello there", max_tokens=0, echo=True, logprobs=0)
     r = client.completions.create(model=MODEL, prompt=[ids, ids[:1]], max_tokens=0, echo=True, logprobs=0)
@@ -144,7 +162,8 @@ def test_errors_are_raised_as_the_package_expects(client):
     with pytest.raises(openai.UnprocessableEntityError) as e:
         client.completions.create(model=MODEL, prompt=[100] * 9000, max_tokens=0)
     assert e.value.code == "context_length_exceeded"
-    wrong = openai.OpenAI(base_url=URL, api_key="wrong", max_retries=0)
+    wrong = openai.OpenAI(base_url=URL, api_key="wrong", max_retries=0,
+                          http_client=httpx.Client(verify=VERIFY))
     with pytest.raises(openai.AuthenticationError) as e:
         wrong.models.list()
     assert e.value.code == "invalid_api_key"

@@ -41,6 +41,7 @@ mod score_mock;
 mod score_smollm2;
 mod server;
 mod server_faults;
+mod server_network;
 mod shard_merge;
 mod t5_candle_reference;
 mod t5_loading;

@@ -482,7 +482,7 @@ async fn errors_come_in_openai_shape_with_our_status_codes() {
     let path = dir.path().join("token");
     std::fs::write(&path, "s3cret\n").unwrap();
     let mut config = ServerConfig {
-        token: Some(nlg_judge::server::BearerToken::from_file(&path).unwrap()),
+        tokens: Some(nlg_judge::server::Tokens::from_file(&path).unwrap()),
         ..ServerConfig::default()
     };
     config.limits.max_body_bytes = 4096;

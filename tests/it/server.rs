@@ -225,10 +225,58 @@ async fn bodies_over_the_limit_are_413() {
     let big = json!({"output": "x".repeat(5000), "criteria": "coherence"});
     let (status, body) = post(server.addr, "/v1/geval", &big).await;
     assert_eq!(status, 413);
-    assert!(error_of(&body).contains("larger"), "{body}");
+    let error = error_of(&body);
+    assert!(
+        error.contains("larger")
+            && error.contains("4096 bytes")
+            && error.contains("--max-body-bytes"),
+        "{body}"
+    );
     let small = json!({"output": "x".repeat(100), "criteria": "coherence", "steps": "1. Rate."});
     let (status, _) = post(server.addr, "/v1/geval", &small).await;
     assert_eq!(status, 200);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incomplete_bodies_name_the_missing_field_and_wrong_methods_name_the_right_one() {
+    let server = Running::start(mock(Gate::open()), ServerConfig::default()).await;
+    for path in ["/v1/geval", "/v1/score", "/v1/compare"] {
+        let (status, body) = http(server.addr, "POST", path, &[], b"{}").await;
+        assert_eq!(status, 400, "{path}");
+        let error = error_of(&body);
+        assert!(
+            error.contains("incomplete body: missing field") && !error.contains("malformed"),
+            "{path}: {error}"
+        );
+        let (status, body) = http(server.addr, "GET", path, &[], b"").await;
+        assert_eq!(status, 405, "{path}");
+        assert!(error_of(&body).contains("use POST"), "{path}: {body}");
+        let answer = crate::common::service::request(server.addr, "GET", path, &[], b"").await;
+        assert_eq!(answer.header("allow"), Some("POST"), "{path}");
+    }
+    // The OpenAI routes answer in their shape.
+    let (status, body) = http(server.addr, "GET", "/v1/chat/completions", &[], b"").await;
+    assert_eq!(status, 405);
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("POST"),
+        "{body}"
+    );
+    // `candidate`, as in the input files, is the text to rate.
+    let (status, body) = post(
+        server.addr,
+        "/v1/geval",
+        &json!({"candidate": "x", "criteria": "coherence", "steps": "1. Rate."}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        server.addr,
+        "/v1/score",
+        &json!({"candidate": "x", "attribute": "fluency", "context": "c"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     server.shutdown().await;
 }
 
@@ -238,7 +286,7 @@ async fn a_configured_token_is_required_on_every_v1_route() {
     let path = dir.path().join("token");
     std::fs::write(&path, "t0ken-abc\n").unwrap();
     let config = ServerConfig {
-        token: Some(nlg_judge::server::BearerToken::from_file(&path).unwrap()),
+        tokens: Some(nlg_judge::server::Tokens::from_file(&path).unwrap()),
         ..ServerConfig::default()
     };
     let server = Running::start(mock(Gate::open()), config).await;

@@ -36,13 +36,14 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
 use self::body::{ChatBody, CompletionBody};
 use self::error::OpenAiError;
 use self::reply::{Meta, Usage};
-use super::http::{body_bytes, buffer_body, submit, AppState};
+use super::callers::Caller;
+use super::http::{as_caller, authenticate, body_bytes, buffer_body, submit, AppState};
 use super::worker::Job;
 use crate::engine::{ModelInfo, Scorer};
 use crate::judge::geval::Criteria;
@@ -75,6 +76,19 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Whether `path` is one of these routes (their errors come in OpenAI's shape).
+pub fn is_openai_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/completions"
+            | "/v1/chat/completions"
+            | "/v1/models"
+            | "/tokenize"
+            | "/detokenize"
+            | "/tokenizer_info"
+    ) || path.starts_with("/v1/models/")
+}
+
 /// The routes, behind the bearer token when one is configured.
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
@@ -97,21 +111,12 @@ async fn read_body(State(state): State<AppState>, request: Request, next: Next) 
     }
 }
 
+/// The metrics routes' token check ([`authenticate`]), with errors in OpenAI's shape.
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        if !token.accepts(presented) {
-            let message = match presented {
-                None => "missing bearer token",
-                Some(_) => "wrong bearer token",
-            };
-            return OpenAiError::new(StatusCode::UNAUTHORIZED, message).into_response();
-        }
+    match authenticate(&state, &request) {
+        Ok(caller) => as_caller(caller, request, next).await,
+        Err(error) => OpenAiError::from(error).into_response(),
     }
-    next.run(request).await
 }
 
 /// The model object of OpenAI's model list.
@@ -195,12 +200,13 @@ fn respond(answer: impl serde::Serialize, usage: Usage, events: Option<String>) 
 
 async fn completions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body: CompletionBody = body::parse(&body_bytes(body)?)?;
     let job = body::completion_job(body, &state.model.name)?;
     let requests = job.requests.clone();
-    let results = submit(&state, |reply| Job::Complete { requests, reply }).await?;
+    let results = submit(&state, &caller, |reply| Job::Complete { requests, reply }).await?;
     let (answer, usage) = reply::completion(&job, &results, &meta(&state, "cmpl"));
     let events = job
         .stream
@@ -210,12 +216,13 @@ async fn completions(
 
 async fn chat_completions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body: ChatBody = body::parse(&body_bytes(body)?)?;
     let job = body::chat_job(body, &state.model.name)?;
     let requests = job.requests.clone();
-    let results = submit(&state, |reply| Job::Complete { requests, reply }).await?;
+    let results = submit(&state, &caller, |reply| Job::Complete { requests, reply }).await?;
     let (answer, usage) = reply::chat(&job, &results, &meta(&state, "chatcmpl"));
     let events = job
         .stream
