@@ -9,11 +9,10 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 
 use anyhow::{anyhow, Result};
-use nlg_judge::data::{Candidate, Context};
+use nlg_judge::data::Context;
 use nlg_judge::engine::{error_kind, ErrorKind, MockScorer, ResultCache, Scorer};
 use nlg_judge::judge::diagnostics::Status;
 use nlg_judge::judge::geval::{self, Criteria, StepsOrigin, StepsSource};
@@ -49,31 +48,11 @@ fn judge(slope: f64, bias: f64, mass: f64) -> MockScorer {
 }
 
 fn contexts() -> Vec<Context> {
-    [
-        [0.3, 0.9, 0.1, 0.5],
-        [0.8, 0.2, 0.6, 0.4],
-        [0.5, 0.15, 0.95, 0.35],
-    ]
-    .iter()
-    .enumerate()
-    .map(|(d, qs)| Context {
-        id: format!("doc{d}"),
-        text: format!("Article number {d}."),
-        candidates: qs
-            .iter()
-            .enumerate()
-            .map(|(k, &q)| Candidate {
-                id: format!("sys{k}"),
-                text: format!("summary {k} of doc {d} q={q}"),
-                reference: None,
-                scores: BTreeMap::from([("coherence".to_string(), q * 5.0)]),
-                system_id: None,
-                metadata: Default::default(),
-                source: None,
-            })
-            .collect(),
-    })
-    .collect()
+    common::contexts::scored_contexts(&[
+        &[0.3, 0.9, 0.1, 0.5],
+        &[0.8, 0.2, 0.6, 0.4],
+        &[0.5, 0.15, 0.95, 0.35],
+    ])
 }
 
 /// The candidates of a context, best score first.

@@ -5,7 +5,7 @@
 //! errors come in OpenAI's shape with our status codes, and streaming, the model list
 //! and the tokenizer routes answer as clients expect.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 use nlg_judge::engine::{
@@ -18,6 +18,7 @@ use nlg_judge::server::{ServerConfig, WorkerStats};
 use serde_json::{json, Value};
 
 use crate::common;
+use crate::common::gate::Gate;
 use crate::common::service::{Answer, Service};
 
 const MODEL: &str = "smollm2-135m-instruct";
@@ -256,36 +257,6 @@ async fn chat_logprobs_are_the_models_own() -> Result<()> {
     assert!(reply.json()["choices"][0]["logprobs"].is_null());
     service.shutdown().await;
     Ok(())
-}
-
-/// Holds completion calls until opened; counts the calls that reached it.
-#[derive(Default)]
-struct Gate {
-    state: Mutex<(bool, usize)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn pass(&self) {
-        let mut state = self.state.lock().unwrap();
-        state.1 += 1;
-        self.changed.notify_all();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().0 = true;
-        self.changed.notify_all();
-    }
-
-    fn wait_for(&self, n: usize) {
-        let mut state = self.state.lock().unwrap();
-        while state.1 < n {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
 }
 
 /// SmolLM2 whose completion calls wait at a gate, so that requests pile up in the queue.

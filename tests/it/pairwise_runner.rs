@@ -4,10 +4,8 @@
 //! in its true quality (`... q=0.7`), and the mock answers
 //! `p_A = sigma(4 (q_A - q_B) + bias)` with the labels carrying 80% of the mass.
 
-use std::collections::BTreeMap;
-
 use anyhow::{anyhow, Result};
-use nlg_judge::data::{Candidate, Context};
+use nlg_judge::data::Context;
 use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, ModelKind, ResultCache};
 use nlg_judge::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
@@ -15,6 +13,8 @@ use nlg_judge::judge::pairwise::{
 };
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::rank::RankMethod;
+
+use crate::common::contexts::scored_contexts as contexts;
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -49,30 +49,6 @@ fn mock(bias: f64, fail_after: Option<usize>) -> MockScorer {
         );
         Ok(vec![(0.8 * p).ln(), (0.8 * (1.0 - p)).ln()])
     })
-}
-
-fn contexts(qualities: &[&[f64]]) -> Vec<Context> {
-    qualities
-        .iter()
-        .enumerate()
-        .map(|(d, qs)| Context {
-            id: format!("doc{d}"),
-            text: format!("Article number {d}."),
-            candidates: qs
-                .iter()
-                .enumerate()
-                .map(|(k, &q)| Candidate {
-                    id: format!("sys{k}"),
-                    text: format!("summary {k} of doc {d} q={q}"),
-                    reference: None,
-                    scores: BTreeMap::from([("coherence".to_string(), q * 5.0)]),
-                    system_id: None,
-                    metadata: Default::default(),
-                    source: None,
-                })
-                .collect(),
-        })
-        .collect()
 }
 
 fn three_contexts() -> Vec<Context> {

@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nlg_judge::engine::MockScorer;
@@ -22,37 +22,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::common::gate::Gate;
 use crate::common::service::{request, Service};
-
-/// Holds label scoring until opened; counts the calls that reached it.
-#[derive(Default)]
-struct Gate {
-    state: Mutex<(bool, usize)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn pass(&self) {
-        let mut state = self.state.lock().unwrap();
-        state.1 += 1;
-        self.changed.notify_all();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().0 = true;
-        self.changed.notify_all();
-    }
-
-    fn wait_for(&self, n: usize) {
-        let mut state = self.state.lock().unwrap();
-        while state.1 < n {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-}
 
 /// A mock held at `gate` that panics on prompts containing `BOOM`.
 fn gated_mock(gate: Arc<Gate>) -> MockScorer {

@@ -14,46 +14,17 @@ use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nlg_judge::engine::MockScorer;
 use nlg_judge::server::{tls, ServerConfig, Tokens};
 use serde_json::{json, Value};
 
+use crate::common::gate::Gate;
 use crate::common::service::{request, Answer, Service};
 
-/// Holds the model's label calls until released; counts the calls that reached it.
-#[derive(Default)]
-struct Hold {
-    state: Mutex<(bool, usize)>,
-    changed: Condvar,
-}
-
-impl Hold {
-    fn pass(&self) {
-        let mut state = self.state.lock().unwrap();
-        state.1 += 1;
-        self.changed.notify_all();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().0 = true;
-        self.changed.notify_all();
-    }
-
-    fn wait_for(&self, calls: usize) {
-        let mut state = self.state.lock().unwrap();
-        while state.1 < calls {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-}
-
-fn held_mock(hold: Arc<Hold>) -> MockScorer {
+fn held_mock(hold: Arc<Gate>) -> MockScorer {
     MockScorer::new().with_labels(move |_, labels| {
         hold.pass();
         Ok(vec![(0.1f64).ln(); labels.len()])
@@ -107,7 +78,7 @@ async fn a_request_in_progress_survives_the_removal_of_its_token_and_the_next_is
     let path = dir.path().join("tokens");
     write_tokens(&path, &[("alice", ALICE), ("bob", BOB)]);
     let tokens = Tokens::from_file(&path).unwrap();
-    let hold = Arc::new(Hold::default());
+    let hold = Arc::new(Gate::default());
     let config = ServerConfig {
         tokens: Some(tokens.clone()),
         ..ServerConfig::default()
@@ -168,7 +139,7 @@ async fn a_request_in_progress_survives_the_removal_of_its_token_and_the_next_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tokens_flood_gets_503_for_it_while_another_token_is_served() {
-    let hold = Arc::new(Hold::default());
+    let hold = Arc::new(Gate::default());
     let mut config = ServerConfig {
         tokens: Some(Tokens::fixed(
             nlg_judge::server::TokenSet::from_pairs(&[("alice", ALICE), ("bob", BOB)]).unwrap(),

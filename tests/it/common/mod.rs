@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod contexts;
+pub mod gate;
 pub mod hub;
 pub mod service;
 pub mod t5;
