@@ -90,7 +90,12 @@ fn own_attribute_and_custom_nouns_reach_the_prompt_and_correlate_agrees() {
         assert!(stderr.contains(phrase), "`{phrase}` missing:\n{stderr}");
     }
     assert!(stdout.contains("human scores `Empathy`"), "{stdout}");
-    assert!(!stdout.contains("warning"), "{stdout}");
+    // No warning about the human scores (the judge diagnostics below the table may warn:
+    // the fixture's random weights do not judge).
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("warning")),
+        "{stdout}"
+    );
 
     // The output rows carry the human scores and the system ids: no join needed.
     let first: serde_json::Value = serde_json::from_str(
@@ -244,5 +249,8 @@ fn no_matching_human_key_is_warned_about_with_the_keys_that_exist() {
     ]);
     let stderr = text(&run.stderr);
     assert!(run.status.success(), "{stderr}");
-    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("warning")),
+        "{stderr}"
+    );
 }
