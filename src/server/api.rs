@@ -334,8 +334,8 @@ pub fn geval_task(body: GevalBody) -> Result<(LabelTask, CriteriaReading)> {
 /// The worker task of a prompt-scoring request.
 pub fn score_task(body: ScoreBody) -> Result<LabelTask> {
     non_empty("output", &body.output)?;
-    let attribute = Attribute::resolve(&body.attribute, body.adjective.as_deref(), None)
-        .context("field `attribute`")?;
+    let attribute = Attribute::resolve_adjective(&body.attribute, body.adjective.as_deref())
+        .context("field `attribute` (an attribute of your own needs `adjective`)")?;
     Ok(LabelTask::Score {
         task: body.task.unwrap_or(Task::Summary),
         attribute,
