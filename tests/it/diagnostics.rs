@@ -11,7 +11,6 @@ use crate::common;
 
 use std::process::Command;
 
-use anyhow::{anyhow, Result};
 use nlg_judge::data::Context;
 use nlg_judge::engine::{error_kind, ErrorKind, MockScorer, ResultCache, Scorer};
 use nlg_judge::judge::diagnostics::Status;
@@ -22,19 +21,7 @@ use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::progress::Progress;
 use nlg_judge::rank::RankMethod;
 
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-/// Quality written at the end of the candidate after `label` ("Summary A: ... q=0.7").
-fn quality_after(prompt: &str, label: &str) -> Result<f64> {
-    let start = prompt
-        .find(label)
-        .ok_or_else(|| anyhow!("no {label:?} in prompt"))?;
-    let line = prompt[start..].lines().next().unwrap_or_default();
-    let q = line.rsplit("q=").next().unwrap_or_default();
-    Ok(q.trim().parse()?)
-}
+use crate::common::contexts::{quality_after, sigmoid};
 
 /// A judge answering `p_A = sigma(slope (q_A - q_B) + bias)` with `mass` on the labels.
 fn judge(slope: f64, bias: f64, mass: f64) -> MockScorer {

@@ -4,7 +4,7 @@
 //! in its true quality (`... q=0.7`), and the mock answers
 //! `p_A = sigma(4 (q_A - q_B) + bias)` with the labels carrying 80% of the mass.
 
-use anyhow::{anyhow, Result};
+use anyhow::anyhow;
 use nlg_judge::data::Context;
 use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, ModelKind, ResultCache};
 use nlg_judge::judge::pairwise::{
@@ -14,24 +14,9 @@ use nlg_judge::judge::pairwise::{
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::rank::RankMethod;
 
+use crate::common::contexts::{quality_after, sigmoid};
+
 use crate::common::contexts::scored_contexts as contexts;
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-/// Quality written at the end of the candidate after `label` ("Summary A: ").
-fn quality_after(prompt: &str, label: &str) -> Result<f64> {
-    let start = prompt
-        .find(label)
-        .ok_or_else(|| anyhow!("no {label:?} in prompt"))?;
-    let line = prompt[start..].lines().next().unwrap_or_default();
-    let q = line
-        .rsplit("q=")
-        .next()
-        .ok_or_else(|| anyhow!("no quality in {line:?}"))?;
-    Ok(q.trim().parse()?)
-}
 
 /// A mock answering by quality difference with a first-position `bias`, failing once it
 /// has answered `fail_after` requests (a kill in the middle of a run).

@@ -22,6 +22,8 @@ use nlg_judge::judge::pairwise::{run_compare, CompareOptions, Debias, Design, Pa
 use nlg_judge::judge::ScoreMethod;
 use nlg_judge::judge::{Attribute, Task};
 use nlg_judge::rank::RankMethod;
+
+use crate::common::contexts::{quality_after, sigmoid};
 use nlg_judge::reproduce::report::{
     markdown, CORRELATIONS_COLUMNS, DECISIONS_COLUMNS, SUBSET_COLUMNS,
 };
@@ -37,22 +39,6 @@ const QUALITIES: [[f64; 6]; 3] = [
     [0.5, 0.8, 0.05, 0.65, 0.35, 0.2],
     [0.2, 0.65, 0.35, 0.05, 0.8, 0.5],
 ];
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-fn quality_after(prompt: &str, label: &str) -> Result<f64> {
-    let start = prompt
-        .find(label)
-        .ok_or_else(|| anyhow!("no {label:?} in prompt"))?;
-    let line = prompt[start..].lines().next().unwrap_or_default();
-    let q = line
-        .rsplit("q=")
-        .next()
-        .ok_or_else(|| anyhow!("no quality in {line:?}"))?;
-    Ok(q.trim().parse()?)
-}
 
 fn pairwise_answer(prompt: &str, labels: &[String]) -> Result<Vec<f64>> {
     assert_eq!(labels, [" A", " B"]);

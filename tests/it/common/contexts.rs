@@ -1,8 +1,10 @@
 //! Small made-up contexts for the pairwise tests: each candidate carries its true quality
-//! `q` in its text (where the mock judges read it) and `5q` as its human coherence score.
+//! `q` in its text (where the mock judges read it back with [`quality_after`]) and `5q` as
+//! its human coherence score.
 
 use std::collections::BTreeMap;
 
+use anyhow::{anyhow, Result};
 use nlg_judge::data::{Candidate, Context};
 
 /// One context per row of `qualities`, one candidate per quality.
@@ -28,4 +30,23 @@ pub fn scored_contexts(qualities: &[&[f64]]) -> Vec<Context> {
                 .collect(),
         })
         .collect()
+}
+
+/// The logistic function, the mock judges' P(A) from a quality difference.
+pub fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// The quality written at the end of the candidate line after `label` ("Summary A: ...
+/// q=0.7").
+pub fn quality_after(prompt: &str, label: &str) -> Result<f64> {
+    let start = prompt
+        .find(label)
+        .ok_or_else(|| anyhow!("no {label:?} in prompt"))?;
+    let line = prompt[start..].lines().next().unwrap_or_default();
+    let q = line
+        .rsplit("q=")
+        .next()
+        .ok_or_else(|| anyhow!("no quality in {line:?}"))?;
+    Ok(q.trim().parse()?)
 }
