@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::arch::{Precision, WeightPolicy};
+use crate::engine::remote::{self, EndpointOptions, RemoteOptions, RemoteScorer, RemoteSettings};
 use crate::engine::{load_scorer, LoadOptions, MockScorer};
 use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 use nlg_judge_kernels::cpu::Vendor;
@@ -52,6 +53,64 @@ pub struct ModelArgs {
     /// prompt on its own (a baseline, same results).
     #[arg(long, value_enum, default_value_t = Strategy::Tree)]
     pub strategy: Strategy,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// A model served by an engine instead of loaded here (see docs/engines.md).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Served model (--backend)")]
+pub struct BackendArgs {
+    /// Score with a model served by another program: the OpenAI-compatible base address
+    /// of vLLM, SGLang, TGI, llama.cpp's server or `nlg-judge serve`, e.g.
+    /// http://gpu-node:8000/v1. `--model` is then the name the engine serves the model
+    /// under; prompts are tokenised here (--tokenizer) and sent as token ids; label
+    /// probabilities are exact (top-K log-probs, then echo for the rest). Results are
+    /// cached apart from local runs. --device, --precision and --weights do not apply.
+    #[arg(long, value_name = "URL")]
+    pub backend: Option<String>,
+
+    /// The served model's tokenizer and chat template: a card name, a .gguf file, or the
+    /// model's directory (tokenizer.json, config.json, tokenizer_config.json; the weights
+    /// are not needed). Default: the card named like --model. Checked against the
+    /// engine's /tokenize route on the first prompt where the engine has one.
+    #[arg(long, value_name = "SPEC", requires = "backend")]
+    pub tokenizer: Option<String>,
+
+    /// File whose first line is the engine's bearer token (else the environment variable
+    /// NLG_JUDGE_BACKEND_TOKEN). Never printed or written to outputs.
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pub backend_token_file: Option<std::path::PathBuf>,
+
+    /// PEM file of certificate authorities to trust for an https backend (a private CA),
+    /// beside the public ones. Certificates are always checked.
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pub backend_ca: Option<std::path::PathBuf>,
+
+    /// Longest wait for one answer of the engine, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = crate::engine::remote::DEFAULT_TIMEOUT.as_secs())]
+    pub backend_timeout: u64,
+
+    /// Retries of a request the engine answers busy (429, 502-504), drops or times out,
+    /// with growing waits (and the engine's Retry-After).
+    #[arg(long, value_name = "N", default_value_t = crate::engine::remote::DEFAULT_RETRIES)]
+    pub backend_retries: u32,
+
+    /// Requests to the engine in flight at once (its batching works on them together).
+    #[arg(long, value_name = "N", default_value_t = crate::engine::remote::DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+
+    /// Alternatives asked for at the answer's first position (at most the engine's
+    /// limit, e.g. vLLM's --max-logprobs); labels outside them are scored by echo.
+    #[arg(long, value_name = "K", default_value_t = crate::engine::remote::DEFAULT_TOP_K)]
+    pub backend_top_k: usize,
+
+    /// Accept an engine that gives top-K log-probs but no echo: a label outside the top-K
+    /// then gets the K-th log-prob (an upper bound), and the model's name in every output
+    /// says [top-k only].
+    #[arg(long, requires = "backend")]
+    pub accept_top_k_only: bool,
 }
 
 /// `--precision` values (mapped onto [`Precision`]).
@@ -253,10 +312,56 @@ impl ModelArgs {
     /// Resolve, fetch if needed, and load the model (`mock[:...]`: the scripted model,
     /// see [`MockScorer::from_spec`]).
     pub fn load(&self) -> Result<Box<dyn Scorer>> {
+        if let Some(url) = &self.backend.backend {
+            return Ok(Box::new(self.connect(url)?));
+        }
         if let Some(mock) = MockScorer::from_spec(&self.model)? {
             return Ok(Box::new(mock));
         }
         load_scorer(&self.model, &self.load_options()?)
+    }
+}
+
+impl ModelArgs {
+    /// The served model behind `--backend URL`.
+    pub fn connect(&self, url: &str) -> Result<RemoteScorer> {
+        let local_only = [
+            (self.device != "auto", "--device"),
+            (self.precision != PrecisionArg::Auto, "--precision"),
+            (self.weights != WeightPolicy::Auto, "--weights"),
+        ];
+        if let Some((_, flag)) = local_only.iter().find(|(given, _)| *given) {
+            return Err(super::input_error(anyhow::anyhow!(
+                "{flag} applies to a model loaded here, not to one served by --backend (the \
+                 engine's own settings decide)"
+            )));
+        }
+        let args = &self.backend;
+        if args.concurrency == 0 || args.backend_top_k == 0 {
+            return Err(super::input_error(anyhow::anyhow!(
+                "--concurrency and --backend-top-k must be at least 1"
+            )));
+        }
+        let options = RemoteOptions {
+            endpoint: EndpointOptions {
+                base: url.to_string(),
+                token: remote::read_token(args.backend_token_file.as_deref())?,
+                ca_file: args.backend_ca.clone(),
+                timeout: std::time::Duration::from_secs(args.backend_timeout.max(1)),
+                retries: args.backend_retries,
+                backoff: std::time::Duration::from_millis(500),
+            },
+            model: self.model.clone(),
+            tokenizer: args.tokenizer.clone(),
+            settings: RemoteSettings {
+                concurrency: args.concurrency,
+                top_k: args.backend_top_k,
+                accept_top_k_only: args.accept_top_k_only,
+            },
+            resolve: crate::runtime::ResolveOptions::from_env()?,
+            progress: super::progress::bars("backend"),
+        };
+        remote::connect(options)
     }
 }
 

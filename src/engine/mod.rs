@@ -13,11 +13,13 @@ pub mod error;
 pub mod load;
 pub mod memory;
 pub mod mock;
+pub mod remote;
 pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod scorer;
 pub mod t5_scorer;
+pub mod templating;
 
 pub use cache::{CacheKey, ResultCache};
 pub use cache_fault::{cache_fault, CacheFault};

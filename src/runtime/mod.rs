@@ -28,6 +28,7 @@ pub use device::{cpu_features, select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;
 pub use resolve::{
-    load_tokenizer, resolve_card, resolve_model, ResolveOptions, ResolvedModel, TokenizerSource,
+    load_tokenizer, resolve_card, resolve_model, resolve_tokenizer, ResolveOptions, ResolvedModel,
+    TokenizerSource,
 };
 pub use tokenizer::{SpecialTokens, TextTokenizer};

@@ -99,7 +99,7 @@ pub fn resolve_model(spec: &str, options: &ResolveOptions) -> Result<ResolvedMod
         return resolve_gguf(path, &options.fetch);
     }
     if path.is_dir() {
-        return resolve_dir(path, &options.fetch);
+        return resolve_dir(path, &options.fetch, Weights::Required);
     }
     if looks_like_path {
         bail!("model path {spec} does not exist");
@@ -223,7 +223,35 @@ fn resolve_gguf(path: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
 }
 
 /// A checkpoint directory: config.json + safetensors + tokenizer.json (or one GGUF file).
-fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
+/// Whether a checkpoint directory must hold its weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weights {
+    Required,
+    /// The tokenizer, template and configuration are wanted, not the weights (a model
+    /// served by another program).
+    Optional,
+}
+
+/// Resolve what a model served elsewhere is tokenised with: a card name (its files are
+/// fetched), a `.gguf` file, or a checkpoint directory whose weights may be absent
+/// (`config.json`, `tokenizer.json`, and `tokenizer_config.json` or `chat_template.jinja`
+/// for the chat template, as downloaded without the weights).
+pub fn resolve_tokenizer(spec: &str, options: &ResolveOptions) -> Result<ResolvedModel> {
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return resolve_dir(path, &options.fetch, Weights::Optional);
+    }
+    if path.is_file() && !spec.ends_with(".gguf") {
+        bail!(
+            "{spec}: give the directory that holds tokenizer.json (with config.json, and \
+             tokenizer_config.json or chat_template.jinja for the chat template), a .gguf \
+             file or a model card, not a single file"
+        );
+    }
+    resolve_model(spec, options)
+}
+
+fn resolve_dir(dir: &Path, options: &FetchOptions, need: Weights) -> Result<ResolvedModel> {
     let config = dir.join("config.json");
     if !config.is_file() {
         if let Some(gguf) = single_gguf(dir)? {
@@ -254,6 +282,8 @@ fn resolve_dir(dir: &Path, options: &FetchOptions) -> Result<ResolvedModel> {
             shards.push(path);
         }
         shards
+    } else if need == Weights::Optional {
+        Vec::new()
     } else {
         bail!(
             "{} has neither model.safetensors nor model.safetensors.index.json",

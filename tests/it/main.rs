@@ -33,6 +33,7 @@ mod own_data;
 mod pairwise_runner;
 mod paraphrase;
 mod precision;
+mod remote_backend;
 mod report;
 mod reproduce;
 mod resolve;

@@ -17,10 +17,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::Tensor;
 
 use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
-use crate::engine::completion::{ChatMessage, ChatRole, CompletionRequest, CompletionResult};
+use crate::engine::completion::{ChatMessage, CompletionRequest, CompletionResult};
 use crate::engine::request::{
     ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TextPrompt, TokenPrompt,
+    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
 };
 use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
@@ -128,23 +128,7 @@ impl DecoderScorer {
     }
 
     fn render_text(&self, prompt: &Prompt) -> Result<String> {
-        match prompt {
-            Prompt::Text { text, chat: false } => {
-                Ok(format!("{}{}", text.user, text.answer_prefix))
-            }
-            Prompt::Text { text, chat: true } => {
-                if !self.chat.is_chat() {
-                    crate::bad_request!(
-                        "model '{}' has no chat template; use a plain prompt",
-                        self.info.name
-                    );
-                }
-                Ok(self
-                    .chat
-                    .render(text.system.as_deref(), &text.user, &text.answer_prefix))
-            }
-            Prompt::Tokens(tokens) => self.tokenizer.decode(&tokens.input, false),
-        }
+        crate::engine::templating::render_text(&self.chat, &self.tokenizer, &self.info.name, prompt)
     }
 
     fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
@@ -600,24 +584,7 @@ impl Scorer for DecoderScorer {
     }
 
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
-        let turns: Vec<(&str, &str)> = messages
-            .iter()
-            .map(|m| {
-                let role = match m.role {
-                    ChatRole::System => "system",
-                    ChatRole::User => "user",
-                    ChatRole::Assistant => "assistant",
-                };
-                (role, m.content.as_str())
-            })
-            .collect();
-        match self.chat.render_conversation(&turns) {
-            Some(text) => Ok(Prompt::plain(TextPrompt::user(text))),
-            None => crate::bad_request!(
-                "model '{}' has no chat template; use completions with a plain prompt",
-                self.info.name
-            ),
-        }
+        crate::engine::templating::conversation_prompt(&self.chat, &self.info.name, messages)
     }
 
     fn complete(

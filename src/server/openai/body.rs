@@ -66,6 +66,9 @@ pub struct CompletionBody {
     pub logit_bias: Option<serde_json::Map<String, Value>>,
     pub user: Option<String>,
     pub suffix: Option<String>,
+    /// vLLM's extension: tokens in `logprobs` named `token_id:{id}` instead of by text,
+    /// so that a client can tell apart tokens of one text (the remote backend asks).
+    pub return_tokens_as_token_ids: Option<bool>,
 }
 
 /// One message of `POST /v1/chat/completions`.
@@ -133,6 +136,8 @@ pub struct CompletionJob {
     /// `logprobs`: alternatives per position (`None`: no log-probs).
     pub logprobs: Option<usize>,
     pub echo: bool,
+    /// Name tokens `token_id:{id}` in `logprobs` (`return_tokens_as_token_ids`).
+    pub tokens_as_ids: bool,
     pub stream: bool,
     /// Streaming: end with a chunk that carries `usage`.
     pub include_usage: bool,
@@ -399,6 +404,7 @@ pub fn completion_job(body: CompletionBody, served: &str) -> Result<CompletionJo
         n,
         logprobs,
         echo,
+        tokens_as_ids: body.return_tokens_as_token_ids.unwrap_or(false),
         stream: body.stream.unwrap_or(false),
         include_usage: include_usage(body.stream_options.as_ref()),
         requests,

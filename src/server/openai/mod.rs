@@ -127,6 +127,8 @@ pub fn model_object(model: &ModelInfo, created: u64) -> Value {
         "created": created,
         "owned_by": "nlg-judge",
         "context_window": model.context_window,
+        // The weights' hash (and precision): a client's cache tells served weights apart.
+        "fingerprint": model.fingerprint,
     })
 }
 

@@ -197,7 +197,12 @@ fn char_starts(bytes: &[u8]) -> usize {
 fn completion_logprobs<'a>(
     tokens: impl Iterator<Item = &'a TokenLogprob>,
     mut offset: usize,
+    as_ids: bool,
 ) -> CompletionLogprobs {
+    let name = |piece: &crate::engine::TokenPiece| match as_ids {
+        true => format!("token_id:{}", piece.id),
+        false => piece.text(),
+    };
     let mut out = CompletionLogprobs {
         tokens: Vec::new(),
         token_logprobs: Vec::new(),
@@ -205,14 +210,14 @@ fn completion_logprobs<'a>(
         text_offset: Vec::new(),
     };
     for token in tokens {
-        out.tokens.push(token.token.text());
+        out.tokens.push(name(&token.token));
         out.token_logprobs.push(token.logprob);
         out.top_logprobs.push(token.logprob.map(|_| {
             TopMap(
                 token
                     .top
                     .iter()
-                    .map(|a| (a.token.text(), a.logprob))
+                    .map(|a| (name(&a.token), a.logprob))
                     .collect(),
             )
         }));
@@ -241,9 +246,17 @@ pub fn completion(
             };
             let logprobs = job.logprobs.map(|_| {
                 if job.echo {
-                    completion_logprobs(result.prompt.iter().chain(&result.generated), 0)
+                    completion_logprobs(
+                        result.prompt.iter().chain(&result.generated),
+                        0,
+                        job.tokens_as_ids,
+                    )
                 } else {
-                    completion_logprobs(result.generated.iter(), prompt.chars().count())
+                    completion_logprobs(
+                        result.generated.iter(),
+                        prompt.chars().count(),
+                        job.tokens_as_ids,
+                    )
                 }
             });
             CompletionChoice {
@@ -503,6 +516,7 @@ mod tests {
             n: 1,
             logprobs: Some(1),
             echo: true,
+            tokens_as_ids: false,
             stream: false,
             include_usage: false,
             requests: vec![],

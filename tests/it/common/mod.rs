@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod contexts;
+pub mod engine;
 pub mod gate;
 pub mod hub;
 pub mod service;

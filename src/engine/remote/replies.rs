@@ -1,0 +1,239 @@
+//! Reading an engine's answers: the model list, and the log-probabilities of OpenAI's
+//! completions object (`choices[0].logprobs` with `tokens`, `token_logprobs`,
+//! `top_logprobs`). Pure functions over JSON, so every engine's variant is a unit test.
+//!
+//! Engines name a token either by its text (`" A"`) or, where asked
+//! (`return_tokens_as_token_ids`, vLLM and our own service), by its id (`"token_id:319"`);
+//! [`TokenKey`] keeps the difference, since only ids identify a token for certain.
+
+use serde_json::Value;
+
+/// How an answer names one token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TokenKey {
+    Id(u32),
+    Text(String),
+}
+
+impl TokenKey {
+    pub fn parse(key: &str) -> Self {
+        match key
+            .strip_prefix("token_id:")
+            .and_then(|id| id.parse::<u32>().ok())
+        {
+            Some(id) => TokenKey::Id(id),
+            None => TokenKey::Text(key.to_string()),
+        }
+    }
+}
+
+/// One model an engine serves, as `GET /v1/models` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedModel {
+    pub id: String,
+    /// What tells these weights apart from others served under the same name: the
+    /// fields the engine gives that do not change between calls (`root`, `parent`,
+    /// `fingerprint`, `revision`, `owned_by`, the context length), as one line.
+    pub identity: String,
+    /// Longest prompt + answer the engine accepts, where it says.
+    pub context_window: Option<usize>,
+}
+
+/// The models of a `GET /v1/models` answer (`data`).
+pub fn served_models(answer: &Value) -> Vec<ServedModel> {
+    let Some(data) = answer.get("data").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    data.iter()
+        .filter_map(|model| {
+            let id = model.get("id")?.as_str()?.to_string();
+            let context_window = ["max_model_len", "context_window", "context_length"]
+                .iter()
+                .find_map(|field| model.get(*field).and_then(Value::as_u64))
+                .map(|n| n as usize);
+            let identity = ["root", "parent", "fingerprint", "revision", "owned_by"]
+                .iter()
+                .filter_map(|field| {
+                    let value = model.get(*field)?;
+                    (!value.is_null()).then(|| format!("{field}={value}"))
+                })
+                .chain(context_window.map(|n| format!("context={n}")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            Some(ServedModel {
+                id,
+                identity,
+                context_window,
+            })
+        })
+        .collect()
+}
+
+/// The first choice's `logprobs` object, if the engine gave one.
+fn logprobs(answer: &Value) -> Option<&Value> {
+    answer
+        .pointer("/choices/0/logprobs")
+        .filter(|value| !value.is_null())
+}
+
+/// The alternatives at position `index` of `top_logprobs`: an object `{token: logprob}`
+/// (OpenAI's legacy shape) or a list of `{token, logprob}` (some engines).
+fn alternatives_at(logprobs: &Value, index: usize) -> Option<Vec<(TokenKey, f64)>> {
+    let entry = logprobs.get("top_logprobs")?.get(index)?;
+    match entry {
+        Value::Object(map) => Some(
+            map.iter()
+                .filter_map(|(key, value)| Some((TokenKey::parse(key), value.as_f64()?)))
+                .collect(),
+        ),
+        Value::Array(list) => Some(
+            list.iter()
+                .filter_map(|item| {
+                    let key = item.get("token")?.as_str()?;
+                    Some((TokenKey::parse(key), item.get("logprob")?.as_f64()?))
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The next position's alternatives after a prompt sent without echo: the first
+/// generated position's `top_logprobs`. `None` where the engine gave none (it ignored
+/// `logprobs`) or an empty list.
+pub fn next_token_alternatives(answer: &Value) -> Option<Vec<(TokenKey, f64)>> {
+    let found = alternatives_at(logprobs(answer)?, 0)?;
+    (!found.is_empty()).then_some(found)
+}
+
+/// The tokens and log-probabilities of an echoed prompt (and what was generated after
+/// it): `tokens` and `token_logprobs`, the first position's log-prob `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echoed {
+    pub tokens: Vec<TokenKey>,
+    pub logprobs: Vec<Option<f64>>,
+}
+
+pub fn echoed(answer: &Value) -> Option<Echoed> {
+    let logprobs = logprobs(answer)?;
+    let values = logprobs.get("token_logprobs")?.as_array()?;
+    let tokens = match logprobs.get("tokens").and_then(Value::as_array) {
+        Some(tokens) => tokens
+            .iter()
+            .map(|t| TokenKey::parse(t.as_str().unwrap_or_default()))
+            .collect(),
+        None => Vec::new(),
+    };
+    Some(Echoed {
+        tokens,
+        logprobs: values.iter().map(Value::as_f64).collect(),
+    })
+}
+
+/// The first choice's text and finish reason.
+pub fn generated(answer: &Value) -> Option<(String, Option<String>)> {
+    let choice = answer.pointer("/choices/0")?;
+    let text = choice.get("text")?.as_str()?.to_string();
+    let finish = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Some((text, finish))
+}
+
+/// The `tokens` of a `/tokenize` answer.
+pub fn tokenized(answer: &Value) -> Option<Vec<u32>> {
+    answer
+        .get("tokens")?
+        .as_array()?
+        .iter()
+        .map(|t| t.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_name_ids_where_the_engine_gives_them() {
+        assert_eq!(TokenKey::parse("token_id:319"), TokenKey::Id(319));
+        assert_eq!(TokenKey::parse(" A"), TokenKey::Text(" A".into()));
+        assert_eq!(
+            TokenKey::parse("token_id:x"),
+            TokenKey::Text("token_id:x".into())
+        );
+    }
+
+    #[test]
+    fn the_model_list_gives_names_identities_and_windows() {
+        let vllm = json!({"object": "list", "data": [{
+            "id": "llama-70b", "object": "model", "created": 1732000000,
+            "owned_by": "vllm", "root": "/models/Llama-3.1-70B", "parent": null,
+            "max_model_len": 8192
+        }]});
+        let models = served_models(&vllm);
+        assert_eq!(models.len(), 1);
+        assert_eq!(models[0].id, "llama-70b");
+        assert_eq!(models[0].context_window, Some(8192));
+        // `created` changes from call to call on some engines: never part of the identity.
+        assert!(!models[0].identity.contains("1732000000"));
+        assert!(models[0].identity.contains("Llama-3.1-70B"));
+        assert!(served_models(&json!({"error": "x"})).is_empty());
+    }
+
+    #[test]
+    fn alternatives_come_as_objects_or_lists() {
+        let object = json!({"choices": [{"text": "A", "logprobs": {
+            "tokens": [" A"], "token_logprobs": [-0.1],
+            "top_logprobs": [{" A": -0.1, "token_id:33": -2.5}]
+        }}]});
+        let mut found = next_token_alternatives(&object).unwrap();
+        found.sort_by(|a, b| b.1.total_cmp(&a.1));
+        assert_eq!(
+            found,
+            vec![
+                (TokenKey::Text(" A".into()), -0.1),
+                (TokenKey::Id(33), -2.5)
+            ]
+        );
+        let list = json!({"choices": [{"logprobs": {"top_logprobs": [[
+            {"token": " B", "logprob": -0.7}
+        ]]}}]});
+        assert_eq!(
+            next_token_alternatives(&list).unwrap(),
+            vec![(TokenKey::Text(" B".into()), -0.7)]
+        );
+        // An engine that ignored `logprobs`.
+        let none = json!({"choices": [{"text": "A", "logprobs": null}]});
+        assert!(next_token_alternatives(&none).is_none());
+        let empty = json!({"choices": [{"logprobs": {"top_logprobs": [{}]}}]});
+        assert!(next_token_alternatives(&empty).is_none());
+    }
+
+    #[test]
+    fn echoed_prompts_keep_the_first_positions_null() {
+        let answer = json!({"choices": [{"logprobs": {
+            "tokens": ["token_id:1", "token_id:7", "token_id:9"],
+            "token_logprobs": [null, -1.5, -0.25]
+        }}]});
+        let echoed = echoed(&answer).unwrap();
+        assert_eq!(echoed.tokens[1], TokenKey::Id(7));
+        assert_eq!(echoed.logprobs, vec![None, Some(-1.5), Some(-0.25)]);
+    }
+
+    #[test]
+    fn texts_and_tokenizer_answers_are_read() {
+        let answer = json!({"choices": [{"text": "Fine.", "finish_reason": "stop"}]});
+        assert_eq!(
+            generated(&answer),
+            Some(("Fine.".to_string(), Some("stop".to_string())))
+        );
+        assert_eq!(
+            tokenized(&json!({"tokens": [1, 2, 3]})),
+            Some(vec![1, 2, 3])
+        );
+        assert_eq!(tokenized(&json!({"tokens": [1, -2]})), None);
+    }
+}

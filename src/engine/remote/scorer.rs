@@ -1,0 +1,695 @@
+//! [`RemoteScorer`]: a model served by another program (vLLM, SGLang, TGI, llama.cpp's
+//! server, our own `serve`) behind the same [`Scorer`] interface as a model loaded here,
+//! so every method, the result cache and the statistics work unchanged.
+//!
+//! Prompts are tokenised here, with the served model's own tokenizer and chat template
+//! (a card or a checkpoint directory without weights), and sent as token ids, so the
+//! engine reads exactly the tokens a local run would. A label's probability is exact:
+//! - **top-K**: one request per prompt for the next position's K most likely tokens
+//!   (`logprobs: K`, one generated token); a one-token label among them is read there;
+//! - **echo**: for the others (longer labels, or outside the K), the prompt with the label
+//!   appended, echoed with each prompt token's log-probability (`echo: true`), the label's
+//!   tokens summed.
+//!
+//! Which of the two an engine gives is found on the first request; an engine that gives
+//! neither is refused, one that gives top-K alone only with `--accept-top-k-only` (a label
+//! outside the K then gets the K-th log-probability, an upper bound, and the model's
+//! name in every output says `[top-k only]`). Requests run in parallel up to a bound,
+//! in token order so that prompts sharing a prefix reach the engine's prefix cache
+//! together, and each result is handed on as it arrives (the result cache keeps it).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use serde_json::{json, Value};
+
+use super::http::{CallError, Endpoint};
+use super::replies::{self, Echoed, TokenKey};
+use crate::engine::completion::ChatMessage;
+use crate::engine::request::{
+    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
+    LabelRequest, LabelResult, LabelScore, Prompt, Sampling, TokenPrompt,
+};
+use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
+use crate::engine::templating;
+use crate::progress::Progress;
+use crate::runtime::{ChatTemplate, TextTokenizer};
+
+/// What the engine was found to give.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Routes {
+    /// The next position's top-K log-probabilities.
+    pub top_k: bool,
+    /// The prompt's own tokens' log-probabilities (`echo`).
+    pub echo: bool,
+    /// Tokens named by id (`return_tokens_as_token_ids` accepted).
+    pub ids: bool,
+}
+
+/// How labels were answered, over the scorer's life.
+#[derive(Debug, Default)]
+pub struct LabelCounts {
+    /// Labels read from the top-K alternatives.
+    pub top_k: AtomicU64,
+    /// Labels that needed the echo request.
+    pub echo: AtomicU64,
+    /// Labels outside the top-K given its bound (`--accept-top-k-only`).
+    pub bounded: AtomicU64,
+}
+
+/// The settings of the remote scorer beside its endpoint.
+#[derive(Debug, Clone)]
+pub struct RemoteSettings {
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Alternatives asked for at the next position.
+    pub top_k: usize,
+    /// Take top-K-only results (bounded labels) from an engine without echo.
+    pub accept_top_k_only: bool,
+}
+
+/// A model served by an OpenAI-compatible engine.
+pub struct RemoteScorer {
+    endpoint: Endpoint,
+    served_name: String,
+    tokenizer: TextTokenizer,
+    chat: ChatTemplate,
+    info: ModelInfo,
+    settings: RemoteSettings,
+    /// Found on the first label request.
+    routes: Option<Routes>,
+    counts: LabelCounts,
+    /// How many of the tokenizer's ids decode to each text (engines that name tokens by
+    /// text: a label is read by text only where its text is one id's alone).
+    text_owners: OnceLock<HashMap<String, u32>>,
+    progress: Progress,
+}
+
+impl RemoteScorer {
+    pub(super) fn new(
+        endpoint: Endpoint,
+        served_name: String,
+        tokenizer: TextTokenizer,
+        chat: ChatTemplate,
+        info: ModelInfo,
+        settings: RemoteSettings,
+        progress: Progress,
+    ) -> Self {
+        Self {
+            endpoint,
+            served_name,
+            tokenizer,
+            chat,
+            info,
+            settings,
+            routes: None,
+            counts: LabelCounts::default(),
+            text_owners: OnceLock::new(),
+            progress,
+        }
+    }
+
+    /// What the engine was found to give (after the first label request).
+    pub fn routes(&self) -> Option<Routes> {
+        self.routes
+    }
+
+    /// How the labels so far were answered.
+    pub fn label_counts(&self) -> &LabelCounts {
+        &self.counts
+    }
+
+    /// One line on the requests made and the routes taken, for the end of a run.
+    pub fn summary(&self) -> String {
+        let counters = &self.endpoint.counters;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let route = match self.routes {
+            None => "no labels scored".to_string(),
+            Some(r) => format!(
+                "labels by top-{} {} , by echo {}{}{}",
+                self.settings.top_k,
+                load(&self.counts.top_k),
+                load(&self.counts.echo),
+                match load(&self.counts.bounded) {
+                    0 => String::new(),
+                    n => format!(", bounded (top-k only) {n}"),
+                },
+                match (r.top_k, r.echo) {
+                    (true, true) => "",
+                    (true, false) => " (the engine gives no echo log-probs)",
+                    (false, _) => " (the engine gives no top-K log-probs)",
+                }
+            ),
+        };
+        format!(
+            "backend {}: {} requests, {} retried, {} failed; {route}",
+            self.endpoint.base(),
+            load(&counters.requests),
+            load(&counters.retries),
+            load(&counters.failures),
+        )
+    }
+
+    fn render_text(&self, prompt: &Prompt) -> Result<String> {
+        templating::render_text(&self.chat, &self.tokenizer, &self.info.name, prompt)
+    }
+
+    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        let ids = self.encode_prompt(prompt)?.input;
+        if ids.is_empty() {
+            crate::bad_request!("empty prompt");
+        }
+        Ok(ids)
+    }
+
+    fn completion(&self, body: Value) -> Result<Value> {
+        self.endpoint.post("/completions", &body).map_err(|e| {
+            self.endpoint
+                .counters
+                .failures
+                .fetch_add(1, Ordering::Relaxed);
+            self.refusal(e)
+        })
+    }
+
+    /// An engine's refusal as an error: a 4xx other than busy is the request's fault
+    /// (e.g. a prompt longer than the engine's window), anything else the engine's.
+    fn refusal(&self, error: CallError) -> anyhow::Error {
+        match error.status() {
+            Some(400 | 413 | 422) => crate::engine::EngineError::BadRequest(format!(
+                "the engine refused a request of model '{}': {error}",
+                self.served_name
+            ))
+            .into(),
+            _ => anyhow!(error),
+        }
+    }
+
+    /// The body of a completion request for `ids`.
+    fn body(&self, ids: &[u32], ids_named: bool, fields: Value) -> Value {
+        let mut body = json!({
+            "model": self.served_name,
+            "prompt": ids,
+            "temperature": 0,
+        });
+        if ids_named {
+            body["return_tokens_as_token_ids"] = json!(true);
+        }
+        if let (Value::Object(body), Value::Object(fields)) = (&mut body, fields) {
+            body.extend(fields);
+        }
+        body
+    }
+
+    /// The next position's alternatives after `ids`, or `None` where the engine gives
+    /// none.
+    fn top_k(&self, ids: &[u32], routes: Routes) -> Result<Option<Vec<(TokenKey, f64)>>> {
+        let body = self.body(
+            ids,
+            routes.ids,
+            json!({"max_tokens": 1, "logprobs": self.settings.top_k}),
+        );
+        Ok(replies::next_token_alternatives(&self.completion(body)?))
+    }
+
+    /// `log P(tokens | ids)` by echo, token by token; `None` where the engine echoes no
+    /// log-probabilities.
+    fn echo(&self, ids: &[u32], tokens: &[u32], routes: Routes) -> Result<Option<Vec<f64>>> {
+        let mut sequence = ids.to_vec();
+        sequence.extend_from_slice(tokens);
+        let body = self.body(
+            &sequence,
+            routes.ids,
+            json!({"max_tokens": 1, "logprobs": 1, "echo": true}),
+        );
+        let Some(Echoed {
+            tokens: echoed,
+            logprobs,
+        }) = replies::echoed(&self.completion(body)?)
+        else {
+            return Ok(None);
+        };
+        let range = ids.len()..sequence.len();
+        if logprobs.len() < sequence.len() {
+            return Ok(None);
+        }
+        if routes.ids {
+            for (at, (&sent, got)) in sequence.iter().zip(&echoed).enumerate().skip(1) {
+                if let TokenKey::Id(got) = got {
+                    if *got != sent {
+                        bail!(
+                            "the engine read token {got} at position {at} where {sent} was sent: \
+                             it re-tokenises prompts, so its log-probabilities would belong to \
+                             other tokens"
+                        );
+                    }
+                }
+            }
+        }
+        logprobs[range]
+            .iter()
+            .enumerate()
+            .map(|(k, lp)| {
+                lp.ok_or_else(|| anyhow!("the engine gave no log-probability for label token {k}"))
+            })
+            .collect::<Result<Vec<f64>>>()
+            .map(Some)
+    }
+
+    /// Whether one token of the vocabulary alone decodes to `text`.
+    fn text_is_unique(&self, text: &str) -> bool {
+        let owners = self.text_owners.get_or_init(|| {
+            let mut owners: HashMap<String, u32> = HashMap::new();
+            for id in 0..self.tokenizer.vocab_size() as u32 {
+                if let Ok(text) = self.tokenizer.decode(&[id], false) {
+                    *owners.entry(text).or_default() += 1;
+                }
+            }
+            owners
+        });
+        owners.get(text).copied().unwrap_or(0) == 1
+    }
+
+    /// A one-token label's log-prob among the alternatives, where it can be told apart.
+    fn find(&self, alternatives: &[(TokenKey, f64)], id: u32) -> Option<f64> {
+        let text = self.tokenizer.decode(&[id], false).ok();
+        alternatives.iter().find_map(|(key, lp)| match key {
+            TokenKey::Id(got) => (*got == id).then_some(*lp),
+            TokenKey::Text(got) => {
+                let text = text.as_deref()?;
+                (got == text && self.text_is_unique(text)).then_some(*lp)
+            }
+        })
+    }
+
+    /// Score one prompt's labels with the routes found.
+    fn score(&self, ids: &[u32], labels: &[Vec<u32>], routes: Routes) -> Result<LabelResult> {
+        let mut scores: Vec<Option<f64>> = vec![None; labels.len()];
+        let mut bound = None;
+        if routes.top_k && labels.iter().any(|l| l.len() == 1) {
+            if let Some(alternatives) = self.top_k(ids, routes)? {
+                bound = alternatives.iter().map(|a| a.1).reduce(f64::min);
+                for (slot, label) in scores.iter_mut().zip(labels) {
+                    if let [id] = label.as_slice() {
+                        *slot = self.find(&alternatives, *id);
+                    }
+                }
+            }
+        }
+        let mut results = Vec::with_capacity(labels.len());
+        for (slot, label) in scores.into_iter().zip(labels) {
+            let logprob = match slot {
+                Some(lp) => {
+                    self.counts.top_k.fetch_add(1, Ordering::Relaxed);
+                    lp
+                }
+                None if routes.echo => {
+                    self.counts.echo.fetch_add(1, Ordering::Relaxed);
+                    let values = self.echo(ids, label, routes)?.ok_or_else(|| {
+                        anyhow!("the engine stopped echoing prompt log-probabilities")
+                    })?;
+                    values.iter().sum()
+                }
+                None => match (self.settings.accept_top_k_only, bound, label.len()) {
+                    (true, Some(bound), 1) => {
+                        self.counts.bounded.fetch_add(1, Ordering::Relaxed);
+                        bound
+                    }
+                    _ => bail!(
+                        "label tokens {label:?} are not among the engine's top {} and the \
+                         engine gives no echo log-probabilities to score them exactly",
+                        self.settings.top_k
+                    ),
+                },
+            };
+            results.push(LabelScore {
+                tokens: label.clone(),
+                logprob,
+            });
+        }
+        Ok(LabelResult {
+            labels: results,
+            prompt_tokens: ids.len(),
+        })
+    }
+
+    /// Find the routes on the first prompt: top-K (with ids if the engine takes the
+    /// field), then echo; refuse an engine that gives neither (or top-K alone, unless
+    /// accepted).
+    fn detect(&mut self, ids: &[u32], label: &[u32]) -> Result<Routes> {
+        let mut routes = Routes {
+            top_k: true,
+            echo: true,
+            ids: true,
+        };
+        let first = match self.top_k(ids, routes) {
+            Err(error) if mentions(&error, "return_tokens_as_token_ids") => {
+                routes.ids = false;
+                self.top_k(ids, routes)?
+            }
+            other => other?,
+        };
+        match &first {
+            None => routes.top_k = false,
+            Some(alternatives) => {
+                routes.ids = alternatives
+                    .iter()
+                    .any(|(k, _)| matches!(k, TokenKey::Id(_)));
+            }
+        }
+        routes.echo = match self.echo(ids, label, routes) {
+            Ok(found) => found.is_some(),
+            // An engine that refuses `echo` outright.
+            Err(error)
+                if crate::engine::error_kind(&error) == crate::engine::ErrorKind::BadRequest =>
+            {
+                false
+            }
+            Err(error) => return Err(error),
+        };
+        let url = self.endpoint.base().to_string();
+        match (routes.top_k, routes.echo) {
+            (false, false) => bail!(
+                "the engine at {url} gives no log-probabilities for model '{}': neither the \
+                 next position's top-K (`logprobs` in /completions) nor the prompt's (`echo` \
+                 with `logprobs`); exact label probabilities need one of them",
+                self.served_name
+            ),
+            (true, false) if !self.settings.accept_top_k_only => bail!(
+                "the engine at {url} gives the next position's top-{} log-probabilities but \
+                 not the prompt's (`echo` with `logprobs`): a label outside the top-{} could \
+                 not be scored exactly. Pass --accept-top-k-only to accept bounded \
+                 probabilities for such labels (the outputs then say `[top-k only]`)",
+                self.settings.top_k,
+                self.settings.top_k
+            ),
+            (true, false) => {
+                self.info.name = format!("{} [top-k only]", self.info.name);
+            }
+            _ => {}
+        }
+        Ok(routes)
+    }
+
+    /// Compare this tokenizer with the engine's own (`/tokenize`, where it has one) on a
+    /// probe text (the chat template's tags included where the model has one): a
+    /// different tokenizer would make every probability another model's answer to other
+    /// tokens.
+    pub fn check_tokens(&self) -> Result<()> {
+        let probe = "Which summary is more coherent, A or B? Answer: A. Scores 1, 5, 10; \
+                     caf\u{e9} na\u{ef}ve \u{6771}\u{4eac}\n\t(x+y)^2 <= 3.14";
+        let text = match self.chat.is_chat() {
+            true => self.chat.render(Some("You are a judge."), probe, " A"),
+            false => probe.to_string(),
+        };
+        let ours = self.tokenizer.encode_prompt(&text)?;
+        let body = json!({"model": self.served_name, "prompt": text});
+        let theirs = match self.endpoint.post_at_root("/tokenize", &body) {
+            Ok(answer) => replies::tokenized(&answer)
+                .context("the engine's /tokenize answer has no `tokens` list")?,
+            Err(error) if matches!(error.status(), Some(400 | 404 | 405 | 422)) => {
+                self.progress.note(&format!(
+                    "note: the engine has no /tokenize route for model '{}': prompts are sent \
+                     as this tokenizer's ids, unchecked against the engine's",
+                    self.served_name
+                ));
+                return Ok(());
+            }
+            Err(error) => return Err(anyhow!(error)),
+        };
+        if theirs != ours {
+            let at = theirs
+                .iter()
+                .zip(&ours)
+                .position(|(a, b)| a != b)
+                .unwrap_or(theirs.len().min(ours.len()));
+            bail!(
+                "token mismatch: the engine's tokenizer (/tokenize) and the local one \
+                 (--tokenizer) differ at token {at} of a probe text (engine {:?}, local {:?}; \
+                 {} and {} tokens): give --tokenizer the served model's own tokenizer",
+                theirs.get(at),
+                ours.get(at),
+                theirs.len(),
+                ours.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Run `work` on every index in `order`, up to the concurrency bound at once, handing
+    /// each answer to `on_result` on this thread as it arrives; the first error stops
+    /// the rest.
+    fn in_parallel<T: Send>(
+        &self,
+        order: &[usize],
+        work: &(dyn Fn(usize) -> Result<T> + Sync),
+        on_result: &mut dyn FnMut(usize, T) -> Result<()>,
+    ) -> Result<()> {
+        let queue = Mutex::new(order.iter().copied());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let workers = self.settings.concurrency.clamp(1, order.len().max(1));
+        std::thread::scope(|scope| {
+            let (sender, receiver) = mpsc::channel::<(usize, Result<T>)>();
+            for _ in 0..workers {
+                let sender = sender.clone();
+                let (queue, stop) = (&queue, &stop);
+                scope.spawn(move || loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                    let Some(index) = next else { return };
+                    if sender.send((index, work(index))).is_err() {
+                        return;
+                    }
+                });
+            }
+            drop(sender);
+            let mut outcome = Ok(());
+            for (index, result) in receiver {
+                let handed = result.and_then(|value| on_result(index, value));
+                if let Err(error) = handed {
+                    stop.store(true, Ordering::Relaxed);
+                    outcome = Err(error);
+                    break;
+                }
+            }
+            outcome
+        })
+    }
+}
+
+/// Whether an error's message names `field` (an engine refusing a field it does not
+/// know).
+fn mentions(error: &anyhow::Error, field: &str) -> bool {
+    format!("{error:#}").contains(field)
+}
+
+impl Scorer for RemoteScorer {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt> {
+        Ok(RenderedPrompt {
+            input: self.render_text(prompt)?,
+            decoder_prefix: String::new(),
+        })
+    }
+
+    fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt> {
+        match prompt {
+            Prompt::Tokens(tokens) => {
+                if !tokens.decoder_prefix.is_empty() {
+                    bail!("decoder-only models take no decoder prefix");
+                }
+                for &id in &tokens.input {
+                    self.tokenizer.check_id(id)?;
+                }
+                Ok(tokens.clone())
+            }
+            Prompt::Text { .. } => Ok(TokenPrompt {
+                input: self.tokenizer.encode_prompt(&self.render_text(prompt)?)?,
+                decoder_prefix: Vec::new(),
+            }),
+        }
+    }
+
+    fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
+        let ids = match label {
+            Label::Text(text) => self.tokenizer.encode(text)?,
+            Label::Tokens(ids) => ids.clone(),
+        };
+        if ids.is_empty() {
+            crate::bad_request!("empty label: a label needs at least one token");
+        }
+        Ok(ids)
+    }
+
+    fn label_logprobs_each(
+        &mut self,
+        requests: &[LabelRequest],
+        on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
+    ) -> Result<()> {
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut prompts = Vec::with_capacity(requests.len());
+        let mut labels = Vec::with_capacity(requests.len());
+        for request in requests {
+            prompts.push(self.prompt_ids(&request.prompt)?);
+            let ids: Vec<Vec<u32>> = request
+                .labels
+                .iter()
+                .map(|l| self.encode_label(l))
+                .collect::<Result<_>>()?;
+            labels.push(ids);
+        }
+        let mut order: Vec<usize> = (0..requests.len()).collect();
+        order.sort_by(|&a, &b| prompts[a].cmp(&prompts[b]));
+        let first = order[0];
+        let routes = match self.routes {
+            Some(routes) => routes,
+            None => {
+                let label = labels[first]
+                    .first()
+                    .context("a label request without labels")?;
+                let routes = self.detect(&prompts[first], label)?;
+                self.routes = Some(routes);
+                routes
+            }
+        };
+        let this = &*self;
+        this.in_parallel(
+            &order,
+            &|index| this.score(&prompts[index], &labels[index], routes),
+            on_result,
+        )
+    }
+
+    fn continuation_logprobs(
+        &mut self,
+        requests: &[ContinuationRequest],
+    ) -> Result<Vec<ContinuationResult>> {
+        let mut items = Vec::with_capacity(requests.len());
+        for request in requests {
+            let ids = self.prompt_ids(&request.prompt)?;
+            let tokens = self.tokenizer.encode(&request.continuation)?;
+            items.push((ids, tokens));
+        }
+        let routes = Routes {
+            top_k: false,
+            echo: true,
+            ids: self.routes.is_some_and(|r| r.ids),
+        };
+        let order: Vec<usize> = (0..items.len()).collect();
+        let mut slots: Vec<Option<ContinuationResult>> = vec![None; items.len()];
+        let this = &*self;
+        this.in_parallel(
+            &order,
+            &|index| {
+                let (ids, tokens) = &items[index];
+                if tokens.is_empty() {
+                    return Ok(ContinuationResult {
+                        tokens: Vec::new(),
+                        token_logprobs: Vec::new(),
+                    });
+                }
+                let token_logprobs = this.echo(ids, tokens, routes)?.ok_or_else(|| {
+                    anyhow!(
+                        "the engine gives no echo log-probabilities: continuations cannot be \
+                         scored on it"
+                    )
+                })?;
+                Ok(ContinuationResult {
+                    tokens: tokens.clone(),
+                    token_logprobs,
+                })
+            },
+            &mut |index, result| {
+                slots[index] = Some(result);
+                Ok(())
+            },
+        )?;
+        slots
+            .into_iter()
+            .map(|s| s.context("a continuation got no answer"))
+            .collect()
+    }
+
+    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
+        let mut all = self.generate_batch(std::slice::from_ref(request))?;
+        all.pop().context("a generation got no answer")
+    }
+
+    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
+        let mut bodies = Vec::with_capacity(requests.len());
+        for request in requests {
+            let ids = self.prompt_ids(&request.prompt)?;
+            let mut fields = json!({"max_tokens": request.max_tokens});
+            match request.sampling {
+                Sampling::Greedy => fields["temperature"] = json!(0),
+                Sampling::TopP {
+                    temperature,
+                    top_p,
+                    seed,
+                } => {
+                    fields["temperature"] = json!(temperature);
+                    fields["top_p"] = json!(top_p);
+                    fields["seed"] = json!(seed);
+                }
+            }
+            if !request.stop.is_empty() {
+                fields["stop"] = json!(request.stop);
+            }
+            bodies.push(self.body(&ids, false, fields));
+        }
+        let order: Vec<usize> = (0..requests.len()).collect();
+        let mut slots: Vec<Option<Generation>> = vec![None; requests.len()];
+        let this = &*self;
+        this.in_parallel(
+            &order,
+            &|index| {
+                let answer = this.completion(bodies[index].clone())?;
+                let (text, finish) = replies::generated(&answer)
+                    .context("the engine's completion has no `choices[0].text`")?;
+                let finish = match finish.as_deref() {
+                    Some("length") => FinishReason::MaxTokens,
+                    _ if requests[index].stop.iter().any(|s| !s.is_empty()) => FinishReason::Stop,
+                    _ => FinishReason::EndOfSequence,
+                };
+                Ok(Generation {
+                    tokens: this.tokenizer.encode(&text)?,
+                    text,
+                    finish,
+                })
+            },
+            &mut |index, generation| {
+                slots[index] = Some(generation);
+                Ok(())
+            },
+        )?;
+        slots
+            .into_iter()
+            .map(|s| s.context("a generation got no answer"))
+            .collect()
+    }
+
+    fn text_tokenizer(&self) -> Option<&TextTokenizer> {
+        Some(&self.tokenizer)
+    }
+
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        templating::conversation_prompt(&self.chat, &self.info.name, messages)
+    }
+}
+
+impl Drop for RemoteScorer {
+    fn drop(&mut self) {
+        if self.endpoint.counters.requests.load(Ordering::Relaxed) > 0 {
+            self.progress.note(&self.summary());
+        }
+    }
+}

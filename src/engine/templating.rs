@@ -1,0 +1,55 @@
+//! A decoder-only model's prompts as text: the chat template applied to a method's
+//! prompt or to a conversation. Shared by every scorer that tokenises prompts itself (a
+//! model loaded here, a model served by an engine), so that both read the same text.
+
+use anyhow::Result;
+
+use super::completion::{ChatMessage, ChatRole};
+use super::request::{Prompt, TextPrompt};
+use crate::runtime::{ChatTemplate, TextTokenizer};
+
+/// The text a decoder-only model reads for `prompt` (token prompts decoded).
+pub fn render_text(
+    chat: &ChatTemplate,
+    tokenizer: &TextTokenizer,
+    model_name: &str,
+    prompt: &Prompt,
+) -> Result<String> {
+    match prompt {
+        Prompt::Text { text, chat: false } => Ok(format!("{}{}", text.user, text.answer_prefix)),
+        Prompt::Text { text, chat: true } => {
+            if !chat.is_chat() {
+                crate::bad_request!(
+                    "model '{model_name}' has no chat template; use a plain prompt"
+                );
+            }
+            Ok(chat.render(text.system.as_deref(), &text.user, &text.answer_prefix))
+        }
+        Prompt::Tokens(tokens) => tokenizer.decode(&tokens.input, false),
+    }
+}
+
+/// A conversation through the chat template, as a plain prompt.
+pub fn conversation_prompt(
+    chat: &ChatTemplate,
+    model_name: &str,
+    messages: &[ChatMessage],
+) -> Result<Prompt> {
+    let turns: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| {
+            let role = match m.role {
+                ChatRole::System => "system",
+                ChatRole::User => "user",
+                ChatRole::Assistant => "assistant",
+            };
+            (role, m.content.as_str())
+        })
+        .collect();
+    match chat.render_conversation(&turns) {
+        Some(text) => Ok(Prompt::plain(TextPrompt::user(text))),
+        None => crate::bad_request!(
+            "model '{model_name}' has no chat template; use completions with a plain prompt"
+        ),
+    }
+}

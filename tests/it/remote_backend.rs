@@ -1,0 +1,539 @@
+//! The remote backend (`--backend URL`): a model served by an engine, scored through the
+//! same `Scorer` interface as a model loaded here.
+//!
+//! Against a stand-in engine whose answers the test scripts: labels read from the top-K
+//! and, for the rest, by echo, exactly; busy answers retried and counted; an engine
+//! without log-probabilities, one without echo, a different tokenizer and a slow engine
+//! each refused by name; an engine that dies mid-run loses nothing and a rerun asks only
+//! for the rest. Against our own service on loopback (a real HTTP engine): the tiny
+//! llama fixture served equals the same model in process, through the library and
+//! through the command line.
+
+use crate::common;
+use crate::common::engine::{models, ok, FakeEngine, Reply, Script};
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use nlg_judge::arch::{Precision, WeightPolicy};
+use nlg_judge::engine::remote::{
+    self, EndpointOptions, RemoteOptions, RemoteScorer, RemoteSettings,
+};
+use nlg_judge::engine::{
+    load_scorer, plan_label, Label, LabelPlan, LabelRequest, LoadOptions, Prompt, ResultCache,
+    Scorer, TextPrompt,
+};
+use serde_json::{json, Value};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs/llama3")
+}
+
+fn options(base: &str, model: &str, tokenizer: &std::path::Path) -> RemoteOptions {
+    RemoteOptions {
+        endpoint: EndpointOptions {
+            base: base.to_string(),
+            token: None,
+            ca_file: None,
+            timeout: Duration::from_secs(30),
+            retries: 3,
+            backoff: Duration::from_millis(1),
+        },
+        model: model.to_string(),
+        tokenizer: Some(tokenizer.display().to_string()),
+        settings: RemoteSettings {
+            concurrency: 4,
+            top_k: 20,
+            accept_top_k_only: false,
+        },
+        resolve: common::resolve_options(),
+        progress: Default::default(),
+    }
+}
+
+/// The stand-in model: `log P(t | prompt)`, a fixed function of the prompt and `t`.
+fn lp(prompt: &[u32], t: u32) -> f64 {
+    let sum: u64 = prompt.iter().map(|&i| u64::from(i)).sum();
+    -1.0 - ((sum + 3 * u64::from(t)) % 11) as f64 / 4.0
+}
+
+fn ids(body: &Value) -> Vec<u32> {
+    body["prompt"]
+        .as_array()
+        .expect("prompts go as token ids")
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// A completions answer as vLLM gives it (tokens by id): top-K over ids 0..20 at the
+/// next position, or with `echo` every prompt token's log-prob (the first `null`).
+fn completion(body: &Value, echo_allowed: bool, logprobs_allowed: bool) -> Reply {
+    let prompt = ids(body);
+    if !logprobs_allowed {
+        return ok(
+            json!({"choices": [{"text": "x", "logprobs": null, "finish_reason": "length"}]}),
+        );
+    }
+    let name = |t: u32| format!("token_id:{t}");
+    if body["echo"] == json!(true) {
+        if !echo_allowed {
+            return ok(json!({"choices": [{"text": "x", "logprobs": {
+                "tokens": [name(0)], "token_logprobs": [lp(&prompt, 0)], "top_logprobs": [null]
+            }}]}));
+        }
+        let mut tokens: Vec<String> = prompt.iter().map(|&t| name(t)).collect();
+        let mut values: Vec<Value> = vec![Value::Null];
+        for i in 1..prompt.len() {
+            values.push(json!(lp(&prompt[..i], prompt[i])));
+        }
+        tokens.push(name(0));
+        values.push(json!(lp(&prompt, 0)));
+        return ok(json!({"choices": [{"text": "x", "logprobs": {
+            "tokens": tokens, "token_logprobs": values
+        }}]}));
+    }
+    let top: serde_json::Map<String, Value> = (0..20u32)
+        .map(|t| (name(t), json!(lp(&prompt, t))))
+        .collect();
+    ok(json!({"choices": [{"text": "x", "logprobs": {
+        "tokens": [name(0)], "token_logprobs": [lp(&prompt, 0)], "top_logprobs": [top]
+    }}]}))
+}
+
+/// An engine serving `fake` with both routes, `/tokenize` absent.
+fn full_engine() -> Arc<Script> {
+    Arc::new(|path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => completion(body, true, true),
+        _ => (404, Vec::new(), r#"{"detail":"Not Found"}"#.to_string()),
+    })
+}
+
+/// Requests with one-token labels inside the top-K (5, 6), one outside (300) and a
+/// two-token label (7, 8).
+fn requests() -> Vec<LabelRequest> {
+    (0..6)
+        .map(|k| LabelRequest {
+            prompt: Prompt::Tokens(nlg_judge::engine::TokenPrompt {
+                input: vec![1, 40 + k, 41, 42 + 2 * k],
+                decoder_prefix: Vec::new(),
+            }),
+            labels: vec![
+                Label::Tokens(vec![5]),
+                Label::Tokens(vec![6]),
+                Label::Tokens(vec![300]),
+                Label::Tokens(vec![7, 8]),
+            ],
+        })
+        .collect()
+}
+
+fn expected(request: &LabelRequest) -> Vec<f64> {
+    let Prompt::Tokens(tokens) = &request.prompt else {
+        unreachable!()
+    };
+    let p = &tokens.input;
+    let with = |extra: &[u32]| [p.as_slice(), extra].concat();
+    vec![
+        lp(p, 5),
+        lp(p, 6),
+        lp(p, 300),
+        lp(p, 7) + lp(&with(&[7]), 8),
+    ]
+}
+
+fn logprobs(scorer: &mut RemoteScorer, requests: &[LabelRequest]) -> Result<Vec<Vec<f64>>> {
+    Ok(scorer
+        .label_logprobs(requests)?
+        .iter()
+        .map(|r| r.labels.iter().map(|l| l.logprob).collect())
+        .collect())
+}
+
+#[test]
+fn labels_come_from_the_top_k_and_by_echo_exactly() -> Result<()> {
+    let engine = FakeEngine::start(full_engine());
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let requests = requests();
+    let got = logprobs(&mut scorer, &requests)?;
+    for (request, got) in requests.iter().zip(&got) {
+        assert_eq!(got, &expected(request), "exact, as the engine gave them");
+    }
+    let routes = scorer.routes().expect("found on the first request");
+    assert!(routes.top_k && routes.echo && routes.ids, "{routes:?}");
+    let counts = scorer.label_counts();
+    // Two labels per prompt from the top-K; the one outside it and the two-token one by echo.
+    assert_eq!(counts.top_k.load(Ordering::Relaxed), 12);
+    assert_eq!(counts.echo.load(Ordering::Relaxed), 12);
+    assert!(scorer.info().fingerprint.starts_with("remote-"));
+    assert_eq!(scorer.info().name, "fake");
+    // No /tokenize here: said, not failed.
+    assert_eq!(engine.count("/tokenize"), 1);
+    Ok(())
+}
+
+#[test]
+fn busy_answers_are_retried_and_counted() -> Result<()> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let engine = FakeEngine::start(Arc::new(move |path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => (
+                429,
+                vec![("Retry-After".into(), "0".into())],
+                r#"{"error":{"message":"slow down"}}"#.into(),
+            ),
+            1 => (503, Vec::new(), r#"{"error":"queue full"}"#.into()),
+            _ => completion(body, true, true),
+        },
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let requests = requests();
+    let got = logprobs(&mut scorer, &requests[..2])?;
+    assert_eq!(got[0], expected(&requests[0]));
+    assert!(
+        scorer.summary().contains("2 retried, 0 failed"),
+        "{}",
+        scorer.summary()
+    );
+    Ok(())
+}
+
+#[test]
+fn an_engine_without_log_probabilities_is_refused_by_name() -> Result<()> {
+    let engine = FakeEngine::start(Arc::new(|path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => completion(body, true, false),
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let error = format!("{:#}", scorer.label_logprobs(&requests()).unwrap_err());
+    assert!(error.contains("gives no log-probabilities"), "{error}");
+    assert!(error.contains("top-K") && error.contains("echo"), "{error}");
+    Ok(())
+}
+
+#[test]
+fn top_k_alone_needs_the_flag_and_every_output_says_so() -> Result<()> {
+    let script: Arc<Script> = Arc::new(|path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => completion(body, false, true),
+        _ => (404, Vec::new(), String::new()),
+    });
+    let engine = FakeEngine::start(script);
+    let one_token: Vec<LabelRequest> = requests()
+        .into_iter()
+        .map(|mut r| {
+            r.labels.truncate(3);
+            r
+        })
+        .collect();
+    let mut refused = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let error = format!("{:#}", refused.label_logprobs(&one_token).unwrap_err());
+    assert!(error.contains("--accept-top-k-only"), "{error}");
+
+    let mut accepting = options(&engine.base, "fake", &fixture());
+    accepting.settings.accept_top_k_only = true;
+    let mut scorer = remote::connect(accepting)?;
+    let got = logprobs(&mut scorer, &one_token)?;
+    let Prompt::Tokens(first) = &one_token[0].prompt else {
+        unreachable!()
+    };
+    let bound = (0..20)
+        .map(|t| lp(&first.input, t))
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(got[0][..2], expected(&one_token[0])[..2]);
+    assert_eq!(
+        got[0][2], bound,
+        "outside the top-K: the K-th log-prob, an upper bound"
+    );
+    assert!(
+        scorer.info().name.ends_with("[top-k only]"),
+        "{}",
+        scorer.info().name
+    );
+    assert_eq!(scorer.label_counts().bounded.load(Ordering::Relaxed), 6);
+    Ok(())
+}
+
+#[test]
+fn a_different_tokenizer_and_an_unknown_model_are_named() {
+    let engine = FakeEngine::start(Arc::new(|path: &str, _: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/tokenize" => ok(json!({"tokens": [1, 2, 3]})),
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let error = format!(
+        "{:#}",
+        remote::connect(options(&engine.base, "fake", &fixture()))
+            .err()
+            .expect("refused")
+    );
+    assert!(error.contains("token mismatch"), "{error}");
+    assert!(error.contains("--tokenizer"), "{error}");
+    let error = format!(
+        "{:#}",
+        remote::connect(options(&engine.base, "other", &fixture()))
+            .err()
+            .expect("refused")
+    );
+    assert!(
+        error.contains("does not serve a model named 'other'"),
+        "{error}"
+    );
+    assert!(
+        error.contains("fake"),
+        "the served names are listed: {error}"
+    );
+}
+
+#[test]
+fn a_slow_engine_times_out_naming_the_flag() -> Result<()> {
+    let engine = FakeEngine::start(Arc::new(|path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => {
+            std::thread::sleep(Duration::from_millis(2500));
+            completion(body, true, true)
+        }
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let mut slow = options(&engine.base, "fake", &fixture());
+    slow.endpoint.timeout = Duration::from_secs(1);
+    slow.endpoint.retries = 0;
+    let mut scorer = remote::connect(slow)?;
+    let error = format!("{:#}", scorer.label_logprobs(&requests()[..1]).unwrap_err());
+    assert!(error.contains("--backend-timeout"), "{error}");
+    Ok(())
+}
+
+#[test]
+fn a_dead_engine_loses_nothing_and_a_rerun_asks_only_for_the_rest() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cache = ResultCache::open(&dir.path().join("cache.sqlite"))?;
+    let plan = |scorer: &dyn Scorer| -> Result<LabelPlan> {
+        let mut plan = LabelPlan::new();
+        for request in requests() {
+            plan.push(plan_label(scorer, "test", request, None)?);
+        }
+        Ok(plan)
+    };
+    // The engine answers the detection's request and three prompts', then fails.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = answered.clone();
+    let dying = FakeEngine::start(Arc::new(move |path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" if body["echo"] != json!(true) => {
+            if count.fetch_add(1, Ordering::SeqCst) >= 4 {
+                return (500, Vec::new(), r#"{"error":"engine died"}"#.into());
+            }
+            completion(body, true, true)
+        }
+        "/v1/completions" => completion(body, true, true),
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let mut one_at_a_time = options(&dying.base, "fake", &fixture());
+    one_at_a_time.settings.concurrency = 1;
+    let mut scorer = remote::connect(one_at_a_time.clone())?;
+    let mut first = plan(&scorer)?;
+    let error = first
+        .fill(&mut scorer, Some(&cache), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(format!("{error:#}").contains("engine died"), "{error:#}");
+    drop(scorer);
+    dying.kill();
+
+    // Another engine (same model); the rerun takes three results from the cache.
+    let engine = FakeEngine::start(full_engine());
+    one_at_a_time.endpoint.base = engine.base.clone();
+    let mut scorer = remote::connect(one_at_a_time)?;
+    let mut second = plan(&scorer)?;
+    assert_eq!(
+        second.lookup(Some(&cache))?,
+        3,
+        "what the dead engine answered is kept"
+    );
+    second.fill(&mut scorer, Some(&cache), &mut |_| Ok(()))?;
+    // Three prompts left, three requests each (top-K, and echo for two labels), after the
+    // detection's two (top-K and echo probes).
+    assert_eq!(engine.count("/v1/completions"), 2 + 3 * 3);
+    for (request, result) in requests().iter().zip(second.into_results()?) {
+        let got: Vec<f64> = result.labels.iter().map(|l| l.logprob).collect();
+        assert_eq!(got, expected(request));
+    }
+    Ok(())
+}
+
+fn fixture_scorer() -> Result<Box<dyn Scorer>> {
+    let options = LoadOptions {
+        resolve: common::resolve_options(),
+        device: "cpu".to_string(),
+        weights: WeightPolicy::F32,
+        precision: Precision::F32,
+        decoder: Default::default(),
+        memory: Default::default(),
+        progress: Default::default(),
+    };
+    load_scorer(fixture().to_str().expect("UTF-8"), &options)
+}
+
+/// Text prompts with one-token and longer labels, as methods ask them.
+fn text_requests() -> Vec<LabelRequest> {
+    let texts = [
+        "The library opened a new reading room for children.",
+        "Compare the two summaries. Which is more coherent?",
+        "Score the response from 1 to 10.",
+    ];
+    texts
+        .iter()
+        .map(|text| LabelRequest {
+            prompt: Prompt::plain(TextPrompt::user(*text).with_answer_prefix(" Answer:")),
+            labels: vec![
+                Label::Text(" A".into()),
+                Label::Text(" B".into()),
+                Label::Text(" 10".into()),
+                Label::Text(" more coherent".into()),
+            ],
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_served_by_our_service_equals_the_same_model_in_process() -> Result<()> {
+    let service = common::service::Service::start(fixture_scorer()?, Default::default()).await;
+    let base = format!("http://{}/v1", service.addr);
+    let (remote_lp, local_lp, routes) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let requests = text_requests();
+        let mut local = fixture_scorer()?;
+        let local_lp: Vec<Vec<f64>> = local
+            .label_logprobs(&requests)?
+            .iter()
+            .map(|r| r.labels.iter().map(|l| l.logprob).collect())
+            .collect();
+        let mut remote = remote::connect(options(&base, "llama3", &fixture()))?;
+        let remote_lp = logprobs(&mut remote, &requests)?;
+        Ok((remote_lp, local_lp, remote.routes()))
+    })
+    .await??;
+    service.shutdown().await;
+    let routes = routes.expect("found");
+    assert!(routes.top_k && routes.echo && routes.ids, "{routes:?}");
+    let mut largest = 0f64;
+    for (r, l) in remote_lp.iter().flatten().zip(local_lp.iter().flatten()) {
+        largest = largest.max((r - l).abs());
+    }
+    eprintln!("served vs in process: largest |Δ log P| = {largest:e}");
+    // Both sides compute in f32; the service batches its requests differently from an
+    // in-process call, so sums round differently: the trie-vs-naive tolerance.
+    assert!(
+        largest < 1e-4,
+        "served and in-process log-probs differ by {largest}"
+    );
+    Ok(())
+}
+
+#[test]
+fn compare_with_backend_on_the_command_line_equals_the_local_run() -> Result<()> {
+    let bin = env!("CARGO_BIN_EXE_nlg-judge");
+    let dir = tempfile::tempdir()?;
+    let mut serve = Command::new(bin)
+        .args(["serve", "--addr", "127.0.0.1:0", "--model"])
+        .arg(fixture())
+        .env("NLG_JUDGE_CACHE", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // The service says where it listens on stderr; the reader stays open while it runs.
+    let mut said = std::io::BufReader::new(serve.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    while !line.contains("serving") {
+        line.clear();
+        if std::io::BufRead::read_line(&mut said, &mut line)? == 0 {
+            panic!("the service ended before listening");
+        }
+    }
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/library.jsonl");
+    let run = |extra: &[&str], name: &str| -> Result<(Vec<f64>, String)> {
+        let pairs = dir.path().join(format!("{name}_pairs.jsonl"));
+        let output = Command::new(bin)
+            .args([
+                "compare",
+                "--attribute",
+                "coherence",
+                "--rank",
+                "win-ratio",
+                "--input",
+            ])
+            .arg(&input)
+            .arg("--output")
+            .arg(dir.path().join(format!("{name}.jsonl")))
+            .arg("--comparisons-out")
+            .arg(&pairs)
+            .arg("--cache")
+            .arg(dir.path().join(format!("{name}.sqlite")))
+            .args(extra)
+            .env("NLG_JUDGE_CACHE", dir.path())
+            .output()?;
+        let log = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(output.status.success(), "{name}: {log}");
+        let p = std::fs::read_to_string(&pairs)?
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).map(|v| v["p_a"].as_f64().unwrap()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((p, log))
+    };
+    let fixture_arg = fixture().display().to_string();
+    let (local, _) = run(&["--model", &fixture_arg], "local")?;
+    let backend = format!("{url}/v1");
+    let (served, log) = run(
+        &[
+            "--backend",
+            &backend,
+            "--model",
+            "llama3",
+            "--tokenizer",
+            &fixture_arg,
+        ],
+        "served",
+    )?;
+    let _ = serve.kill();
+    let _ = serve.wait();
+    drop(said);
+    assert_eq!(local.len(), served.len());
+    assert_eq!(local.len(), 20);
+    let largest = local
+        .iter()
+        .zip(&served)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(largest < 1e-5, "p_a differs by {largest}");
+    assert!(log.contains("requests, 0 retried, 0 failed"), "{log}");
+    // A flag that only a local model takes is refused by name (exit 2).
+    let refused = Command::new(bin)
+        .args(["compare", "--attribute", "coherence", "--input"])
+        .arg(&input)
+        .args([
+            "--backend",
+            &backend,
+            "--model",
+            "llama3",
+            "--precision",
+            "bf16",
+        ])
+        .output()?;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr)
+        .contains("--precision applies to a model loaded here"));
+    Ok(())
+}
