@@ -8,6 +8,7 @@
 //! cache, so that the per-token layers run over all rows at once.
 
 mod complete;
+pub mod level_plan;
 mod pieces;
 pub mod prefix_cache;
 pub mod tree_eval;
