@@ -25,6 +25,7 @@ mod fuzz;
 mod hub_source;
 mod llama_model;
 mod llama_safetensors;
+mod level_plan;
 mod llama_segment_attention;
 mod metric_cli;
 mod metrics_parity;

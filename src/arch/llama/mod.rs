@@ -14,6 +14,7 @@ mod host;
 pub mod kv;
 mod load;
 pub mod rope;
+mod level;
 mod segment;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use nlg_judge_kernels::attention::{AttentionDims, Masking};
 pub use config::{Activation, LayerAttention, LlamaConfig, LlamaVariant};
 pub use gguf_config::GgufRopeFactors;
 pub use kv::KvCache;
+pub use level::{LevelArena, LevelRow, PassCount};
 pub use load::{from_gguf, from_safetensors, from_safetensors_at, read_gguf_header};
 pub use rope::RopeScaling;
 
