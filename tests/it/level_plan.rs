@@ -21,7 +21,9 @@ const FAMILIES: [&str; 7] = [
 ];
 
 fn model(kind: &str) -> Result<LlamaModel> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs").join(kind);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/archs")
+        .join(kind);
     // One file, or the shards an index names (phi3's fixture is sharded).
     let mut weights: Vec<_> = std::fs::read_dir(&dir)?
         .map(|entry| entry.map(|e| e.path()))
@@ -142,7 +144,13 @@ fn pairwise_levels_take_three_passes_and_a_fixed_number_of_operations() -> Resul
     assert_eq!((levels.uploads, levels.downloads), (17, 4));
     // The same count with more contexts: nothing grows with the rows.
     let (more, more_targets) = pairwise(5, 4);
-    let (_, wider) = run(&model, &TokenTrie::build(&more)?, &more_targets, budget, Plan::Levels)?;
+    let (_, wider) = run(
+        &model,
+        &TokenTrie::build(&more)?,
+        &more_targets,
+        budget,
+        Plan::Levels,
+    )?;
     assert_eq!(wider.forward_calls, 3);
     assert_eq!(wider.ops_per_layer_pass_max, levels.ops_per_layer_pass_max);
     assert_eq!(wider.uploads, levels.uploads);

@@ -262,7 +262,12 @@ impl LlamaModel {
             .then(|| Tensor::from_vec(layout.gather.clone(), layout.gather.len(), device))
             .transpose()?;
         count.uploads += 2 + usize::from(gather.is_some());
-        let writes = Writes::new(rows, tokens, self.config.num_kv_heads * self.config.head_dim, device)?;
+        let writes = Writes::new(
+            rows,
+            tokens,
+            self.config.num_kv_heads * self.config.head_dim,
+            device,
+        )?;
         if let Some(writes) = &writes {
             count.uploads += 1 + usize::from(writes.tokens.is_some());
         }
@@ -271,7 +276,8 @@ impl LlamaModel {
         let mut masks: Vec<(Option<usize>, Tensor)> = Vec::new();
         for layer in &self.config.layers {
             if masks.iter().all(|(w, _)| *w != layer.window) {
-                let mask = Tensor::from_vec(layout.mask(rows, layer.window), (tokens, keys), device)?;
+                let mask =
+                    Tensor::from_vec(layout.mask(rows, layer.window), (tokens, keys), device)?;
                 masks.push((layer.window, mask));
                 count.uploads += 1;
             }
@@ -398,10 +404,14 @@ impl LlamaModel {
         let q = self.rotate(&heads(0, c.num_heads)?, cos, sin)?;
         let k = self.rotate(&heads(q_width, c.num_kv_heads)?, cos, sin)?;
         let packed = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.transpose(1, 2)?.contiguous()?.reshape((tokens, kv_width))?)
+            Ok(t.transpose(1, 2)?
+                .contiguous()?
+                .reshape((tokens, kv_width))?)
         };
         let k = packed(&k)?;
-        let v = projected.narrow(1, q_width + kv_width, kv_width)?.contiguous()?;
+        let v = projected
+            .narrow(1, q_width + kv_width, kv_width)?
+            .contiguous()?;
         // Queries and keys by head, two rotations, keys and values packed again.
         *ops += 6;
         // Writes into the arena: the written tokens' keys and values scattered to their
@@ -429,7 +439,9 @@ impl LlamaModel {
         // The pass's keys: the gathered arena positions, then its own.
         let (keys, values) = match gather {
             Some(index) => {
-                let (ak, av) = slot.as_ref().context("a pass reads an arena never written")?;
+                let (ak, av) = slot
+                    .as_ref()
+                    .context("a pass reads an arena never written")?;
                 *ops += 4;
                 (
                     Tensor::cat(&[&ak.index_select(index, 0)?, &k], 0)?,
@@ -456,8 +468,11 @@ impl LlamaModel {
         let scores = scores
             .reshape((c.num_kv_heads, group, tokens, all))?
             .broadcast_add(mask)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?
-            .reshape((c.num_kv_heads, group * tokens, all))?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
+            c.num_kv_heads,
+            group * tokens,
+            all,
+        ))?;
         let attended = weights
             .matmul(&values)?
             .reshape((c.num_heads, tokens, c.head_dim))?

@@ -12,9 +12,9 @@ pub mod fused;
 mod gguf_config;
 mod host;
 pub mod kv;
+mod level;
 mod load;
 pub mod rope;
-mod level;
 mod segment;
 
 use std::collections::HashMap;

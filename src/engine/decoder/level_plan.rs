@@ -388,7 +388,13 @@ mod tests {
     #[test]
     fn a_long_node_is_split_and_reads_its_earlier_pieces() -> Result<()> {
         let tokens: Vec<u32> = (0..10).collect();
-        let trie = TokenTrie::build(&[(tokens, vec![QueryAt { position: 9, query: 0 }])])?;
+        let trie = TokenTrie::build(&[(
+            tokens,
+            vec![QueryAt {
+                position: 9,
+                query: 0,
+            }],
+        )])?;
         let plan = LevelPlan::new(&trie, budget(4, 8))?;
         assert_eq!(plan.passes.len(), 3);
         let last = &plan.passes[2].pieces[0];

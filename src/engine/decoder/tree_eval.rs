@@ -95,7 +95,9 @@ impl EvalStats {
         self.scored_positions += other.scored_positions;
         self.attended_keys += other.attended_keys;
         self.peak_cache_bytes = self.peak_cache_bytes.max(other.peak_cache_bytes);
-        self.ops_per_layer_pass_max = self.ops_per_layer_pass_max.max(other.ops_per_layer_pass_max);
+        self.ops_per_layer_pass_max = self
+            .ops_per_layer_pass_max
+            .max(other.ops_per_layer_pass_max);
         self.uploads += other.uploads;
         self.downloads += other.downloads;
     }
