@@ -217,7 +217,7 @@ mod tests {
             ranges.push(vec![150..220, 280..281 + t]);
         }
         // A token that sees one key only, and one with an empty range in its list.
-        ranges.push(vec![299..300]);
+        ranges.push(std::iter::once(299..300).collect());
         ranges.push(vec![10..10, 40..107]);
         let queries = fill(ranges.len() * dims.heads * dims.head_dim, 3);
         let mut out = vec![0f32; queries.len()];

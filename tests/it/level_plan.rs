@@ -33,9 +33,12 @@ fn model(kind: &str) -> Result<LlamaModel> {
     llama::from_safetensors(&dir.join("config.json"), &weights, &Device::Cpu)
 }
 
+/// A prompt's tokens and its queries.
+type Sequence = (Vec<u32>, Vec<QueryAt>);
+
 /// Pairwise's trie shape over a 256-token vocabulary: each context followed by a first
 /// candidate, then a second one, the query at the end asking for `targets[query]`.
-fn pairwise(contexts: usize, candidates: usize) -> (Vec<(Vec<u32>, Vec<QueryAt>)>, Vec<u32>) {
+fn pairwise(contexts: usize, candidates: usize) -> (Vec<Sequence>, Vec<u32>) {
     let mut sequences = Vec::new();
     let mut targets = Vec::new();
     for c in 0..contexts as u32 {

@@ -446,6 +446,9 @@ mod tests {
         )
     }
 
+    /// A computed piece: its pass, its arena range and its node tokens.
+    type Computed = (usize, Option<Range<usize>>, Range<usize>);
+
     /// The invariants every plan keeps, checked against the trie.
     fn check(trie: &TokenTrie, plan: &LevelPlan, budget: BatchBudget) {
         let mut parents = vec![None; trie.len()];
@@ -460,8 +463,7 @@ mod tests {
             depth[id] = parents[id].map_or(1, |p| if p == 0 { 1 } else { depth[p] + 1 });
         }
         // (pass, arena range, node tokens) of every computed piece, by node.
-        let mut done: Vec<Vec<(usize, Option<Range<usize>>, Range<usize>)>> =
-            vec![Vec::new(); trie.len()];
+        let mut done: Vec<Vec<Computed>> = vec![Vec::new(); trie.len()];
         let mut live: Vec<(Range<usize>, usize)> = Vec::new();
         for (index, pass) in plan.passes.iter().enumerate() {
             assert!(pass.tokens <= budget.max_batch_tokens);
