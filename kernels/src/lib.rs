@@ -10,4 +10,5 @@ pub mod cpu;
 pub mod gemm;
 pub mod peak;
 pub mod pointwise;
+pub mod ragged;
 pub mod reuse;

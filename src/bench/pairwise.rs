@@ -37,6 +37,14 @@ pub struct StrategyRun {
     pub achieved_gflops: f64,
     /// Peak resident memory of the process during this run (bytes), when known.
     pub peak_rss_bytes: Option<u64>,
+    /// The trie plan (`levels` or `depth-first`).
+    pub plan: String,
+    /// Tensor operations of the busiest layer in the busiest pass, and host-to-device
+    /// uploads and device-to-host downloads: counted by the level plan's pass only
+    /// (`None` for the depth-first plan, which does not count them).
+    pub ops_per_layer_pass_max: Option<usize>,
+    pub uploads: Option<usize>,
+    pub downloads: Option<usize>,
     /// `p(A)` of every comparison, in plan order.
     #[serde(skip)]
     pub p_a: Vec<f64>,
@@ -261,6 +269,7 @@ pub fn bench_pairwise(
         }
         let seconds = start.elapsed().as_secs_f64();
         let stats = scorer.stats();
+        let counted = scorer.plan() == crate::engine::decoder::tree_eval::Plan::Levels;
         runs.push(StrategyRun {
             strategy: strategy_name(strategy).to_string(),
             tokens: stats.tokens,
@@ -275,6 +284,10 @@ pub fn bench_pairwise(
                 / seconds
                 / 1e9,
             peak_rss_bytes: peak_rss_bytes(),
+            plan: scorer.plan().name().to_string(),
+            ops_per_layer_pass_max: counted.then_some(stats.ops_per_layer_pass_max),
+            uploads: counted.then_some(stats.uploads),
+            downloads: counted.then_some(stats.downloads),
             p_a,
         });
     }

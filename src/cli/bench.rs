@@ -11,6 +11,7 @@ use crate::bench::pairwise::{
     agreement, bench_pairwise, summeval_contexts, Agreement, PairwiseBench, SavedProbabilities,
 };
 use crate::data::find_shared_data_dir;
+use crate::engine::decoder::tree_eval::Plan;
 use crate::engine::Scorer as _;
 use crate::engine::{load_decoder, Strategy};
 use crate::runtime::resolve_model;
@@ -36,6 +37,22 @@ pub enum Mode {
     Both,
 }
 
+/// The trie plan, as `--plan` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanArg {
+    DepthFirst,
+    Levels,
+}
+
+impl From<PlanArg> for Plan {
+    fn from(plan: PlanArg) -> Self {
+        match plan {
+            PlanArg::DepthFirst => Plan::DepthFirst,
+            PlanArg::Levels => Plan::Levels,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct PairwiseArgs {
     #[command(flatten)]
@@ -52,6 +69,12 @@ pub struct PairwiseArgs {
     /// Directory holding the shared human-judgement data (summeval/summeval.jsonl).
     #[arg(long, env = "NLG_JUDGE_DATA")]
     pub data_dir: Option<PathBuf>,
+
+    /// How the tree strategy cuts the trie into forward passes: depth-first (sibling
+    /// groups; the CPU's fast path) or levels (every node of one depth in one packed
+    /// pass, ancestors read from a key/value arena; issue 38).
+    #[arg(long, value_enum, default_value_t = PlanArg::DepthFirst)]
+    pub plan: PlanArg,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -89,6 +112,7 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
             resolved.name
         )
     })?;
+    scorer.set_plan(args.plan.into());
     let strategies: Vec<Strategy> = match args.mode {
         Mode::Naive => vec![Strategy::Naive],
         Mode::Tree => vec![Strategy::Tree],
@@ -238,6 +262,11 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
         "peak_rss_bytes_tree": tree.and_then(|r| r.peak_rss_bytes),
+        "plan": tree.or(naive).map(|r| r.plan.clone()),
+        "passes_tree": tree.map(|r| r.forward_calls),
+        "ops_per_layer_pass_max": tree.and_then(|r| r.ops_per_layer_pass_max),
+        "uploads_tree": tree.and_then(|r| r.uploads),
+        "downloads_tree": tree.and_then(|r| r.downloads),
     })
 }
 
@@ -328,6 +357,10 @@ mod tests {
             attended_keys: 500,
             achieved_gflops: gflops + 2.0,
             peak_rss_bytes: Some(1 << 20),
+            plan: "levels".into(),
+            ops_per_layer_pass_max: Some(30),
+            uploads: Some(17),
+            downloads: Some(4),
             p_a: Vec::new(),
         }
     }
@@ -374,6 +407,13 @@ mod tests {
         assert_eq!(json["matmul_parameters"], 1234);
         assert_eq!(json["calibration_model_shapes"][1]["name"], "down");
         assert_eq!(json["attended_keys_tree"], 500);
+        assert_eq!(json["plan"], "levels");
+        assert_eq!(json["passes_tree"], 4);
+        assert_eq!(json["ops_per_layer_pass_max"], 30);
+        assert_eq!(
+            (json["uploads_tree"].clone(), json["downloads_tree"].clone()),
+            (17.into(), 4.into())
+        );
         assert_eq!(json["achieved_gflops_tree"], 8.0);
         assert_eq!(json["peak_fma_gflops"], 32.0);
         assert_eq!(json["peak_fma_path"], "avx2 fma (256-bit)");

@@ -23,6 +23,7 @@ mod dhp_pipeline;
 mod diagnostics;
 mod fuzz;
 mod hub_source;
+mod level_plan;
 mod llama_model;
 mod llama_safetensors;
 mod llama_segment_attention;

@@ -12,6 +12,7 @@ pub mod fused;
 mod gguf_config;
 mod host;
 pub mod kv;
+mod level;
 mod load;
 pub mod rope;
 mod segment;
@@ -26,6 +27,7 @@ use nlg_judge_kernels::attention::{AttentionDims, Masking};
 pub use config::{Activation, LayerAttention, LlamaConfig, LlamaVariant};
 pub use gguf_config::GgufRopeFactors;
 pub use kv::KvCache;
+pub use level::{LevelArena, LevelRow, PassCount};
 pub use load::{from_gguf, from_safetensors, from_safetensors_at, read_gguf_header};
 pub use rope::RopeScaling;
 

@@ -8,6 +8,7 @@
 //! cache, so that the per-token layers run over all rows at once.
 
 mod complete;
+pub mod level_plan;
 mod pieces;
 pub mod prefix_cache;
 pub mod tree_eval;
@@ -26,7 +27,7 @@ use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use crate::runtime::{ChatTemplate, TextTokenizer};
 use prefix_cache::PrefixCache;
-use tree_eval::{BatchBudget, EvalStats, TreeEvaluator};
+use tree_eval::{BatchBudget, EvalStats, Plan, TreeEvaluator};
 use trie::{QueryAt, TokenTrie};
 
 /// How label requests are evaluated.
@@ -53,6 +54,8 @@ pub struct DecoderScorer {
     chat: ChatTemplate,
     info: ModelInfo,
     settings: DecoderSettings,
+    /// How label queries' tries are cut into passes (completions stay depth-first).
+    plan: Plan,
     stop_ids: Vec<u32>,
     stats: EvalStats,
 }
@@ -97,6 +100,7 @@ impl DecoderScorer {
             chat,
             info,
             settings,
+            plan: Plan::default(),
             stop_ids,
             stats: EvalStats::default(),
         })
@@ -116,6 +120,15 @@ impl DecoderScorer {
 
     pub fn set_settings(&mut self, settings: DecoderSettings) {
         self.settings = settings;
+    }
+
+    pub fn plan(&self) -> Plan {
+        self.plan
+    }
+
+    /// Cut label queries' tries by `plan` from now on.
+    pub fn set_plan(&mut self, plan: Plan) {
+        self.plan = plan;
     }
 
     /// Work done by label and continuation scoring since the last reset.
@@ -197,7 +210,7 @@ impl DecoderScorer {
                 .map(|i| vec![i])
                 .collect(),
         };
-        let evaluator = TreeEvaluator::new(&self.model, self.settings.budget)?;
+        let evaluator = TreeEvaluator::new(&self.model, self.settings.budget)?.with_plan(self.plan);
         for group in groups {
             let subset: Vec<(Vec<u32>, Vec<Vec<u32>>)> =
                 group.iter().map(|&i| requests[i].clone()).collect();

@@ -19,10 +19,34 @@ use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 
+use super::level_plan::LevelPlan;
 use super::trie::TokenTrie;
 use candle_core::Tensor;
 
-use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
+use crate::arch::llama::{KvCache, LevelArena, LevelRow, LlamaModel, PassCount, RowGroup};
+
+/// How a trie is cut into forward passes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Plan {
+    /// Ready nodes depth-first, siblings grouped, each group reading its ancestors'
+    /// copied segments ([`TreeEvaluator::plan`]); the CPU's fast path.
+    #[default]
+    DepthFirst,
+    /// Every node of one depth together, one packed sequence per pass reading its
+    /// ancestors by reference from a key/value arena ([`LevelPlan`]). Label queries
+    /// only: completions (full distributions, prefix caches) keep the depth-first plan.
+    Levels,
+}
+
+impl Plan {
+    /// The name `bench pairwise --plan` and its JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plan::DepthFirst => "depth-first",
+            Plan::Levels => "levels",
+        }
+    }
+}
 
 /// How much work one forward pass may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +80,12 @@ pub struct EvalStats {
     pub attended_keys: u64,
     /// Largest key/value cache memory held at once (bytes).
     pub peak_cache_bytes: usize,
+    /// Tensor operations of the busiest layer in the busiest pass (counted by the level
+    /// plan's pass; 0 where nothing counted them).
+    pub ops_per_layer_pass_max: usize,
+    /// Host-to-device and device-to-host tensor transfers (counted by the level plan).
+    pub uploads: usize,
+    pub downloads: usize,
 }
 
 impl EvalStats {
@@ -65,6 +95,11 @@ impl EvalStats {
         self.scored_positions += other.scored_positions;
         self.attended_keys += other.attended_keys;
         self.peak_cache_bytes = self.peak_cache_bytes.max(other.peak_cache_bytes);
+        self.ops_per_layer_pass_max = self
+            .ops_per_layer_pass_max
+            .max(other.ops_per_layer_pass_max);
+        self.uploads += other.uploads;
+        self.downloads += other.downloads;
     }
 }
 
@@ -115,6 +150,7 @@ pub struct PlannedBatch {
 pub struct TreeEvaluator<'m> {
     model: &'m LlamaModel,
     budget: BatchBudget,
+    plan: Plan,
 }
 
 /// A trie node computed before the evaluation (kept by a prefix cache): its keys/values
@@ -157,7 +193,17 @@ impl<'m> TreeEvaluator<'m> {
         if budget.max_batch_tokens == 0 || budget.max_batch_rows == 0 {
             bail!("the batch budget must allow at least one token and one sequence");
         }
-        Ok(Self { model, budget })
+        Ok(Self {
+            model,
+            budget,
+            plan: Plan::DepthFirst,
+        })
+    }
+
+    /// The same evaluator with another plan for label queries.
+    pub fn with_plan(mut self, plan: Plan) -> Self {
+        self.plan = plan;
+        self
     }
 
     /// The forward passes that evaluate the whole trie, in order: nodes are taken
@@ -237,7 +283,70 @@ impl<'m> TreeEvaluator<'m> {
             targets,
             on_logprob,
         };
-        self.run(trie, head, pending, &HashMap::new(), None)
+        match self.plan {
+            Plan::DepthFirst => self.run(trie, head, pending, &HashMap::new(), None),
+            Plan::Levels => self.run_levels(trie, head, pending),
+        }
+    }
+
+    /// [`Self::evaluate`] by the level plan: the passes that lead to a pending query,
+    /// each one [`LlamaModel::forward_level`] call, its queries scored from its hidden
+    /// states.
+    fn run_levels<'a>(
+        &self,
+        trie: &'a TokenTrie,
+        head: Head<'a>,
+        pending: Option<&[bool]>,
+    ) -> Result<EvalStats> {
+        let plan = LevelPlan::new(trie, self.budget)?;
+        let runs = plan.needed(pending);
+        let mut arena = LevelArena::new(self.model, plan.arena_len);
+        let mut walk = Walk {
+            trie,
+            head,
+            on_node: None,
+            stats: EvalStats::default(),
+            paths: HashMap::new(),
+        };
+        let mut count = PassCount::default();
+        for (pass, _) in plan.passes.iter().zip(&runs).filter(|(_, &run)| run) {
+            let rows: Vec<LevelRow> = pass
+                .pieces
+                .iter()
+                .map(|piece| LevelRow {
+                    tokens: &trie.node(piece.node).tokens[piece.node_tokens.clone()],
+                    position: piece.position,
+                    segments: &piece.segments,
+                    arena: piece.arena.clone(),
+                })
+                .collect();
+            let hidden = self
+                .model
+                .forward_level(&rows, &mut arena, &mut count)
+                .with_context(|| format!("level pass at depth {}", pass.depth))?;
+            let stats = &mut walk.stats;
+            stats.forward_calls += 1;
+            stats.tokens += pass.tokens;
+            stats.ops_per_layer_pass_max = stats.ops_per_layer_pass_max.max(count.per_layer_max());
+            stats.uploads += count.uploads;
+            for piece in &pass.pieces {
+                stats.attended_keys += attended_keys(piece.position, piece.node_tokens.len());
+            }
+            stats.peak_cache_bytes = stats.peak_cache_bytes.max(arena.memory_bytes());
+            let positions: Vec<(usize, usize)> = pass
+                .pieces
+                .iter()
+                .flat_map(|piece| piece.queries.iter().copied())
+                .collect();
+            // Scoring uploads the selected rows' index and the ids, and downloads the
+            // logits and normalisers.
+            if !positions.is_empty() {
+                walk.stats.uploads += 2;
+                walk.stats.downloads += 2;
+            }
+            self.score(&mut walk, &hidden, &positions)?;
+        }
+        Ok(walk.stats)
     }
 
     /// Evaluate the queries of `trie` as whole distributions: each query's position's

@@ -1,0 +1,484 @@
+//! The level pass: many rows of different prefixes as ONE packed sequence, reading their
+//! prefixes by reference from a per-layer key/value arena (issue 38).
+//!
+//! A depth-first pass ([`LlamaModel::forward_groups`]) pads its rows, and broadcasts and
+//! concatenates each group's prefix keys per attention chunk: its number of tensor
+//! operations grows with the groups. A level pass costs a fixed number of operations per
+//! layer whatever its rows: one packed `(1 x T)` sequence without padding, rope at each
+//! token's own position, the keys and values written into the arena, one gather of the
+//! arena positions the pass reads, and one attention under a block mask (a token sees
+//! its segments' arena positions and its own row's earlier tokens). Only the writes into
+//! the arena are per row (one copy each), which is what a GPU kernel would fuse into the
+//! rope. This is the plain-candle form that every backend can run; it also counts its
+//! operations, uploads and downloads ([`PassCount`]) so that the count is checkable on a
+//! CPU.
+
+use std::ops::Range;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Tensor;
+
+use super::{DecoderLayer, LlamaModel, QkvProjection};
+
+/// One row of a level pass.
+#[derive(Debug, Clone)]
+pub struct LevelRow<'a> {
+    /// The row's token ids.
+    pub tokens: &'a [u32],
+    /// The rope position of its first token (the sum of its segments' lengths).
+    pub position: usize,
+    /// The arena ranges it continues, in order (root first).
+    pub segments: &'a [Range<usize>],
+    /// Where its keys and values are written in the arena (`None`: nobody reads them).
+    pub arena: Option<Range<usize>>,
+}
+
+/// Keys and values of every layer, `(positions, kv_heads * head_dim)` each, in one
+/// tensor per layer that rows write into and read from by range.
+#[derive(Debug)]
+pub struct LevelArena {
+    len: usize,
+    layers: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl LevelArena {
+    /// An arena of `len` positions for `model` (allocated at the first write).
+    pub fn new(model: &LlamaModel, len: usize) -> Self {
+        Self {
+            len,
+            layers: vec![None; model.layers.len()],
+        }
+    }
+
+    /// Bytes the arena holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .sum()
+    }
+}
+
+/// What one level pass issued: tensor operations per layer, host-to-device uploads and
+/// device-to-host downloads. Counted at each operation site of the level pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassCount {
+    /// Tensor operations of each layer.
+    pub per_layer: Vec<usize>,
+    /// Tensor operations outside the layers (embedding, final norm).
+    pub outside: usize,
+    pub uploads: usize,
+    pub downloads: usize,
+}
+
+impl PassCount {
+    /// The busiest layer's operations.
+    pub fn per_layer_max(&self) -> usize {
+        self.per_layer.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Host-side layout of a pass: which arena positions it gathers and the block masks.
+struct Layout {
+    /// Arena positions gathered, in column order.
+    gather: Vec<u32>,
+    /// Per row: `(column of each segment's first key)`.
+    columns: Vec<Vec<usize>>,
+    /// Per token: rope position.
+    positions: Vec<u32>,
+    tokens: usize,
+}
+
+impl Layout {
+    fn new(rows: &[LevelRow], arena_len: usize) -> Result<Self> {
+        let mut gather = Vec::new();
+        let mut placed: Vec<(Range<usize>, usize)> = Vec::new();
+        let mut columns = Vec::with_capacity(rows.len());
+        let mut positions = Vec::new();
+        for (index, row) in rows.iter().enumerate() {
+            if row.tokens.is_empty() {
+                bail!("row {index} of a level pass has no tokens");
+            }
+            let held: usize = row.segments.iter().map(|s| s.len()).sum();
+            if held != row.position {
+                bail!(
+                    "row {index} of a level pass starts at position {} but its segments hold {held}",
+                    row.position
+                );
+            }
+            let mut row_columns = Vec::with_capacity(row.segments.len());
+            for segment in row.segments {
+                if segment.end > arena_len {
+                    bail!("row {index} reads arena positions {segment:?} of {arena_len}");
+                }
+                let column = match placed.iter().find(|(r, _)| r == segment) {
+                    Some((_, column)) => *column,
+                    None => {
+                        let column = gather.len();
+                        gather.extend(segment.clone().map(|p| p as u32));
+                        placed.push((segment.clone(), column));
+                        column
+                    }
+                };
+                row_columns.push(column);
+            }
+            columns.push(row_columns);
+            positions.extend((0..row.tokens.len()).map(|t| (row.position + t) as u32));
+        }
+        let tokens = positions.len();
+        Ok(Self {
+            gather,
+            columns,
+            positions,
+            tokens,
+        })
+    }
+
+    /// The additive block mask `(tokens, gathered + tokens)`: 0 where a token sees a key,
+    /// minus infinity elsewhere; with a sliding window `w`, keys `w` or more positions
+    /// behind a token are hidden too.
+    fn mask(&self, rows: &[LevelRow], window: Option<usize>) -> Vec<f32> {
+        let keys = self.gather.len() + self.tokens;
+        let mut mask = vec![f32::NEG_INFINITY; self.tokens * keys];
+        let seen = |query: usize, key: usize| window.is_none_or(|w| query - key < w);
+        let mut token = 0;
+        for (row, columns) in rows.iter().zip(&self.columns) {
+            let own = self.gather.len() + token;
+            for t in 0..row.tokens.len() {
+                let query = row.position + t;
+                let line = &mut mask[(token + t) * keys..(token + t + 1) * keys];
+                let mut key = 0;
+                for (segment, &column) in row.segments.iter().zip(columns) {
+                    for j in 0..segment.len() {
+                        if seen(query, key + j) {
+                            line[column + j] = 0.0;
+                        }
+                    }
+                    key += segment.len();
+                }
+                for j in 0..=t {
+                    if seen(query, row.position + j) {
+                        line[own + j] = 0.0;
+                    }
+                }
+            }
+            token += row.tokens.len();
+        }
+        mask
+    }
+}
+
+/// Where a pass's keys and values go in the arena, uploaded once per pass.
+struct Writes {
+    /// The packed tokens written (`None`: all of them).
+    tokens: Option<Tensor>,
+    /// `(written tokens, kv width)`: each written token's arena position, repeated
+    /// along the row (the scatter's index).
+    destinations: Tensor,
+}
+
+impl Writes {
+    fn new(
+        rows: &[LevelRow],
+        tokens: usize,
+        width: usize,
+        device: &candle_core::Device,
+    ) -> Result<Option<Self>> {
+        let mut written = Vec::new();
+        let mut destinations = Vec::new();
+        let mut start = 0u32;
+        for row in rows {
+            if let Some(range) = &row.arena {
+                for (t, p) in range.clone().enumerate() {
+                    written.push(start + t as u32);
+                    destinations.extend(std::iter::repeat_n(p as u32, width));
+                }
+            }
+            start += row.tokens.len() as u32;
+        }
+        if written.is_empty() {
+            return Ok(None);
+        }
+        let n = written.len();
+        Ok(Some(Self {
+            tokens: (n < tokens)
+                .then(|| Tensor::from_vec(written, n, device))
+                .transpose()?,
+            destinations: Tensor::from_vec(destinations, (n, width), device)?,
+        }))
+    }
+}
+
+impl LlamaModel {
+    /// One level pass over `rows` as a single packed sequence: the final-normalised
+    /// hidden states `(tokens, hidden)` of every token, rows one after another. Rows
+    /// read their segments from `arena` and write their keys and values where
+    /// `row.arena` says. `count` receives the pass's operations.
+    pub fn forward_level(
+        &self,
+        rows: &[LevelRow],
+        arena: &mut LevelArena,
+        count: &mut PassCount,
+    ) -> Result<Tensor> {
+        if rows.is_empty() {
+            bail!("a level pass needs at least one row");
+        }
+        let vocab = self.config.vocab_size as u32;
+        let mut ids = Vec::new();
+        for (index, row) in rows.iter().enumerate() {
+            if let Some(&bad) = row.tokens.iter().find(|&&id| id >= vocab) {
+                bail!("token id {bad} is outside the vocabulary of {vocab} tokens");
+            }
+            if row.position + row.tokens.len() > self.config.context_length {
+                bail!(
+                    "row {index} of {} tokens after {} exceeds the model's context window of {} tokens",
+                    row.tokens.len(),
+                    row.position,
+                    self.config.context_length
+                );
+            }
+            if let Some(range) = &row.arena {
+                if range.len() != row.tokens.len() || range.end > arena.len {
+                    bail!(
+                        "row {index} of {} tokens writes arena positions {range:?} of {}",
+                        row.tokens.len(),
+                        arena.len
+                    );
+                }
+            }
+            ids.extend_from_slice(row.tokens);
+        }
+        let layout = Layout::new(rows, arena.len)?;
+        let device = &self.device;
+        *count = PassCount {
+            per_layer: vec![0; self.layers.len()],
+            ..PassCount::default()
+        };
+        let tokens = ids.len();
+        let ids = Tensor::from_vec(ids, tokens, device)?;
+        let positions = Tensor::from_vec(layout.positions.clone(), tokens, device)?;
+        let gather = (!layout.gather.is_empty())
+            .then(|| Tensor::from_vec(layout.gather.clone(), layout.gather.len(), device))
+            .transpose()?;
+        count.uploads += 2 + usize::from(gather.is_some());
+        let writes = Writes::new(
+            rows,
+            tokens,
+            self.config.num_kv_heads * self.config.head_dim,
+            device,
+        )?;
+        if let Some(writes) = &writes {
+            count.uploads += 1 + usize::from(writes.tokens.is_some());
+        }
+        // One mask per distinct window, uploaded once per pass.
+        let keys = layout.gather.len() + tokens;
+        let mut masks: Vec<(Option<usize>, Tensor)> = Vec::new();
+        for layer in &self.config.layers {
+            if masks.iter().all(|(w, _)| *w != layer.window) {
+                let mask =
+                    Tensor::from_vec(layout.mask(rows, layer.window), (tokens, keys), device)?;
+                masks.push((layer.window, mask));
+                count.uploads += 1;
+            }
+        }
+        // Rope tables at every token's position (global and, where it differs, local).
+        let global = (
+            self.rope.cos.index_select(&positions, 0)?,
+            self.rope.sin.index_select(&positions, 0)?,
+        );
+        let local = match &self.local_rope {
+            Some(tables) => Some((
+                tables.cos.index_select(&positions, 0)?,
+                tables.sin.index_select(&positions, 0)?,
+            )),
+            None => None,
+        };
+        let mut x = self.embedding.index_select(&ids, 0)?;
+        count.outside += 3 + 2 * usize::from(local.is_some());
+        if let Some(scale) = self.embedding_scale {
+            x = (x * scale)?;
+            count.outside += 1;
+        }
+        let eps = self.config.rms_norm_eps as f32;
+        for (index, layer) in self.layers.iter().enumerate() {
+            let ops = &mut count.per_layer[index];
+            let (cos, sin) = match &local {
+                Some(local) if self.config.layers[index].local_rope => local,
+                _ => &global,
+            };
+            let mask = &masks
+                .iter()
+                .find(|(w, _)| *w == self.config.layers[index].window)
+                .context("a mask for every window")?
+                .1;
+            let attended = self
+                .level_attention(
+                    layer,
+                    index,
+                    &x,
+                    (cos, sin),
+                    gather.as_ref(),
+                    writes.as_ref(),
+                    mask,
+                    arena,
+                    ops,
+                )
+                .with_context(|| format!("level attention of layer {index}"))?;
+            let attended = match &layer.post_attn_norm {
+                Some(w) => {
+                    *ops += 1;
+                    candle_nn::ops::rms_norm(&attended, w, eps)?
+                }
+                None => attended,
+            };
+            x = (x + attended)?;
+            let fed = self.feed_forward(layer, &x)?;
+            // Norm, gate/up (one or two products), activation and product, down.
+            *ops += match &layer.gate_up {
+                super::GateUpProjection::Fused(_) => 5,
+                super::GateUpProjection::Separate { .. } => 6,
+            };
+            let fed = match &layer.post_mlp_norm {
+                Some(w) => {
+                    *ops += 1;
+                    candle_nn::ops::rms_norm(&fed, w, eps)?
+                }
+                None => fed,
+            };
+            x = (&x + fed)?;
+            *ops += 2;
+        }
+        count.outside += 1;
+        Ok(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?)
+    }
+
+    /// Attention of one layer over the packed pass.
+    #[allow(clippy::too_many_arguments)]
+    fn level_attention(
+        &self,
+        layer: &DecoderLayer,
+        layer_index: usize,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        gather: Option<&Tensor>,
+        writes: Option<&Writes>,
+        mask: &Tensor,
+        arena: &mut LevelArena,
+        ops: &mut usize,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let tokens = x.dim(0)?;
+        let (q_width, kv_width) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let normed = candle_nn::ops::rms_norm(x, &layer.attn_norm, c.rms_norm_eps as f32)?;
+        let projected = match &layer.qkv {
+            QkvProjection::Fused(qkv) => {
+                *ops += 2;
+                qkv.forward(&normed)?
+            }
+            QkvProjection::Separate { q, k, v } => {
+                *ops += 5;
+                Tensor::cat(
+                    &[
+                        q.forward(&normed)?,
+                        k.forward(&normed)?,
+                        v.forward(&normed)?,
+                    ],
+                    1,
+                )?
+            }
+        };
+        if layer.q_norm.is_some() {
+            // Two per-head norms and the concatenation.
+            *ops += 3;
+        }
+        let projected = self.normalise_query_keys(layer, projected)?;
+        // (1, heads, T, D) for rope; keys and values back to (T, kv_width) for the arena.
+        let heads = |start: usize, n: usize| -> Result<Tensor> {
+            Ok(projected
+                .narrow(1, start, n * c.head_dim)?
+                .reshape((1, tokens, n, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?)
+        };
+        let q = self.rotate(&heads(0, c.num_heads)?, cos, sin)?;
+        let k = self.rotate(&heads(q_width, c.num_kv_heads)?, cos, sin)?;
+        let packed = |t: &Tensor| -> Result<Tensor> {
+            Ok(t.transpose(1, 2)?
+                .contiguous()?
+                .reshape((tokens, kv_width))?)
+        };
+        let k = packed(&k)?;
+        let v = projected
+            .narrow(1, q_width + kv_width, kv_width)?
+            .contiguous()?;
+        // Queries and keys by head, two rotations, keys and values packed again.
+        *ops += 6;
+        // Writes into the arena: the written tokens' keys and values scattered to their
+        // arena positions, one operation each however many rows write.
+        let slot = &mut arena.layers[layer_index];
+        if let Some(writes) = writes {
+            let (ak, av) = match slot {
+                Some(kv) => kv,
+                None => slot.insert((
+                    Tensor::zeros((arena.len, kv_width), k.dtype(), k.device())?,
+                    Tensor::zeros((arena.len, kv_width), v.dtype(), v.device())?,
+                )),
+            };
+            let (wk, wv) = match &writes.tokens {
+                Some(select) => {
+                    *ops += 2;
+                    (k.index_select(select, 0)?, v.index_select(select, 0)?)
+                }
+                None => (k.clone(), v.clone()),
+            };
+            ak.scatter_set(&writes.destinations, &wk, 0)?;
+            av.scatter_set(&writes.destinations, &wv, 0)?;
+            *ops += 2;
+        }
+        // The pass's keys: the gathered arena positions, then its own.
+        let (keys, values) = match gather {
+            Some(index) => {
+                let (ak, av) = slot
+                    .as_ref()
+                    .context("a pass reads an arena never written")?;
+                *ops += 4;
+                (
+                    Tensor::cat(&[&ak.index_select(index, 0)?, &k], 0)?,
+                    Tensor::cat(&[&av.index_select(index, 0)?, &v], 0)?,
+                )
+            }
+            None => (k, v),
+        };
+        let all = keys.dim(0)?;
+        let by_head = |t: Tensor| -> Result<Tensor> {
+            Ok(t.reshape((all, c.num_kv_heads, c.head_dim))?
+                .transpose(0, 1)?
+                .contiguous()?)
+        };
+        let (keys, values) = (by_head(keys)?, by_head(values)?);
+        let group = c.group_size();
+        let q = q.reshape((c.num_kv_heads, group * tokens, c.head_dim))?;
+        let mut scores = (q.matmul(&keys.t()?)? * c.attention_scale)?;
+        *ops += 4;
+        if let Some(cap) = c.attention_softcap {
+            scores = ((scores / cap)?.tanh()? * cap)?;
+            *ops += 3;
+        }
+        let scores = scores
+            .reshape((c.num_kv_heads, group, tokens, all))?
+            .broadcast_add(mask)?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
+            c.num_kv_heads,
+            group * tokens,
+            all,
+        ))?;
+        let attended = weights
+            .matmul(&values)?
+            .reshape((c.num_heads, tokens, c.head_dim))?
+            .transpose(0, 1)?
+            .reshape((tokens, q_width))?;
+        *ops += 5;
+        layer.o.forward(&attended)
+    }
+}

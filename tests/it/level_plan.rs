@@ -1,0 +1,161 @@
+//! The level plan (issue 38) on the CPU backend: the same probabilities as the
+//! depth-first tree path on every tiny architecture fixture, and the pass and operation
+//! counts that keep a later change from bringing the per-node launches back.
+
+use std::path::Path;
+
+use anyhow::Result;
+use candle_core::Device;
+use nlg_judge::arch::llama::{self, LlamaModel};
+use nlg_judge::engine::decoder::tree_eval::{BatchBudget, EvalStats, Plan, TreeEvaluator};
+use nlg_judge::engine::decoder::trie::{QueryAt, TokenTrie};
+
+const FAMILIES: [&str; 7] = [
+    "llama3",
+    "qwen3",
+    "mistral",
+    "phi3",
+    "phi4_mini",
+    "gemma2",
+    "gemma3_text",
+];
+
+fn model(kind: &str) -> Result<LlamaModel> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/archs")
+        .join(kind);
+    // One file, or the shards an index names (phi3's fixture is sharded).
+    let mut weights: Vec<_> = std::fs::read_dir(&dir)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    weights.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
+    weights.sort();
+    llama::from_safetensors(&dir.join("config.json"), &weights, &Device::Cpu)
+}
+
+/// A prompt's tokens and its queries.
+type Sequence = (Vec<u32>, Vec<QueryAt>);
+
+/// Pairwise's trie shape over a 256-token vocabulary: each context followed by a first
+/// candidate, then a second one, the query at the end asking for `targets[query]`.
+fn pairwise(contexts: usize, candidates: usize) -> (Vec<Sequence>, Vec<u32>) {
+    let mut sequences = Vec::new();
+    let mut targets = Vec::new();
+    for c in 0..contexts as u32 {
+        let context: Vec<u32> = (0..9 + c).map(|t| (7 * t + 31 * c + 3) % 256).collect();
+        for a in 0..candidates as u32 {
+            for b in 0..candidates as u32 {
+                if a == b {
+                    continue;
+                }
+                let mut tokens = context.clone();
+                tokens.extend((0..3 + a).map(|t| (11 * t + 50 * a + 17) % 256));
+                tokens.extend((0..2 + b).map(|t| (13 * t + 40 * b + 101) % 256));
+                let query = sequences.len();
+                // Also a query inside the first candidate: a node's inner position.
+                let inner = context.len() + 1;
+                let last = tokens.len() - 1;
+                sequences.push((
+                    tokens,
+                    vec![
+                        QueryAt {
+                            position: last,
+                            query: 2 * query,
+                        },
+                        QueryAt {
+                            position: inner,
+                            query: 2 * query + 1,
+                        },
+                    ],
+                ));
+                targets.extend([(query as u32 * 37) % 256, (query as u32 * 53 + 1) % 256]);
+            }
+        }
+    }
+    (sequences, targets)
+}
+
+fn run(
+    model: &LlamaModel,
+    trie: &TokenTrie,
+    targets: &[u32],
+    budget: BatchBudget,
+    plan: Plan,
+) -> Result<(Vec<f64>, EvalStats)> {
+    let evaluator = TreeEvaluator::new(model, budget)?.with_plan(plan);
+    let mut answers = vec![f64::NAN; targets.len()];
+    let stats = evaluator.evaluate(trie, targets, None, &mut |q, logprob| {
+        answers[q] = logprob;
+        Ok(())
+    })?;
+    Ok((answers, stats))
+}
+
+#[test]
+fn the_level_plan_gives_the_tree_paths_probabilities_on_every_family() -> Result<()> {
+    let (sequences, targets) = pairwise(2, 3);
+    let trie = TokenTrie::build(&sequences)?;
+    let wide = BatchBudget {
+        max_batch_tokens: 256,
+        max_batch_rows: 64,
+    };
+    // Small enough to split the contexts into pieces and each level into several passes.
+    let narrow = BatchBudget {
+        max_batch_tokens: 5,
+        max_batch_rows: 3,
+    };
+    for kind in FAMILIES {
+        let model = model(kind)?;
+        let (reference, _) = run(&model, &trie, &targets, wide, Plan::DepthFirst)?;
+        for budget in [wide, narrow] {
+            let (levels, stats) = run(&model, &trie, &targets, budget, Plan::Levels)?;
+            for (q, (a, b)) in reference.iter().zip(&levels).enumerate() {
+                let (pa, pb) = (a.exp(), b.exp());
+                assert!(
+                    (pa - pb).abs() <= 1e-6 && a.is_finite(),
+                    "{kind}, budget {budget:?}, query {q}: p {pa} by the tree path, {pb} by levels"
+                );
+            }
+            assert_eq!(stats.tokens, trie.total_tokens(), "{kind}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn pairwise_levels_take_three_passes_and_a_fixed_number_of_operations() -> Result<()> {
+    let (sequences, targets) = pairwise(3, 4);
+    let trie = TokenTrie::build(&sequences)?;
+    let budget = BatchBudget {
+        max_batch_tokens: 2048,
+        max_batch_rows: 64,
+    };
+    let model = model("llama3")?;
+    let (_, levels) = run(&model, &trie, &targets, budget, Plan::Levels)?;
+    // Contexts, first candidates, leaves.
+    assert_eq!(levels.forward_calls, 3);
+    // Plain candle operations per layer and pass (see level.rs for the count): fused
+    // QKV product and norm 2, heads and rope 6, arena writes 4, gather 4, scores 4,
+    // mask, softmax, values and layout 4, output 1, MLP 5, residuals 2 (the arena
+    // writes take 2 fewer where every token of the pass is written): 30 whatever the
+    // number of rows; the fused GPU kernels aim at 12.
+    assert_eq!(levels.ops_per_layer_pass_max, 30);
+    // Per pass: ids, positions, gather index, mask, write index and destinations (the
+    // context pass reads nothing, the leaf pass writes nothing), plus the head's index and
+    // ids where a pass answers queries; the head's two downloads in the two passes with
+    // queries (inner candidate positions, leaves).
+    assert_eq!((levels.uploads, levels.downloads), (17, 4));
+    // The same count with more contexts: nothing grows with the rows.
+    let (more, more_targets) = pairwise(5, 4);
+    let (_, wider) = run(
+        &model,
+        &TokenTrie::build(&more)?,
+        &more_targets,
+        budget,
+        Plan::Levels,
+    )?;
+    assert_eq!(wider.forward_calls, 3);
+    assert_eq!(wider.ops_per_layer_pass_max, levels.ops_per_layer_pass_max);
+    assert_eq!(wider.uploads, levels.uploads);
+    Ok(())
+}
