@@ -102,7 +102,7 @@ pub struct BackendArgs {
     pub concurrency: usize,
 
     /// Alternatives asked for at the answer's first position (at most the engine's
-    /// limit, e.g. vLLM's --max-logprobs); labels outside them are scored by echo.
+    /// limit, e.g. vLLM's max-logprobs setting); labels outside them are scored by echo.
     #[arg(long, value_name = "K", default_value_t = crate::engine::remote::DEFAULT_TOP_K)]
     pub backend_top_k: usize,
 

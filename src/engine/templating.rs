@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::completion::{ChatMessage, ChatRole};
-use super::request::{Prompt, TextPrompt};
+use super::request::{Prompt, TextPrompt, TokenPrompt};
 use crate::runtime::{ChatTemplate, TextTokenizer};
 
 /// The text a decoder-only model reads for `prompt` (token prompts decoded).
@@ -26,6 +26,31 @@ pub fn render_text(
             Ok(chat.render(text.system.as_deref(), &text.user, &text.answer_prefix))
         }
         Prompt::Tokens(tokens) => tokenizer.decode(&tokens.input, false),
+    }
+}
+
+/// A decoder-only model's token ids for `prompt`: token prompts checked against the
+/// vocabulary, text prompts rendered ([`render_text`]) and tokenised.
+pub fn encode_prompt(
+    chat: &ChatTemplate,
+    tokenizer: &TextTokenizer,
+    model_name: &str,
+    prompt: &Prompt,
+) -> Result<TokenPrompt> {
+    match prompt {
+        Prompt::Tokens(tokens) => {
+            if !tokens.decoder_prefix.is_empty() {
+                anyhow::bail!("decoder-only models take no decoder prefix");
+            }
+            for &id in &tokens.input {
+                tokenizer.check_id(id)?;
+            }
+            Ok(tokens.clone())
+        }
+        Prompt::Text { .. } => Ok(TokenPrompt {
+            input: tokenizer.encode_prompt(&render_text(chat, tokenizer, model_name, prompt)?)?,
+            decoder_prefix: Vec::new(),
+        }),
     }
 }
 

@@ -299,21 +299,12 @@ impl Scorer for DecoderScorer {
     }
 
     fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt> {
-        match prompt {
-            Prompt::Tokens(tokens) => {
-                if !tokens.decoder_prefix.is_empty() {
-                    bail!("decoder-only models take no decoder prefix");
-                }
-                for &id in &tokens.input {
-                    self.tokenizer.check_id(id)?;
-                }
-                Ok(tokens.clone())
-            }
-            Prompt::Text { .. } => Ok(TokenPrompt {
-                input: self.tokenizer.encode_prompt(&self.render_text(prompt)?)?,
-                decoder_prefix: vec![],
-            }),
-        }
+        crate::engine::templating::encode_prompt(
+            &self.chat,
+            &self.tokenizer,
+            &self.info.name,
+            prompt,
+        )
     }
 
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
