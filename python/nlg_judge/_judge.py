@@ -46,6 +46,15 @@ class Judge:
         max_batch_rows: most sequences one forward pass computes (``--max-batch-rows``).
         strategy: ``tree`` (shared prefixes computed once) or ``naive`` (every prompt on
             its own; same results) (``--strategy``).
+        backend: a model served by an engine instead of loaded here (``--backend``; see
+            docs/engines.md): the OpenAI-compatible base address of vLLM, SGLang, TGI,
+            llama.cpp's server or ``nlg-judge serve`` (``"http://gpu-node:8000/v1"``),
+            with ``model`` the name the engine serves; or a dict with ``url`` and any of
+            ``tokenizer`` (a card, a .gguf file or the model's directory; default: the
+            card named like ``model``), ``token_file`` (else the environment variable
+            ``NLG_JUDGE_BACKEND_TOKEN``), ``ca_file``, ``timeout_seconds``, ``retries``,
+            ``concurrency``, ``top_k``, ``accept_top_k_only``, as the command line's
+            flags. ``device``, ``precision`` and ``weights`` then keep their defaults.
         progress: how loading reports progress (see ``nlg_judge._progress``): None for
             tqdm when installed, False for silence, or a callback ``f(done, total, unit)``.
 
@@ -65,10 +74,28 @@ class Judge:
         max_batch_tokens: int = _DEFAULTS["max_batch_tokens"],
         max_batch_rows: int = _DEFAULTS["max_batch_rows"],
         strategy: str = "tree",
+        backend: Union[None, str, Dict[str, Any]] = None,
         progress: Any = None,
     ) -> None:
         if cache is True:
             cache = None
+        backend_json = None
+        if backend is not None:
+            config = {"url": backend} if isinstance(backend, str) else dict(backend)
+            for name, value, default in (
+                ("device", device, "auto"),
+                ("precision", precision, "f32"),
+                ("weights", weights, "auto"),
+            ):
+                if value != default:
+                    raise ValueError(
+                        f"{name}={value!r} applies to a model loaded here, not to one served "
+                        "by a backend (the engine's own settings decide)"
+                    )
+            for key in ("token_file", "ca_file"):
+                if config.get(key) is not None:
+                    config[key] = os.fspath(config[key])
+            backend_json = json.dumps(config)
         self._native = _native.NativeJudge(
             os.fspath(model),
             device,
@@ -79,6 +106,7 @@ class Judge:
             max_batch_tokens,
             max_batch_rows,
             strategy,
+            backend_json,
             _progress.sink(progress),
         )
         self.model: Dict[str, Any] = json.loads(self._native.info())

@@ -23,6 +23,7 @@ class NativeJudge:
         max_batch_tokens: int,
         max_batch_rows: int,
         strategy: str,
+        backend: Optional[str] = None,
         sink: Any = None,
     ) -> None: ...
     def info(self) -> str: ...

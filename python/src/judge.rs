@@ -10,9 +10,10 @@ use serde_json::json;
 use nlg_judge::arch::WeightPolicy;
 use nlg_judge::cli::model_args::PrecisionArg;
 use nlg_judge::data::{Candidate, Context};
+use nlg_judge::engine::remote::{self, BackendConfig};
 use nlg_judge::engine::{
     load_scorer, BatchBudget, DecoderSettings, Label, LabelRequest, LoadOptions, ModelInfo, Prompt,
-    ResultCache, Strategy, TextPrompt,
+    ResultCache, Scorer, Strategy, TextPrompt,
 };
 use nlg_judge::judge::geval::{resolve_steps, StepsSource};
 use nlg_judge::judge::pairwise::{run_compare, CompareRequest, Debias, Design, StopRule};
@@ -66,7 +67,7 @@ impl NativeJudge {
 #[pymethods]
 impl NativeJudge {
     #[new]
-    #[pyo3(signature = (model, device, precision, cache, no_cache, weights, max_batch_tokens, max_batch_rows, strategy, sink=None))]
+    #[pyo3(signature = (model, device, precision, cache, no_cache, weights, max_batch_tokens, max_batch_rows, strategy, backend=None, sink=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -79,8 +80,16 @@ impl NativeJudge {
         max_batch_tokens: usize,
         max_batch_rows: usize,
         strategy: &str,
+        backend: Option<String>,
         sink: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let backend = backend
+            .map(|text| {
+                serde_json::from_str::<BackendConfig>(&text)
+                    .map_err(|e| input(anyhow::anyhow!("backend options: {e}")))
+            })
+            .transpose()
+            .or_py()?;
         let options = (|| -> Result<LoadOptions> {
             let mut options = LoadOptions::from_env()?;
             options.device = device;
@@ -98,7 +107,7 @@ impl NativeJudge {
             Ok(options)
         })()
         .or_py()?;
-        let (_progress, reply, call) = call::<(ModelInfo, Option<String>)>();
+        let (progress, reply, call) = call::<(ModelInfo, Option<String>)>();
         let worker = Worker::start(
             move || {
                 let cache = match (no_cache, cache) {
@@ -107,7 +116,10 @@ impl NativeJudge {
                     (false, None) => Some(ResultCache::open(&ResultCache::default_path()?)?),
                 };
                 let location = cache.as_ref().map(|c| c.location().to_string());
-                let scorer = load_scorer(&model, &options)?;
+                let scorer: Box<dyn Scorer> = match &backend {
+                    Some(config) => Box::new(remote::connect(config.options(&model, progress)?)?),
+                    None => load_scorer(&model, &options)?,
+                };
                 let info = scorer.info().clone();
                 Ok((Engine { scorer, cache }, (info, location)))
             },

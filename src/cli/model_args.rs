@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::arch::{Precision, WeightPolicy};
-use crate::engine::remote::{self, EndpointOptions, RemoteOptions, RemoteScorer, RemoteSettings};
+use crate::engine::remote::{self, BackendConfig, RemoteScorer};
 use crate::engine::{load_scorer, LoadOptions, MockScorer};
 use crate::engine::{BatchBudget, DecoderSettings, Scorer, Strategy};
 use nlg_judge_kernels::cpu::Vendor;
@@ -337,30 +337,23 @@ impl ModelArgs {
             )));
         }
         let args = &self.backend;
-        if args.concurrency == 0 || args.backend_top_k == 0 {
+        let config = BackendConfig {
+            url: url.to_string(),
+            tokenizer: args.tokenizer.clone(),
+            token_file: args.backend_token_file.clone(),
+            ca_file: args.backend_ca.clone(),
+            timeout_seconds: args.backend_timeout,
+            retries: args.backend_retries,
+            concurrency: args.concurrency,
+            top_k: args.backend_top_k,
+            accept_top_k_only: args.accept_top_k_only,
+        };
+        if config.concurrency == 0 || config.top_k == 0 {
             return Err(super::input_error(anyhow::anyhow!(
                 "--concurrency and --backend-top-k must be at least 1"
             )));
         }
-        let options = RemoteOptions {
-            endpoint: EndpointOptions {
-                base: url.to_string(),
-                token: remote::read_token(args.backend_token_file.as_deref())?,
-                ca_file: args.backend_ca.clone(),
-                timeout: std::time::Duration::from_secs(args.backend_timeout.max(1)),
-                retries: args.backend_retries,
-                backoff: std::time::Duration::from_millis(500),
-            },
-            model: self.model.clone(),
-            tokenizer: args.tokenizer.clone(),
-            settings: RemoteSettings {
-                concurrency: args.concurrency,
-                top_k: args.backend_top_k,
-                accept_top_k_only: args.accept_top_k_only,
-            },
-            resolve: crate::runtime::ResolveOptions::from_env()?,
-            progress: super::progress::bars("backend"),
-        };
+        let options = config.options(&self.model, super::progress::bars("backend"))?;
         remote::connect(options)
     }
 }

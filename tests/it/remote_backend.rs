@@ -537,3 +537,90 @@ fn compare_with_backend_on_the_command_line_equals_the_local_run() -> Result<()>
         .contains("--precision applies to a model loaded here"));
     Ok(())
 }
+
+/// The log-probabilities of a completions answer: tokens, values, and each position's
+/// alternatives' values, most likely first.
+fn completion_logprobs(answer: &Value) -> (Vec<String>, Vec<Option<f64>>, Vec<Vec<f64>>) {
+    let logprobs = &answer["choices"][0]["logprobs"];
+    let tokens = logprobs["tokens"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tokens in {answer}"))
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let values = logprobs["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::as_f64)
+        .collect();
+    let tops = logprobs["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let mut found: Vec<f64> = entry
+                .as_object()
+                .map(|m| m.values().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            found.sort_by(|a, b| b.total_cmp(a));
+            found
+        })
+        .collect();
+    (tokens, values, tops)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_service_in_front_of_an_engine_answers_with_the_engines_log_probs() -> Result<()> {
+    let engine = common::service::Service::start(fixture_scorer()?, Default::default()).await;
+    let base = format!("http://{}/v1", engine.addr);
+    let remote = tokio::task::spawn_blocking(move || -> Result<RemoteScorer> {
+        remote::connect(options(&base, "llama3", &fixture()))
+    })
+    .await??;
+    let front = common::service::Service::start(Box::new(remote), Default::default()).await;
+    let bodies = [
+        // lm-evaluation-harness's log-likelihood request: the prompt scored, nothing made.
+        json!({"model": "llama3", "prompt": "The library opened a new reading room.",
+               "max_tokens": 0, "echo": true, "logprobs": 3, "temperature": 0}),
+        // Generated tokens with their alternatives (deepeval's G-Eval reads these).
+        json!({"model": "llama3", "prompt": "Score the response from 1 to 10.",
+               "max_tokens": 4, "logprobs": 2, "temperature": 0}),
+        // Both at once.
+        json!({"model": "llama3", "prompt": "Which summary is more coherent?",
+               "max_tokens": 2, "echo": true, "logprobs": 1, "temperature": 0}),
+    ];
+    for body in &bodies {
+        let direct = engine.post("/v1/completions", body).await;
+        let through = front.post("/v1/completions", body).await;
+        assert_eq!(direct.status, 200, "{}", direct.text);
+        assert_eq!(through.status, 200, "{}", through.text);
+        let (direct, through) = (direct.json(), through.json());
+        assert_eq!(
+            direct["choices"][0]["text"], through["choices"][0]["text"],
+            "{body}"
+        );
+        let (tokens_d, values_d, tops_d) = completion_logprobs(&direct);
+        let (tokens_t, values_t, tops_t) = completion_logprobs(&through);
+        assert_eq!(tokens_d, tokens_t, "{body}");
+        assert!(!tokens_d.is_empty());
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-4;
+        for (d, t) in values_d.iter().zip(&values_t) {
+            match (d, t) {
+                (Some(d), Some(t)) => assert!(close(*d, *t), "{d} vs {t} in {body}"),
+                _ => assert_eq!(d.is_some(), t.is_some(), "{body}"),
+            }
+        }
+        assert_eq!(tops_d.len(), tops_t.len());
+        for (d, t) in tops_d.iter().zip(&tops_t) {
+            assert_eq!(d.len(), t.len(), "{body}");
+            assert!(
+                d.iter().zip(t).all(|(d, t)| close(*d, *t)),
+                "{d:?} vs {t:?}"
+            );
+        }
+    }
+    front.shutdown().await;
+    engine.shutdown().await;
+    Ok(())
+}

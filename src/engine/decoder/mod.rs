@@ -9,7 +9,7 @@
 
 mod complete;
 pub mod level_plan;
-mod pieces;
+pub(crate) mod pieces;
 pub mod prefix_cache;
 pub mod tree_eval;
 pub mod trie;

@@ -7,13 +7,15 @@
 //!
 //! - [`http`]: the client (token, TLS with a custom CA, timeouts, retries);
 //! - [`replies`]: reading the engines' answers;
-//! - [`scorer`]: label probabilities (top-K, then echo), generation, continuations.
+//! - [`scorer`]: label probabilities (top-K, then echo), generation, continuations;
+//! - `complete`: completions with token log-probabilities (`serve --backend`).
 //!
 //! The result cache keeps remote answers apart from local ones and from other served
 //! weights: the model's fingerprint is a hash of the served name, what the engine says
 //! of the weights (`root`, `fingerprint`, `revision`, ... in `GET /v1/models`) and the
 //! local tokenizer's identity.
 
+mod complete;
 pub mod http;
 pub mod replies;
 pub mod scorer;
@@ -58,6 +60,78 @@ pub struct RemoteOptions {
     pub settings: RemoteSettings,
     pub resolve: ResolveOptions,
     pub progress: Progress,
+}
+
+/// The user's choices for a served model, as the command line (`--backend` and its
+/// flags) and the Python package (`Judge(backend=...)`) give them; defaults as the
+/// command line's.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendConfig {
+    /// The OpenAI-compatible base address (`--backend`).
+    pub url: String,
+    /// The served model's tokenizer (`--tokenizer`); `None`: the card named like the model.
+    pub tokenizer: Option<String>,
+    /// File whose first line is the bearer token (`--backend-token-file`); `None`:
+    /// [`TOKEN_VARIABLE`].
+    pub token_file: Option<std::path::PathBuf>,
+    /// Extra certificate authorities, PEM (`--backend-ca`).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Longest wait for one answer, seconds (`--backend-timeout`).
+    pub timeout_seconds: u64,
+    /// Retries of one request (`--backend-retries`).
+    pub retries: u32,
+    /// Requests in flight (`--concurrency`).
+    pub concurrency: usize,
+    /// Alternatives asked for at the next position (`--backend-top-k`).
+    pub top_k: usize,
+    /// Take bounded labels from an engine without echo (`--accept-top-k-only`).
+    pub accept_top_k_only: bool,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            tokenizer: None,
+            token_file: None,
+            ca_file: None,
+            timeout_seconds: DEFAULT_TIMEOUT.as_secs(),
+            retries: DEFAULT_RETRIES,
+            concurrency: DEFAULT_CONCURRENCY,
+            top_k: DEFAULT_TOP_K,
+            accept_top_k_only: false,
+        }
+    }
+}
+
+impl BackendConfig {
+    /// The options of [`connect`] for the model served as `model`: the token read, the
+    /// bounds checked (errors name the command line's flags).
+    pub fn options(&self, model: &str, progress: Progress) -> Result<RemoteOptions> {
+        if self.concurrency == 0 || self.top_k == 0 {
+            bail!("--concurrency and --backend-top-k must be at least 1");
+        }
+        Ok(RemoteOptions {
+            endpoint: EndpointOptions {
+                base: self.url.clone(),
+                token: read_token(self.token_file.as_deref())?,
+                ca_file: self.ca_file.clone(),
+                timeout: Duration::from_secs(self.timeout_seconds.max(1)),
+                retries: self.retries,
+                backoff: Duration::from_millis(500),
+            },
+            model: model.to_string(),
+            tokenizer: self.tokenizer.clone(),
+            settings: RemoteSettings {
+                concurrency: self.concurrency,
+                top_k: self.top_k,
+                accept_top_k_only: self.accept_top_k_only,
+            },
+            resolve: ResolveOptions::from_env()?,
+            progress,
+        })
+    }
 }
 
 /// The bearer token: the first line of `file` (permissions are the user's business), else

@@ -130,6 +130,47 @@ pub fn echoed(answer: &Value) -> Option<Echoed> {
     })
 }
 
+/// One position of a completion's `logprobs`: the token there, its log-probability
+/// (`None` for an echoed prompt's first token) and the alternatives the engine listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Position {
+    pub token: TokenKey,
+    pub logprob: Option<f64>,
+    pub top: Vec<(TokenKey, f64)>,
+}
+
+/// Every position of the first choice's `logprobs` (echoed prompt, then generated
+/// tokens); `None` where the engine gave no `tokens` and `token_logprobs` of one length.
+pub fn positions(answer: &Value) -> Option<Vec<Position>> {
+    let logprobs = logprobs(answer)?;
+    let tokens = logprobs.get("tokens")?.as_array()?;
+    let values = logprobs.get("token_logprobs")?.as_array()?;
+    if tokens.len() != values.len() {
+        return None;
+    }
+    tokens
+        .iter()
+        .zip(values)
+        .enumerate()
+        .map(|(at, (token, value))| {
+            Some(Position {
+                token: TokenKey::parse(token.as_str()?),
+                logprob: value.as_f64(),
+                top: alternatives_at(logprobs, at).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Prompt tokens the engine says it took from its prefix cache
+/// (`usage.prompt_tokens_details.cached_tokens`, where it says).
+pub fn cached_prompt_tokens(answer: &Value) -> usize {
+    answer
+        .pointer("/usage/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .map_or(0, |n| n as usize)
+}
+
 /// The first choice's text and finish reason.
 pub fn generated(answer: &Value) -> Option<(String, Option<String>)> {
     let choice = answer.pointer("/choices/0")?;
@@ -221,6 +262,31 @@ mod tests {
         let echoed = echoed(&answer).unwrap();
         assert_eq!(echoed.tokens[1], TokenKey::Id(7));
         assert_eq!(echoed.logprobs, vec![None, Some(-1.5), Some(-0.25)]);
+    }
+
+    #[test]
+    fn every_position_comes_with_its_alternatives() {
+        let answer = json!({"choices": [{"text": " B", "logprobs": {
+            "tokens": ["token_id:5", "token_id:7", "token_id:9"],
+            "token_logprobs": [null, -1.5, -0.25],
+            "top_logprobs": [null, {"token_id:7": -1.5, "token_id:2": -0.5},
+                             [{"token": "token_id:9", "logprob": -0.25}]]
+        }}], "usage": {"prompt_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}}});
+        let found = positions(&answer).unwrap();
+        assert_eq!(found.len(), 3);
+        assert_eq!(
+            (found[0].token.clone(), found[0].logprob),
+            (TokenKey::Id(5), None)
+        );
+        assert!(found[0].top.is_empty());
+        assert_eq!(found[1].top.len(), 2);
+        assert_eq!(found[2].top, vec![(TokenKey::Id(9), -0.25)]);
+        assert_eq!(cached_prompt_tokens(&answer), 1);
+        // Lists of two lengths are not one answer.
+        let uneven = json!({"choices": [{"logprobs": {
+            "tokens": ["a", "b"], "token_logprobs": [null]}}]});
+        assert!(positions(&uneven).is_none());
+        assert_eq!(cached_prompt_tokens(&json!({})), 0);
     }
 
     #[test]

@@ -25,12 +25,14 @@ use std::sync::{mpsc, Mutex, OnceLock};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 
+use super::complete::{finish_reason, generation_fields};
 use super::http::{CallError, Endpoint};
 use super::replies::{self, Echoed, TokenKey};
-use crate::engine::completion::ChatMessage;
+use crate::engine::completion::{ChatMessage, CompletionRequest, CompletionResult};
+use crate::engine::decoder::prefix_cache::PrefixCache;
 use crate::engine::request::{
-    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, Sampling, TokenPrompt,
+    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
+    LabelResult, LabelScore, Prompt, TokenPrompt,
 };
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use crate::engine::templating;
@@ -72,18 +74,22 @@ pub struct RemoteSettings {
 
 /// A model served by an OpenAI-compatible engine.
 pub struct RemoteScorer {
-    endpoint: Endpoint,
-    served_name: String,
-    tokenizer: TextTokenizer,
+    pub(super) endpoint: Endpoint,
+    pub(super) served_name: String,
+    pub(super) tokenizer: TextTokenizer,
     chat: ChatTemplate,
     info: ModelInfo,
-    settings: RemoteSettings,
+    pub(super) settings: RemoteSettings,
     /// Found on the first label request.
-    routes: Option<Routes>,
+    pub(super) routes: Option<Routes>,
     counts: LabelCounts,
-    /// How many of the tokenizer's ids decode to each text (engines that name tokens by
-    /// text: a label is read by text only where its text is one id's alone).
-    text_owners: OnceLock<HashMap<String, u32>>,
+    /// The id each text decodes from, where one id alone does (`None`: several do);
+    /// for engines that name tokens by text, a token is identified only where its text
+    /// is one id's alone.
+    text_owners: OnceLock<HashMap<String, Option<u32>>>,
+    /// Whether the engine names tokens by id when asked (`return_tokens_as_token_ids`);
+    /// found on the first request that needs it.
+    pub(super) ids_named: Option<bool>,
     progress: Progress,
 }
 
@@ -107,6 +113,7 @@ impl RemoteScorer {
             routes: None,
             counts: LabelCounts::default(),
             text_owners: OnceLock::new(),
+            ids_named: None,
             progress,
         }
     }
@@ -156,7 +163,7 @@ impl RemoteScorer {
         templating::render_text(&self.chat, &self.tokenizer, &self.info.name, prompt)
     }
 
-    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+    pub(super) fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
         let ids = self.encode_prompt(prompt)?.input;
         if ids.is_empty() {
             crate::bad_request!("empty prompt");
@@ -164,7 +171,7 @@ impl RemoteScorer {
         Ok(ids)
     }
 
-    fn completion(&self, body: Value) -> Result<Value> {
+    pub(super) fn completion(&self, body: Value) -> Result<Value> {
         self.endpoint.post("/completions", &body).map_err(|e| {
             self.endpoint
                 .counters
@@ -188,7 +195,7 @@ impl RemoteScorer {
     }
 
     /// The body of a completion request for `ids`.
-    fn body(&self, ids: &[u32], ids_named: bool, fields: Value) -> Value {
+    pub(super) fn body(&self, ids: &[u32], ids_named: bool, fields: Value) -> Value {
         let mut body = json!({
             "model": self.served_name,
             "prompt": ids,
@@ -258,18 +265,21 @@ impl RemoteScorer {
             .map(Some)
     }
 
-    /// Whether one token of the vocabulary alone decodes to `text`.
-    fn text_is_unique(&self, text: &str) -> bool {
+    /// The one token of the vocabulary that decodes to `text`, if only one does.
+    pub(super) fn owner_of(&self, text: &str) -> Option<u32> {
         let owners = self.text_owners.get_or_init(|| {
-            let mut owners: HashMap<String, u32> = HashMap::new();
+            let mut owners: HashMap<String, Option<u32>> = HashMap::new();
             for id in 0..self.tokenizer.vocab_size() as u32 {
                 if let Ok(text) = self.tokenizer.decode(&[id], false) {
-                    *owners.entry(text).or_default() += 1;
+                    owners
+                        .entry(text)
+                        .and_modify(|owner| *owner = None)
+                        .or_insert(Some(id));
                 }
             }
             owners
         });
-        owners.get(text).copied().unwrap_or(0) == 1
+        owners.get(text).copied().flatten()
     }
 
     /// A one-token label's log-prob among the alternatives, where it can be told apart.
@@ -279,7 +289,7 @@ impl RemoteScorer {
             TokenKey::Id(got) => (*got == id).then_some(*lp),
             TokenKey::Text(got) => {
                 let text = text.as_deref()?;
-                (got == text && self.text_is_unique(text)).then_some(*lp)
+                (got == text && self.owner_of(text) == Some(id)).then_some(*lp)
             }
         })
     }
@@ -357,6 +367,7 @@ impl RemoteScorer {
                 routes.ids = alternatives
                     .iter()
                     .any(|(k, _)| matches!(k, TokenKey::Id(_)));
+                self.ids_named = Some(routes.ids);
             }
         }
         routes.echo = match self.echo(ids, label, routes) {
@@ -441,7 +452,7 @@ impl RemoteScorer {
     /// Run `work` on every index in `order`, up to the concurrency bound at once, handing
     /// each answer to `on_result` on this thread as it arrives; the first error stops
     /// the rest.
-    fn in_parallel<T: Send>(
+    pub(super) fn in_parallel<T: Send>(
         &self,
         order: &[usize],
         work: &(dyn Fn(usize) -> Result<T> + Sync),
@@ -619,22 +630,7 @@ impl Scorer for RemoteScorer {
         let mut bodies = Vec::with_capacity(requests.len());
         for request in requests {
             let ids = self.prompt_ids(&request.prompt)?;
-            let mut fields = json!({"max_tokens": request.max_tokens});
-            match request.sampling {
-                Sampling::Greedy => fields["temperature"] = json!(0),
-                Sampling::TopP {
-                    temperature,
-                    top_p,
-                    seed,
-                } => {
-                    fields["temperature"] = json!(temperature);
-                    fields["top_p"] = json!(top_p);
-                    fields["seed"] = json!(seed);
-                }
-            }
-            if !request.stop.is_empty() {
-                fields["stop"] = json!(request.stop);
-            }
+            let fields = generation_fields(request.max_tokens, request.sampling, &request.stop);
             bodies.push(self.body(&ids, false, fields));
         }
         let order: Vec<usize> = (0..requests.len()).collect();
@@ -646,11 +642,7 @@ impl Scorer for RemoteScorer {
                 let answer = this.completion(bodies[index].clone())?;
                 let (text, finish) = replies::generated(&answer)
                     .context("the engine's completion has no `choices[0].text`")?;
-                let finish = match finish.as_deref() {
-                    Some("length") => FinishReason::MaxTokens,
-                    _ if requests[index].stop.iter().any(|s| !s.is_empty()) => FinishReason::Stop,
-                    _ => FinishReason::EndOfSequence,
-                };
+                let finish = finish_reason(finish.as_deref(), &requests[index].stop);
                 Ok(Generation {
                     tokens: this.tokenizer.encode(&text)?,
                     text,
@@ -670,6 +662,16 @@ impl Scorer for RemoteScorer {
 
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
         Some(&self.tokenizer)
+    }
+
+    fn complete(
+        &mut self,
+        requests: &[CompletionRequest],
+        prefix_cache: &mut PrefixCache,
+    ) -> Result<Vec<CompletionResult>> {
+        // The engine keeps its own prefix cache.
+        let _ = prefix_cache;
+        self.complete_all(requests)
     }
 
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
