@@ -1,11 +1,12 @@
-//! A decoder-only model's prompts as text: the chat template applied to a method's
-//! prompt or to a conversation. Shared by every scorer that tokenises prompts itself (a
-//! model loaded here, a model served by an engine), so that both read the same text.
+//! A decoder-only model's prompts and labels as text and tokens: the chat template
+//! applied to a method's prompt or to a conversation, labels encoded and checked.
+//! Shared by every scorer that tokenises prompts itself (a model loaded here, a model
+//! served by an engine), so that both read the same tokens.
 
 use anyhow::Result;
 
 use super::completion::{ChatMessage, ChatRole};
-use super::request::{Prompt, TextPrompt, TokenPrompt};
+use super::request::{Label, Prompt, TextPrompt, TokenPrompt};
 use crate::runtime::{ChatTemplate, TextTokenizer};
 
 /// The text a decoder-only model reads for `prompt` (token prompts decoded).
@@ -77,4 +78,22 @@ pub fn conversation_prompt(
             "model '{model_name}' has no chat template; use completions with a plain prompt"
         ),
     }
+}
+
+/// A label's token ids under `tokenizer`: a text encoded, given ids checked against the
+/// vocabulary; an empty label is an error.
+pub fn encode_label(tokenizer: &TextTokenizer, label: &Label) -> Result<Vec<u32>> {
+    let ids = match label {
+        Label::Text(text) => tokenizer.encode(text)?,
+        Label::Tokens(ids) => {
+            for &id in ids {
+                tokenizer.check_id(id)?;
+            }
+            ids.clone()
+        }
+    };
+    if ids.is_empty() {
+        crate::bad_request!("empty label: a label needs at least one token");
+    }
+    Ok(ids)
 }

@@ -114,7 +114,7 @@ fn full_engine() -> Arc<Script> {
     })
 }
 
-/// Requests with one-token labels inside the top-K (5, 6), one outside (300) and a
+/// Requests with one-token labels inside the top-K (5, 6), one outside (200) and a
 /// two-token label (7, 8).
 fn requests() -> Vec<LabelRequest> {
     (0..6)
@@ -126,7 +126,7 @@ fn requests() -> Vec<LabelRequest> {
             labels: vec![
                 Label::Tokens(vec![5]),
                 Label::Tokens(vec![6]),
-                Label::Tokens(vec![300]),
+                Label::Tokens(vec![200]),
                 Label::Tokens(vec![7, 8]),
             ],
         })
@@ -142,7 +142,7 @@ fn expected(request: &LabelRequest) -> Vec<f64> {
     vec![
         lp(p, 5),
         lp(p, 6),
-        lp(p, 300),
+        lp(p, 200),
         lp(p, 7) + lp(&with(&[7]), 8),
     ]
 }
@@ -172,8 +172,10 @@ fn labels_come_from_the_top_k_and_by_echo_exactly() -> Result<()> {
     assert_eq!(counts.echo.load(Ordering::Relaxed), 12);
     assert!(scorer.info().fingerprint.starts_with("remote-"));
     assert_eq!(scorer.info().name, "fake");
-    // No /tokenize here: said, not failed.
-    assert_eq!(engine.count("/tokenize"), 1);
+    // No tokenize route here: each engine's shape tried once (vLLM's, llama.cpp's and
+    // TGI's bodies on /tokenize, llama-cpp-python's /extras/tokenize), then said, not failed.
+    assert_eq!(engine.count("/tokenize"), 3);
+    assert_eq!(engine.count("/extras/tokenize"), 1);
     Ok(())
 }
 
@@ -622,5 +624,132 @@ async fn our_service_in_front_of_an_engine_answers_with_the_engines_log_probs() 
     }
     front.shutdown().await;
     engine.shutdown().await;
+    Ok(())
+}
+
+/// The fixture tokenizer's `<s>`.
+const BOS: u32 = 1;
+
+/// An engine in the manner of llama-cpp-python's server: prompts as text only (a prompt
+/// of ids is a 500 validation error quoting the input), tokens named by text,
+/// `/extras/tokenize`, and an echo that leaves out every BOS-id token. `shifted`: an echo
+/// whose values belong to the next position (a misaligned engine).
+fn text_only_engine(shifted: bool) -> Arc<Script> {
+    let tokenizer = Arc::new(
+        nlg_judge::runtime::TextTokenizer::from_json_file(
+            &fixture().join("tokenizer.json"),
+            Default::default(),
+        )
+        .expect("the fixture's tokenizer"),
+    );
+    Arc::new(move |path: &str, body: &Value| {
+        let text = |id: u32| tokenizer.decode(&[id], false).unwrap();
+        match path {
+            "/v1/models" => models("fake"),
+            "/extras/tokenize" => {
+                let ids = tokenizer.encode(body["input"].as_str().unwrap()).unwrap();
+                ok(json!({ "tokens": ids }))
+            }
+            "/v1/completions" => {
+                let Some(prompt) = body["prompt"].as_str() else {
+                    return (
+                        500,
+                        Vec::new(),
+                        json!({"error": {"message": format!(
+                            "1 validation error: {{'type': 'string_type', 'loc': ('body', \
+                             'prompt', 'str'), 'msg': 'Input should be a valid string', \
+                             'input': {}}}", body["prompt"])}})
+                        .to_string(),
+                    );
+                };
+                let ids = tokenizer.encode(prompt).unwrap();
+                if body["echo"] == json!(true) {
+                    let mut tokens = Vec::new();
+                    let mut values = Vec::new();
+                    for i in 0..=ids.len() {
+                        let (id, value) = match i {
+                            i if i == ids.len() => (9, lp(&ids, 9)),
+                            0 => (ids[0], f64::NAN),
+                            i if shifted => (ids[i], lp(&ids[..(i + 1).min(ids.len())], ids[i])),
+                            i => (ids[i], lp(&ids[..i], ids[i])),
+                        };
+                        if id == BOS && i < ids.len() {
+                            continue; // left out wherever it is, as llama-cpp-python does
+                        }
+                        tokens.push(text(id));
+                        values.push(if value.is_nan() {
+                            Value::Null
+                        } else {
+                            json!(value)
+                        });
+                    }
+                    return ok(json!({"choices": [{"text": prompt, "logprobs": {
+                        "tokens": tokens, "token_logprobs": values
+                    }}]}));
+                }
+                let top: serde_json::Map<String, Value> =
+                    (0..20u32).map(|t| (text(t), json!(lp(&ids, t)))).collect();
+                ok(json!({"choices": [{"text": text(0), "logprobs": {
+                    "tokens": [text(0)], "token_logprobs": [lp(&ids, 0)], "top_logprobs": [top]
+                }}]}))
+            }
+            _ => (404, Vec::new(), r#"{"detail":"Not Found"}"#.to_string()),
+        }
+    })
+}
+
+#[test]
+fn an_engine_that_takes_text_prompts_only_is_read_by_text_exactly() -> Result<()> {
+    let engine = FakeEngine::start(text_only_engine(false));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    assert_eq!(
+        engine.count("/extras/tokenize"),
+        1,
+        "the tokenizers were compared"
+    );
+    let requests = text_requests();
+    let got = logprobs(&mut scorer, &requests)?;
+    let (mut by_top_k, mut by_echo) = (0, 0);
+    for (request, got) in requests.iter().zip(&got) {
+        let prompt = scorer.encode_prompt(&request.prompt)?.input;
+        for (label, got) in request.labels.iter().zip(got) {
+            let tokens = scorer.encode_label(label)?;
+            let mut context = prompt.clone();
+            let mut want = 0.0;
+            for &t in &tokens {
+                want += lp(&context, t);
+                context.push(t);
+            }
+            assert_eq!(*got, want, "label {label:?}: exact, as the engine gave it");
+            match tokens.len() == 1 && tokens[0] < 20 {
+                true => by_top_k += 1,
+                false => by_echo += 1,
+            }
+        }
+    }
+    let counts = scorer.label_counts();
+    assert!(by_echo > 0, "some labels need the echo");
+    assert!(counts.echo.load(Ordering::Relaxed) >= by_echo);
+    assert_eq!(
+        counts.top_k.load(Ordering::Relaxed) + counts.echo.load(Ordering::Relaxed),
+        by_top_k + by_echo
+    );
+    let summary = scorer.summary();
+    assert!(
+        summary.contains("0 failed"),
+        "refused probes are not failures: {summary}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_echo_that_disagrees_with_the_top_k_is_not_trusted() -> Result<()> {
+    let engine = FakeEngine::start(text_only_engine(true));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let error = format!("{:#}", logprobs(&mut scorer, &text_requests()).unwrap_err());
+    assert!(
+        error.contains("the echo's positions are not the tokens sent"),
+        "{error}"
+    );
     Ok(())
 }

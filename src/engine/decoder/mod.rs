@@ -308,19 +308,7 @@ impl Scorer for DecoderScorer {
     }
 
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
-        let ids = match label {
-            Label::Text(text) => self.tokenizer.encode(text)?,
-            Label::Tokens(ids) => {
-                for &id in ids {
-                    self.tokenizer.check_id(id)?;
-                }
-                ids.clone()
-            }
-        };
-        if ids.is_empty() {
-            crate::bad_request!("empty label: a label needs at least one token");
-        }
-        Ok(ids)
+        crate::engine::templating::encode_label(&self.tokenizer, label)
     }
 
     fn label_logprobs_each(

@@ -58,12 +58,21 @@ impl RemoteScorer {
         if let Some(known) = self.ids_named {
             return Ok(known);
         }
-        let probe = self.body(ids, true, json!({"max_tokens": 1, "logprobs": 1}));
-        let named = match self.completion(probe) {
+        let probe = json!({"max_tokens": 1, "logprobs": 1});
+        let mut answer = self.completion(self.body(ids, true, probe.clone())?);
+        if matches!(&answer, Err(error) if super::scorer::refuses_token_ids(error)) {
+            self.forgive_probe();
+            self.text_prompts = true;
+            answer = self.completion(self.body(ids, true, probe)?);
+        }
+        let named = match answer {
             Ok(answer) => replies::positions(&answer)
                 .and_then(|p| p.first().map(|p| matches!(p.token, TokenKey::Id(_))))
                 .unwrap_or(false),
-            Err(error) if format!("{error:#}").contains("return_tokens_as_token_ids") => false,
+            Err(error) if format!("{error:#}").contains("return_tokens_as_token_ids") => {
+                self.forgive_probe();
+                false
+            }
             Err(error) => return Err(error),
         };
         self.ids_named = Some(named);
@@ -169,7 +178,7 @@ impl RemoteScorer {
         if request.prompt_logprobs {
             fields["echo"] = json!(true);
         }
-        let answer = self.completion(self.body(ids, ids_named && scored_tokens, fields))?;
+        let answer = self.completion(self.body(ids, ids_named && scored_tokens, fields)?)?;
         let (mut text, reason) = replies::generated(&answer)
             .context("the engine's completion has no `choices[0].text`")?;
         let positions = match scored_tokens {
@@ -195,6 +204,10 @@ impl RemoteScorer {
             true => positions.split_at(ids.len()),
             false => positions.split_at(0),
         };
+        if self.text_prompts && request.prompt_logprobs {
+            let echoed: Vec<TokenKey> = echoed.iter().map(|p| p.token.clone()).collect();
+            self.check_echoed_texts(ids, &echoed)?;
+        }
         let mut prompt = Vec::with_capacity(ids.len());
         for (at, &sent) in ids.iter().enumerate() {
             prompt.push(match echoed.get(at) {

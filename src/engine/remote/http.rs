@@ -271,7 +271,16 @@ fn engine_message(body: &str) -> String {
                 other => other.to_string(),
             })
     });
-    let text = found.unwrap_or_else(|| body.trim().to_string());
+    let mut text = found.unwrap_or_else(|| body.trim().to_string());
+    // Validation errors (pydantic's) quote the request's input: the texts stay out.
+    if let Some(at) = ["'input':", "\"input\":"]
+        .iter()
+        .filter_map(|key| text.find(key))
+        .min()
+    {
+        text.truncate(at);
+        text.push_str("(the engine's copy of the input left out)");
+    }
     let mut short: String = text.chars().take(400).collect();
     if short.len() < text.len() {
         short.push('…');
@@ -337,6 +346,15 @@ mod tests {
         assert_eq!(engine_message("plain text\n"), "plain text");
         assert_eq!(engine_message(""), "(no message)");
         assert!(engine_message(&"x".repeat(1000)).ends_with('…'));
+        // llama-cpp-python's answer to a prompt of token ids quotes the ids.
+        let quoted = engine_message(
+            r#"{"error":{"message":"1 validation error: {'type': 'string_type', 'loc': ('body', 'prompt', 'str'), 'msg': 'Input should be a valid string', 'input': [1, 9690, 198]}"}}"#,
+        );
+        assert!(
+            quoted.contains("'prompt'") && quoted.contains("valid string"),
+            "{quoted}"
+        );
+        assert!(!quoted.contains("9690"), "{quoted}");
     }
 
     #[test]

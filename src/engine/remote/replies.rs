@@ -182,13 +182,20 @@ pub fn generated(answer: &Value) -> Option<(String, Option<String>)> {
     Some((text, finish))
 }
 
-/// The `tokens` of a `/tokenize` answer.
+/// The token ids of a tokenize answer: `{"tokens": [ids]}` (vLLM, SGLang, llama.cpp's
+/// server, llama-cpp-python, our `serve`), or a list of `{"id": ..}` objects, bare or
+/// under `tokens` (TGI, llama.cpp with pieces).
 pub fn tokenized(answer: &Value) -> Option<Vec<u32>> {
-    answer
-        .get("tokens")?
-        .as_array()?
-        .iter()
-        .map(|t| t.as_u64().and_then(|n| u32::try_from(n).ok()))
+    let list = match answer {
+        Value::Array(list) => list,
+        _ => answer.get("tokens")?.as_array()?,
+    };
+    list.iter()
+        .map(|t| {
+            t.as_u64()
+                .or_else(|| t.get("id")?.as_u64())
+                .and_then(|n| u32::try_from(n).ok())
+        })
         .collect()
 }
 
@@ -301,5 +308,10 @@ mod tests {
             Some(vec![1, 2, 3])
         );
         assert_eq!(tokenized(&json!({"tokens": [1, -2]})), None);
+        let tgi = json!([{"id": 4, "text": "A", "start": 0, "stop": 1}, {"id": 9}]);
+        assert_eq!(tokenized(&tgi), Some(vec![4, 9]));
+        let pieces = json!({"tokens": [{"id": 4, "piece": "A"}]});
+        assert_eq!(tokenized(&pieces), Some(vec![4]));
+        assert_eq!(tokenized(&json!({"detail": "Not Found"})), None);
     }
 }

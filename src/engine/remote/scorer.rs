@@ -39,6 +39,11 @@ use crate::engine::templating;
 use crate::progress::Progress;
 use crate::runtime::{ChatTemplate, TextTokenizer};
 
+/// Largest difference between a label's log-probability by top-K and by echo on the
+/// same engine (one engine's two batchings differ by ~1e-5 in f32; a misaligned echo by
+/// far more).
+const ROUTES_AGREE: f64 = 1e-3;
+
 /// What the engine was found to give.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Routes {
@@ -90,6 +95,9 @@ pub struct RemoteScorer {
     /// Whether the engine names tokens by id when asked (`return_tokens_as_token_ids`);
     /// found on the first request that needs it.
     pub(super) ids_named: Option<bool>,
+    /// The engine takes prompts as text only (llama-cpp-python): each prompt's ids are
+    /// decoded to text for it, and its echo is checked token by token against them.
+    pub(super) text_prompts: bool,
     progress: Progress,
 }
 
@@ -114,6 +122,7 @@ impl RemoteScorer {
             counts: LabelCounts::default(),
             text_owners: OnceLock::new(),
             ids_named: None,
+            text_prompts: false,
             progress,
         }
     }
@@ -135,7 +144,7 @@ impl RemoteScorer {
         let route = match self.routes {
             None => "no labels scored".to_string(),
             Some(r) => format!(
-                "labels by top-{} {} , by echo {}{}{}",
+                "labels by top-{} {}, by echo {}{}{}",
                 self.settings.top_k,
                 load(&self.counts.top_k),
                 load(&self.counts.echo),
@@ -181,6 +190,13 @@ impl RemoteScorer {
         })
     }
 
+    /// A refused probe (a field or route the engine lacks, tried to find what it
+    /// gives) is not a failed request.
+    pub(super) fn forgive_probe(&self) {
+        let failures = &self.endpoint.counters.failures;
+        let _ = failures.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
     /// An engine's refusal as an error: a 4xx other than busy is the request's fault
     /// (e.g. a prompt longer than the engine's window), anything else the engine's.
     fn refusal(&self, error: CallError) -> anyhow::Error {
@@ -195,10 +211,14 @@ impl RemoteScorer {
     }
 
     /// The body of a completion request for `ids`.
-    pub(super) fn body(&self, ids: &[u32], ids_named: bool, fields: Value) -> Value {
+    pub(super) fn body(&self, ids: &[u32], ids_named: bool, fields: Value) -> Result<Value> {
+        let prompt = match self.text_prompts {
+            true => json!(self.tokenizer.decode(ids, false)?),
+            false => json!(ids),
+        };
         let mut body = json!({
             "model": self.served_name,
-            "prompt": ids,
+            "prompt": prompt,
             "temperature": 0,
         });
         if ids_named {
@@ -207,7 +227,7 @@ impl RemoteScorer {
         if let (Value::Object(body), Value::Object(fields)) = (&mut body, fields) {
             body.extend(fields);
         }
-        body
+        Ok(body)
     }
 
     /// The next position's alternatives after `ids`, or `None` where the engine gives
@@ -217,7 +237,7 @@ impl RemoteScorer {
             ids,
             routes.ids,
             json!({"max_tokens": 1, "logprobs": self.settings.top_k}),
-        );
+        )?;
         Ok(replies::next_token_alternatives(&self.completion(body)?))
     }
 
@@ -230,7 +250,7 @@ impl RemoteScorer {
             &sequence,
             routes.ids,
             json!({"max_tokens": 1, "logprobs": 1, "echo": true}),
-        );
+        )?;
         let Some(Echoed {
             tokens: echoed,
             logprobs,
@@ -238,23 +258,28 @@ impl RemoteScorer {
         else {
             return Ok(None);
         };
-        let range = ids.len()..sequence.len();
-        if logprobs.len() < sequence.len() {
-            return Ok(None);
-        }
-        if routes.ids {
-            for (at, (&sent, got)) in sequence.iter().zip(&echoed).enumerate().skip(1) {
-                if let TokenKey::Id(got) = got {
-                    if *got != sent {
-                        bail!(
-                            "the engine read token {got} at position {at} where {sent} was sent: \
-                             it re-tokenises prompts, so its log-probabilities would belong to \
-                             other tokens"
-                        );
+        let by_id = echoed.iter().any(|t| matches!(t, TokenKey::Id(_)));
+        let range = match by_id {
+            true => {
+                if logprobs.len() < sequence.len() {
+                    return Ok(None);
+                }
+                for (at, (&sent, got)) in sequence.iter().zip(&echoed).enumerate().skip(1) {
+                    if let TokenKey::Id(got) = got {
+                        if *got != sent {
+                            bail!(
+                                "the engine read token {got} at position {at} where {sent} was \
+                                 sent: it re-tokenises prompts, so its log-probabilities would \
+                                 belong to other tokens"
+                            );
+                        }
                     }
                 }
+                ids.len()..sequence.len()
             }
-        }
+            false if logprobs.len() != echoed.len() => return Ok(None),
+            false => self.tail_by_text(&sequence, tokens.len(), &echoed)?,
+        };
         logprobs[range]
             .iter()
             .enumerate()
@@ -263,6 +288,73 @@ impl RemoteScorer {
             })
             .collect::<Result<Vec<f64>>>()
             .map(Some)
+    }
+
+    /// Where the last `count` tokens of `sequence` are in an echo that names tokens by
+    /// text: the echoed texts are matched from the end (after the one generated token,
+    /// or none), the token before them included, since engines leave positions out
+    /// (llama-cpp-python drops every token whose id is its BOS id) or add them at the
+    /// start. A tail that does not read as the tokens sent is an error naming them.
+    fn tail_by_text(
+        &self,
+        sequence: &[u32],
+        count: usize,
+        echoed: &[TokenKey],
+    ) -> Result<std::ops::Range<usize>> {
+        let context = count + 1;
+        let wanted: Vec<String> = sequence[sequence.len().saturating_sub(context)..]
+            .iter()
+            .map(|&id| self.tokenizer.decode(&[id], false))
+            .collect::<Result<_>>()?;
+        let matches = |end: usize| {
+            end >= wanted.len()
+                && echoed[end - wanted.len()..end].iter().zip(&wanted).all(
+                    |(got, ours)| match got {
+                        TokenKey::Text(got) => ours.contains('\u{fffd}') || got == ours,
+                        TokenKey::Id(_) => false,
+                    },
+                )
+        };
+        for generated in [1, 0] {
+            let Some(end) = echoed.len().checked_sub(generated) else {
+                continue;
+            };
+            if matches(end) {
+                return Ok(end - count..end);
+            }
+        }
+        let last: Vec<&TokenKey> = echoed.iter().rev().take(context + 1).rev().collect();
+        bail!(
+            "the engine's echo does not end with the tokens sent: expected {wanted:?} before \
+             the generated token, it ended with {last:?}; it tokenises the text differently, \
+             so its log-probabilities would belong to other tokens"
+        )
+    }
+
+    /// An engine given the prompt as text read it as the tokens sent: each echoed token's
+    /// text is the local decoding of the id sent there (where that is whole characters).
+    pub(super) fn check_echoed_texts(&self, sent: &[u32], echoed: &[TokenKey]) -> Result<()> {
+        for (at, &id) in sent.iter().enumerate() {
+            let Some(TokenKey::Text(got)) = echoed.get(at) else {
+                continue;
+            };
+            let ours = self.tokenizer.decode(&[id], false)?;
+            if !ours.contains('\u{fffd}') && *got != ours {
+                bail!(
+                    "the engine, given the prompt as text, read {got:?} at token {at} where \
+                     the local tokenizer has {ours:?}: it tokenises the text differently, so \
+                     its log-probabilities would belong to other tokens"
+                );
+            }
+        }
+        if echoed.len() < sent.len() {
+            bail!(
+                "the engine, given the prompt as text, echoed {} tokens for {} sent",
+                echoed.len(),
+                sent.len()
+            );
+        }
+        Ok(())
     }
 
     /// The one token of the vocabulary that decodes to `text`, if only one does.
@@ -355,7 +447,21 @@ impl RemoteScorer {
             ids: true,
         };
         let first = match self.top_k(ids, routes) {
+            Err(error) if refuses_token_ids(&error) => {
+                self.forgive_probe();
+                self.text_prompts = true;
+                self.progress.note(&format!(
+                    "note: the engine takes no token ids as prompts for model '{}': prompts \
+                     are sent as text, and each echo is checked against the local tokens",
+                    self.served_name
+                ));
+                self.top_k(ids, routes)
+            }
+            other => other,
+        };
+        let first = match first {
             Err(error) if mentions(&error, "return_tokens_as_token_ids") => {
+                self.forgive_probe();
                 routes.ids = false;
                 self.top_k(ids, routes)?
             }
@@ -370,12 +476,36 @@ impl RemoteScorer {
                 self.ids_named = Some(routes.ids);
             }
         }
+        let mut echo_refusal = String::new();
         routes.echo = match self.echo(ids, label, routes) {
-            Ok(found) => found.is_some(),
+            Ok(Some(values)) => {
+                // The two routes must tell the same story: an engine whose echo is
+                // misaligned (positions shifted, another token's log-prob) is caught here
+                // on a label the top-K also gives.
+                let listed = match (&first, label) {
+                    (Some(alternatives), [id]) => self.find(alternatives, *id),
+                    _ => None,
+                };
+                match listed {
+                    Some(listed) if (listed - values[0]).abs() > ROUTES_AGREE => {
+                        echo_refusal = format!(
+                            " (its echo gives log P = {:.6} for label token {} where its \
+                             top-K gives {listed:.6}: the echo's positions are not the tokens \
+                             sent)",
+                            values[0], label[0]
+                        );
+                        false
+                    }
+                    _ => true,
+                }
+            }
+            Ok(None) => false,
             // An engine that refuses `echo` outright.
             Err(error)
                 if crate::engine::error_kind(&error) == crate::engine::ErrorKind::BadRequest =>
             {
+                self.forgive_probe();
+                echo_refusal = format!(" (it answered: {error:#})");
                 false
             }
             Err(error) => return Err(error),
@@ -390,9 +520,9 @@ impl RemoteScorer {
             ),
             (true, false) if !self.settings.accept_top_k_only => bail!(
                 "the engine at {url} gives the next position's top-{} log-probabilities but \
-                 not the prompt's (`echo` with `logprobs`): a label outside the top-{} could \
-                 not be scored exactly. Pass --accept-top-k-only to accept bounded \
-                 probabilities for such labels (the outputs then say `[top-k only]`)",
+                 not the prompt's (`echo` with `logprobs`){echo_refusal}: a label outside the \
+                 top-{} could not be scored exactly. Pass --accept-top-k-only to accept \
+                 bounded probabilities for such labels (the outputs then say `[top-k only]`)",
                 self.settings.top_k,
                 self.settings.top_k
             ),
@@ -416,19 +546,46 @@ impl RemoteScorer {
             false => probe.to_string(),
         };
         let ours = self.tokenizer.encode_prompt(&text)?;
-        let body = json!({"model": self.served_name, "prompt": text});
-        let theirs = match self.endpoint.post_at_root("/tokenize", &body) {
-            Ok(answer) => replies::tokenized(&answer)
-                .context("the engine's /tokenize answer has no `tokens` list")?,
-            Err(error) if matches!(error.status(), Some(400 | 404 | 405 | 422)) => {
-                self.progress.note(&format!(
-                    "note: the engine has no /tokenize route for model '{}': prompts are sent \
-                     as this tokenizer's ids, unchecked against the engine's",
-                    self.served_name
-                ));
-                return Ok(());
+        // Each engine's route, tried in turn: vLLM, SGLang and our `serve` (`prompt`);
+        // llama.cpp's server (`content`, the same path); TGI (`inputs`, a list of
+        // tokens); llama-cpp-python (`/extras/tokenize`, `input`).
+        let attempts = [
+            (
+                "/tokenize",
+                json!({"model": self.served_name, "prompt": text}),
+            ),
+            ("/tokenize", json!({"content": text, "add_special": true})),
+            (
+                "/tokenize",
+                json!({"inputs": text, "add_special_tokens": true}),
+            ),
+            (
+                "/extras/tokenize",
+                json!({"model": self.served_name, "input": text}),
+            ),
+        ];
+        let mut theirs = None;
+        for (route, body) in &attempts {
+            match self.endpoint.post_at_root(route, body) {
+                Ok(answer) => {
+                    // An empty list for a non-empty probe: the body was not understood.
+                    if let Some(tokens) = replies::tokenized(&answer).filter(|t| !t.is_empty()) {
+                        theirs = Some((*route, tokens));
+                        break;
+                    }
+                }
+                Err(error) if matches!(error.status(), Some(400 | 404 | 405 | 422)) => {}
+                Err(error) => return Err(anyhow!(error)),
             }
-            Err(error) => return Err(anyhow!(error)),
+        }
+        let Some((route, theirs)) = theirs else {
+            self.progress.note(&format!(
+                "note: the engine has no tokenize route this client knows (/tokenize, \
+                 /extras/tokenize) for model '{}': prompts are sent as this tokenizer's ids, \
+                 unchecked against the engine's",
+                self.served_name
+            ));
+            return Ok(());
         };
         if theirs != ours {
             let at = theirs
@@ -437,7 +594,7 @@ impl RemoteScorer {
                 .position(|(a, b)| a != b)
                 .unwrap_or(theirs.len().min(ours.len()));
             bail!(
-                "token mismatch: the engine's tokenizer (/tokenize) and the local one \
+                "token mismatch: the engine's tokenizer ({route}) and the local one \
                  (--tokenizer) differ at token {at} of a probe text (engine {:?}, local {:?}; \
                  {} and {} tokens): give --tokenizer the served model's own tokenizer",
                 theirs.get(at),
@@ -492,6 +649,15 @@ impl RemoteScorer {
     }
 }
 
+/// Whether an engine refused a prompt of token ids: a refusal or a validation error
+/// naming `prompt` (llama-cpp-python's server answers 500 with pydantic's "Input should
+/// be a valid string": its prompts are strings).
+pub(super) fn refuses_token_ids(error: &anyhow::Error) -> bool {
+    let refused = crate::engine::error_kind(error) == crate::engine::ErrorKind::BadRequest
+        || mentions(error, "validation error");
+    refused && mentions(error, "prompt")
+}
+
 /// Whether an error's message names `field` (an engine refusing a field it does not
 /// know).
 fn mentions(error: &anyhow::Error, field: &str) -> bool {
@@ -520,14 +686,7 @@ impl Scorer for RemoteScorer {
     }
 
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
-        let ids = match label {
-            Label::Text(text) => self.tokenizer.encode(text)?,
-            Label::Tokens(ids) => ids.clone(),
-        };
-        if ids.is_empty() {
-            crate::bad_request!("empty label: a label needs at least one token");
-        }
-        Ok(ids)
+        templating::encode_label(&self.tokenizer, label)
     }
 
     fn label_logprobs_each(
@@ -631,7 +790,7 @@ impl Scorer for RemoteScorer {
         for request in requests {
             let ids = self.prompt_ids(&request.prompt)?;
             let fields = generation_fields(request.max_tokens, request.sampling, &request.stop);
-            bodies.push(self.body(&ids, false, fields));
+            bodies.push(self.body(&ids, false, fields)?);
         }
         let order: Vec<usize> = (0..requests.len()).collect();
         let mut slots: Vec<Option<Generation>> = vec![None; requests.len()];
