@@ -3,11 +3,14 @@
 # third-party engine: (a) the label log-probs `nlg-judge compare --backend` reports for the
 # first comparison equal llama.cpp's own Python API on the same tokens (1e-4), and (b) on
 # SummEval document 0 (240 ordered comparisons, coherence, c1) the remote run's decisions
-# agree with the in-process f32 run's (target >= 95%). Slow (minutes), not in `cargo test`.
+# agree with the in-process f32 run's (target >= 95%; also reported at each run's balanced
+# threshold, where SmolLM2's positional bias does not decide them). Results recorded in
+# docs/results.md. Slow (minutes), not in `cargo test`.
 #
 #   python3 -m venv /work/venv-llama
-#   CMAKE_BUILD_PARALLEL_LEVEL=1 /work/venv-llama/bin/pip install 'llama-cpp-python[server]'
+#   CMAKE_BUILD_PARALLEL_LEVEL=1 /work/venv-llama/bin/pip install 'llama-cpp-python[server]==0.3.36'
 #   PYTHON=/work/venv-llama/bin/python tests/clients/llama_cpp_backend.sh
+# (llama.cpp compiles from source: ~25 min on one core of a 2-core Xeon.)
 #
 # Uses target/release/nlg-judge (built if missing) and the smollm2-135m-instruct card's
 # GGUF. Outputs go to tests/clients/out/llama_cpp/ (not committed).
@@ -83,15 +86,18 @@ ref_pa = math.exp(la) / ref_mass
 err_pa = abs(first["p_a"] - ref_pa)
 err_mass = abs(math.log(first["label_mass"]) - math.log(ref_mass))
 route = "see remote.log"
-for line in open(f"{out}/remote.log"):
-    if "route" in line.lower():
-        route = line.strip()
+for line in open(f"{out}/remote.log").read().replace("\r", "\n").splitlines():
+    if line.startswith("backend ") or line.startswith("note: the engine"):
+        route = line.strip() if route == "see remote.log" else f"{route}; {line.strip()}"
 print(f"(a) first comparison: p_a remote {first['p_a']:.6f} vs llama.cpp API {ref_pa:.6f} "
       f"(|diff| {err_pa:.2e}); log label mass |diff| {err_mass:.2e} (tolerance 1e-4)")
 print(f"(b) SummEval doc 0: {same}/{len(keys)} same decisions ({100*same/len(keys):.1f}%, target >= 95%), "
       f"at the balanced threshold {same_bal}/{len(keys)} ({100*same_bal/len(keys):.1f}%); "
       f"max |p_a diff| {diff:.4f}; remote {remote_s} s, in-process f32 {local_s} s; route: {route}")
-ok = err_pa <= 1e-4 and err_mass <= 1e-4 and same_bal >= 0.95 * len(keys)
+# The issue's criterion is the decisions at 0.5; the balanced threshold is reported beside
+# it (llama.cpp's Q4_1 x Q8 dot products against our dequantised f32 move P(A) by up to
+# a few hundredths, which flips comparisons near the median).
+ok = err_pa <= 1e-4 and err_mass <= 1e-4 and same >= 0.95 * len(keys)
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

@@ -307,3 +307,30 @@ fn requests_the_model_cannot_take_are_bad_requests() -> Result<()> {
     assert!(scorer.complete(&[outside], &mut cache).is_err());
     Ok(())
 }
+
+/// A prompt that is a prefix of another in the same call (the remote backend's echo of
+/// labels " Mars" and " Mars, the red planet" after one context): it ends inside the
+/// other's trie node, and both answer as they do alone.
+#[test]
+fn a_prompt_that_is_a_prefix_of_another_answers_as_alone() -> Result<()> {
+    let mut scorer = scorer();
+    let (long, _) = context_and_answer(&scorer, ANSWERS[3])?;
+    let (short, _) = context_and_answer(&scorer, " Mars")?;
+    assert!(long.starts_with(&short) && long.len() > short.len());
+    let ask = |ids: &Vec<u32>| CompletionRequest {
+        max_tokens: 1,
+        ..CompletionRequest::score_prompt(tokens(ids.clone()), 3)
+    };
+    let together = scorer.complete(&[ask(&short), ask(&long)], &mut PrefixCache::new(0))?;
+    for (ids, got) in [&short, &long].into_iter().zip(&together) {
+        let alone = scorer.complete(&[ask(ids)], &mut PrefixCache::new(0))?;
+        let d = max_diff(&prompt_logprobs(got), &prompt_logprobs(&alone[0]));
+        assert!(d < TOLERANCE, "prompt of {} tokens: {d}", ids.len());
+        assert_eq!(
+            numbers(got).1,
+            numbers(&alone[0]).1,
+            "the same token generated"
+        );
+    }
+    Ok(())
+}

@@ -73,6 +73,19 @@ fn ids(body: &Value) -> Vec<u32> {
 /// A completions answer as vLLM gives it (tokens by id): top-K over ids 0..20 at the
 /// next position, or with `echo` every prompt token's log-prob (the first `null`).
 fn completion(body: &Value, echo_allowed: bool, logprobs_allowed: bool) -> Reply {
+    if let Some(prompts) = body["prompt"].as_array().filter(|p| p[0].is_array()) {
+        // A list of prompts: one choice each, by index, listed last first.
+        let mut choices = Vec::new();
+        for (index, prompt) in prompts.iter().enumerate().rev() {
+            let mut one = body.clone();
+            one["prompt"] = prompt.clone();
+            let (_, _, text) = completion(&one, echo_allowed, logprobs_allowed);
+            let mut choice = serde_json::from_str::<Value>(&text).unwrap()["choices"][0].clone();
+            choice["index"] = json!(index);
+            choices.push(choice);
+        }
+        return ok(json!({ "choices": choices }));
+    }
     let prompt = ids(body);
     if !logprobs_allowed {
         return ok(
@@ -362,9 +375,9 @@ fn a_dead_engine_loses_nothing_and_a_rerun_asks_only_for_the_rest() -> Result<()
         "what the dead engine answered is kept"
     );
     second.fill(&mut scorer, Some(&cache), &mut |_| Ok(()))?;
-    // Three prompts left, three requests each (top-K, and echo for two labels), after the
-    // detection's two (top-K and echo probes).
-    assert_eq!(engine.count("/v1/completions"), 2 + 3 * 3);
+    // Three prompts left, two requests each (top-K, and one echo of a list of the two
+    // labels it lacks), after the detection's two (top-K and echo probes).
+    assert_eq!(engine.count("/v1/completions"), 2 + 3 * 2);
     for (request, result) in requests().iter().zip(second.into_results()?) {
         let got: Vec<f64> = result.labels.iter().map(|l| l.logprob).collect();
         assert_eq!(got, expected(request));

@@ -228,16 +228,18 @@ impl DecoderScorer {
             .map(|(ids, _)| node_path(&trie, ids))
             .collect::<Result<_>>()?;
 
-        // Nodes inside a cached start, and the first sequence through each node.
+        // Nodes inside a cached start, and the first sequence through each node that
+        // holds all of it (a prompt that is a prefix of another ends inside the other's
+        // node).
         let mut precomputed = HashMap::new();
         let mut first_through = vec![usize::MAX; trie.len()];
         for (s, path) in paths.iter().enumerate() {
             for &node in path {
-                if first_through[node] == usize::MAX {
-                    first_through[node] = s;
-                }
                 let n = trie.node(node);
                 let end = n.start + n.tokens.len();
+                if first_through[node] == usize::MAX && sequences[s].0.len() >= end {
+                    first_through[node] = s;
+                }
                 if end <= cuts[s] && !precomputed.contains_key(&node) {
                     precomputed.insert(node, cache.range(&prefixes[s], n.start, n.tokens.len())?);
                 }

@@ -115,7 +115,31 @@ pub struct Echoed {
 }
 
 pub fn echoed(answer: &Value) -> Option<Echoed> {
-    let logprobs = logprobs(answer)?;
+    echoed_in(logprobs(answer)?)
+}
+
+/// The echoes of a request with `count` prompts: choice `index` k answers prompt k
+/// (engines may list the choices in any order); `None` for a prompt without one.
+pub fn echoed_choices(answer: &Value, count: usize) -> Vec<Option<Echoed>> {
+    let mut found: Vec<Option<Echoed>> = vec![None; count];
+    let choices = answer.get("choices").and_then(Value::as_array);
+    for (at, choice) in choices.into_iter().flatten().enumerate() {
+        let index = choice
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(at, |i| i as usize);
+        let echoed = choice
+            .get("logprobs")
+            .filter(|v| !v.is_null())
+            .and_then(echoed_in);
+        if let (Some(slot), Some(echoed)) = (found.get_mut(index), echoed) {
+            *slot = Some(echoed);
+        }
+    }
+    found
+}
+
+fn echoed_in(logprobs: &Value) -> Option<Echoed> {
     let values = logprobs.get("token_logprobs")?.as_array()?;
     let tokens = match logprobs.get("tokens").and_then(Value::as_array) {
         Some(tokens) => tokens
@@ -294,6 +318,21 @@ mod tests {
             "tokens": ["a", "b"], "token_logprobs": [null]}}]});
         assert!(positions(&uneven).is_none());
         assert_eq!(cached_prompt_tokens(&json!({})), 0);
+    }
+
+    #[test]
+    fn the_echoes_of_several_prompts_go_by_their_index() {
+        let answer = json!({"choices": [
+            {"index": 1, "logprobs": {"tokens": ["a", "b"], "token_logprobs": [null, -2.0]}},
+            {"index": 0, "logprobs": {"tokens": ["a", "c"], "token_logprobs": [null, -1.0]}}
+        ]});
+        let found = echoed_choices(&answer, 3);
+        assert_eq!(found[0].as_ref().unwrap().logprobs, vec![None, Some(-1.0)]);
+        assert_eq!(
+            found[1].as_ref().unwrap().tokens[1],
+            TokenKey::Text("b".into())
+        );
+        assert!(found[2].is_none(), "no choice for the third prompt");
     }
 
     #[test]

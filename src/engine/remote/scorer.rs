@@ -98,6 +98,8 @@ pub struct RemoteScorer {
     /// The engine takes prompts as text only (llama-cpp-python): each prompt's ids are
     /// decoded to text for it, and its echo is checked token by token against them.
     pub(super) text_prompts: bool,
+    /// The engine answers a list of prompts in one echo request (until it refuses).
+    echo_lists: std::sync::atomic::AtomicBool,
     progress: Progress,
 }
 
@@ -123,6 +125,7 @@ impl RemoteScorer {
             text_owners: OnceLock::new(),
             ids_named: None,
             text_prompts: false,
+            echo_lists: std::sync::atomic::AtomicBool::new(true),
             progress,
         }
     }
@@ -251,10 +254,74 @@ impl RemoteScorer {
             routes.ids,
             json!({"max_tokens": 1, "logprobs": 1, "echo": true}),
         )?;
+        let answer = self.completion(body)?;
+        self.read_echo(ids, tokens, replies::echoed(&answer))
+    }
+
+    /// `log P(tokens | ids)` for several `tokens` after one prompt: one request with the
+    /// list of sequences where the engine takes a list of prompts (an engine's batching
+    /// and prefix cache then compute the shared prompt once), else one request each.
+    fn echo_each(
+        &self,
+        ids: &[u32],
+        labels: &[&[u32]],
+        routes: Routes,
+    ) -> Result<Vec<Option<Vec<f64>>>> {
+        let batched =
+            labels.len() > 1 && !self.text_prompts && self.echo_lists.load(Ordering::Relaxed);
+        if batched {
+            let sequences: Vec<Vec<u32>> =
+                labels.iter().map(|label| [ids, label].concat()).collect();
+            let mut body = self.body(
+                ids,
+                routes.ids,
+                json!({"max_tokens": 1, "logprobs": 1, "echo": true}),
+            )?;
+            body["prompt"] = json!(sequences);
+            match self.completion(body) {
+                Ok(answer) => {
+                    let found = replies::echoed_choices(&answer, labels.len());
+                    if found.iter().all(Option::is_some) {
+                        return found
+                            .into_iter()
+                            .zip(labels)
+                            .map(|(echoed, label)| self.read_echo(ids, label, echoed))
+                            .collect();
+                    }
+                    // Fewer answers than prompts: this engine reads one prompt a call.
+                    self.echo_lists.store(false, Ordering::Relaxed);
+                }
+                Err(error)
+                    if crate::engine::error_kind(&error)
+                        == crate::engine::ErrorKind::BadRequest
+                        || mentions(&error, "validation error") =>
+                {
+                    self.forgive_probe();
+                    self.echo_lists.store(false, Ordering::Relaxed);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        labels
+            .iter()
+            .map(|label| self.echo(ids, label, routes))
+            .collect()
+    }
+
+    /// The log-probs of `tokens` (sent after `ids`) in an echo; `None` where the engine
+    /// echoed no log-probabilities.
+    fn read_echo(
+        &self,
+        ids: &[u32],
+        tokens: &[u32],
+        echoed: Option<Echoed>,
+    ) -> Result<Option<Vec<f64>>> {
+        let mut sequence = ids.to_vec();
+        sequence.extend_from_slice(tokens);
         let Some(Echoed {
             tokens: echoed,
             logprobs,
-        }) = replies::echoed(&self.completion(body)?)
+        }) = echoed
         else {
             return Ok(None);
         };
@@ -400,6 +467,18 @@ impl RemoteScorer {
                 }
             }
         }
+        let mut echoed = Vec::new().into_iter();
+        if routes.echo {
+            let missing: Vec<&[u32]> = scores
+                .iter()
+                .zip(labels)
+                .filter(|(slot, _)| slot.is_none())
+                .map(|(_, label)| label.as_slice())
+                .collect();
+            if !missing.is_empty() {
+                echoed = self.echo_each(ids, &missing, routes)?.into_iter();
+            }
+        }
         let mut results = Vec::with_capacity(labels.len());
         for (slot, label) in scores.into_iter().zip(labels) {
             let logprob = match slot {
@@ -409,7 +488,7 @@ impl RemoteScorer {
                 }
                 None if routes.echo => {
                     self.counts.echo.fetch_add(1, Ordering::Relaxed);
-                    let values = self.echo(ids, label, routes)?.ok_or_else(|| {
+                    let values = echoed.next().flatten().ok_or_else(|| {
                         anyhow!("the engine stopped echoing prompt log-probabilities")
                     })?;
                     values.iter().sum()
