@@ -300,19 +300,12 @@ impl RemoteScorer {
         };
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by(|&a, &b| prompts[a].cmp(&prompts[b]));
-        let mut slots: Vec<Option<CompletionResult>> = vec![None; requests.len()];
         let this = &*self;
-        this.in_parallel(
+        this.collect_in_parallel(
             &order,
+            requests.len(),
             &|index| this.complete_one(&requests[index], &prompts[index], ids_named),
-            &mut |index, result| {
-                slots[index] = Some(result);
-                Ok(())
-            },
-        )?;
-        slots
-            .into_iter()
-            .map(|slot| slot.context("a completion got no answer"))
-            .collect()
+            "a completion",
+        )
     }
 }

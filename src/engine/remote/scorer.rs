@@ -728,6 +728,28 @@ impl RemoteScorer {
     }
 }
 
+impl RemoteScorer {
+    /// [`Self::in_parallel`] over every index of `0..count` in `order`, the answers
+    /// collected in index order; `what` names an answer missing.
+    pub(super) fn collect_in_parallel<T: Send>(
+        &self,
+        order: &[usize],
+        count: usize,
+        work: &(dyn Fn(usize) -> Result<T> + Sync),
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let mut slots: Vec<Option<T>> = (0..count).map(|_| None).collect();
+        self.in_parallel(order, work, &mut |index, value| {
+            slots[index] = Some(value);
+            Ok(())
+        })?;
+        slots
+            .into_iter()
+            .map(|slot| slot.with_context(|| format!("{what} got no answer")))
+            .collect()
+    }
+}
+
 /// Whether an engine refused a prompt of token ids: a refusal or a validation error
 /// naming `prompt` (llama-cpp-python's server answers 500 with pydantic's "Input should
 /// be a valid string": its prompts are strings).
@@ -825,10 +847,10 @@ impl Scorer for RemoteScorer {
             ids: self.routes.is_some_and(|r| r.ids),
         };
         let order: Vec<usize> = (0..items.len()).collect();
-        let mut slots: Vec<Option<ContinuationResult>> = vec![None; items.len()];
         let this = &*self;
-        this.in_parallel(
+        this.collect_in_parallel(
             &order,
+            items.len(),
             &|index| {
                 let (ids, tokens) = &items[index];
                 if tokens.is_empty() {
@@ -848,15 +870,8 @@ impl Scorer for RemoteScorer {
                     token_logprobs,
                 })
             },
-            &mut |index, result| {
-                slots[index] = Some(result);
-                Ok(())
-            },
-        )?;
-        slots
-            .into_iter()
-            .map(|s| s.context("a continuation got no answer"))
-            .collect()
+            "a continuation",
+        )
     }
 
     fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
@@ -872,10 +887,10 @@ impl Scorer for RemoteScorer {
             bodies.push(self.body(&ids, false, fields)?);
         }
         let order: Vec<usize> = (0..requests.len()).collect();
-        let mut slots: Vec<Option<Generation>> = vec![None; requests.len()];
         let this = &*self;
-        this.in_parallel(
+        this.collect_in_parallel(
             &order,
+            requests.len(),
             &|index| {
                 let answer = this.completion(bodies[index].clone())?;
                 let (text, finish) = replies::generated(&answer)
@@ -887,15 +902,8 @@ impl Scorer for RemoteScorer {
                     finish,
                 })
             },
-            &mut |index, generation| {
-                slots[index] = Some(generation);
-                Ok(())
-            },
-        )?;
-        slots
-            .into_iter()
-            .map(|s| s.context("a generation got no answer"))
-            .collect()
+            "a generation",
+        )
     }
 
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
