@@ -766,3 +766,34 @@ fn an_echo_that_disagrees_with_the_top_k_is_not_trusted() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn an_engine_that_takes_one_prompt_a_request_gets_its_echoes_one_by_one() -> Result<()> {
+    let engine = FakeEngine::start(Arc::new(|path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" if body["prompt"][0].is_array() => (
+            400,
+            Vec::new(),
+            r#"{"error":{"message":"prompt: one prompt per request"}}"#.into(),
+        ),
+        "/v1/completions" => completion(body, true, true),
+        _ => (404, Vec::new(), String::new()),
+    }));
+    let mut one_at_a_time = options(&engine.base, "fake", &fixture());
+    one_at_a_time.settings.concurrency = 1;
+    let mut scorer = remote::connect(one_at_a_time)?;
+    let requests = requests();
+    let got = logprobs(&mut scorer, &requests)?;
+    for (request, got) in requests.iter().zip(&got) {
+        assert_eq!(got, &expected(request));
+    }
+    // Detection's two probes; the first prompt's list refused once, then every prompt:
+    // top-K and one echo for each of its two labels outside it.
+    assert_eq!(engine.count("/v1/completions"), 2 + 1 + 6 * 3);
+    assert!(
+        scorer.summary().contains("0 failed"),
+        "{}",
+        scorer.summary()
+    );
+    Ok(())
+}
