@@ -252,8 +252,7 @@ impl RemoteScorer {
             }
             _ => {
                 if request.prompt_logprobs {
-                    let positions = replies::positions(&answer).unwrap_or_default();
-                    let made = positions[ids.len().min(positions.len())..]
+                    let made = generated_positions
                         .iter()
                         .map(|p| self.id_of(&p.token))
                         .collect::<Result<Vec<u32>>>()?;
