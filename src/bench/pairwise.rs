@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::calibration::{calibrate_model_shapes, ShapeCalibration};
 use crate::data::Context;
-use crate::engine::{DecoderScorer, Scorer, Strategy};
+use crate::engine::{DecoderScorer, LabelRequest, Scorer, Strategy};
 use crate::judge::pairwise::run::{pairwise_labels, plan_context};
 use crate::judge::pairwise::{first_wins, CompareOptions, PairwiseTemplate};
 use crate::judge::{Attribute, Task};
@@ -212,13 +212,15 @@ fn strategy_name(strategy: Strategy) -> &'static str {
     }
 }
 
-/// Run every context's full comparison set (template c1, coherence) once per strategy.
-/// `on_progress(strategy, done_docs)` is called after each document.
+/// Run every context's full comparison set (template c1, coherence) once per strategy,
+/// in the scorer calls `compare` makes (all contexts in one where the scorer batches
+/// across contexts, see [`Scorer::batches_across_contexts`]).
+/// `on_progress(strategy, done, comparisons)` is called after each comparison.
 pub fn bench_pairwise(
     scorer: &mut DecoderScorer,
     contexts: &[Context],
     strategies: &[Strategy],
-    on_progress: &mut dyn FnMut(Strategy, usize),
+    on_progress: &mut dyn FnMut(Strategy, usize, usize),
 ) -> Result<PairwiseBench> {
     if contexts.is_empty() {
         bail!("the benchmark needs at least one document");
@@ -241,7 +243,11 @@ pub fn bench_pairwise(
         .iter()
         .map(|context| plan_context(scorer, context, &options, &labels))
         .collect::<Result<Vec<_>>>()?;
-    let comparisons = plans.iter().map(|p| p.labels.len()).sum();
+    let requests: Vec<LabelRequest> = plans
+        .iter()
+        .flat_map(|plan| plan.labels.requests().iter().cloned())
+        .collect();
+    let comparisons = requests.len();
     let documents = contexts
         .iter()
         .zip(&plans)
@@ -259,15 +265,29 @@ pub fn bench_pairwise(
         scorer.reset_stats();
         reset_peak_rss();
         let start = Instant::now();
-        let mut p_a = Vec::with_capacity(comparisons);
-        for (done, plan) in plans.iter().enumerate() {
-            let results = scorer.label_logprobs(plan.labels.requests())?;
-            for result in &results {
-                p_a.push(first_wins(result)?.0);
-            }
-            on_progress(strategy, done + 1);
+        // The calls `compare` makes: one for all documents where the scorer batches
+        // across contexts (the level plan: one trie for the run), else one per document.
+        let calls: Vec<usize> = if scorer.batches_across_contexts() {
+            vec![comparisons]
+        } else {
+            plans.iter().map(|plan| plan.labels.len()).collect()
+        };
+        let mut p_a = vec![f64::NAN; comparisons];
+        let (mut done, mut offset) = (0, 0);
+        for length in calls {
+            let call = &requests[offset..offset + length];
+            scorer.label_logprobs_each(call, &mut |index, result| {
+                p_a[offset + index] = first_wins(&result)?.0;
+                done += 1;
+                on_progress(strategy, done, comparisons);
+                Ok(())
+            })?;
+            offset += length;
         }
         let seconds = start.elapsed().as_secs_f64();
+        if let Some(missing) = p_a.iter().position(|p| p.is_nan()) {
+            bail!("the {strategy:?} run gave no result for comparison {missing}");
+        }
         let stats = scorer.stats();
         let counted = scorer.plan() == crate::engine::decoder::tree_eval::Plan::Levels;
         runs.push(StrategyRun {

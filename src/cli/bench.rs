@@ -118,16 +118,23 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         Mode::Tree => vec![Strategy::Tree],
         Mode::Both => vec![Strategy::Naive, Strategy::Tree],
     };
-    let bar = ProgressBar::new((strategies.len() * contexts.len()) as u64);
+    let bar = ProgressBar::new(0);
     if let Ok(style) =
         ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} {msg}")
     {
         bar.set_style(style.progress_chars("=> "));
     }
-    let result = bench_pairwise(&mut scorer, &contexts, &strategies, &mut |strategy, _| {
-        bar.set_message(format!("documents ({strategy:?})"));
-        bar.inc(1);
-    })?;
+    let runs = strategies.len() as u64;
+    let result = bench_pairwise(
+        &mut scorer,
+        &contexts,
+        &strategies,
+        &mut |strategy, _, comparisons| {
+            bar.set_length(runs * comparisons as u64);
+            bar.set_message(format!("comparisons ({strategy:?})"));
+            bar.inc(1);
+        },
+    )?;
     bar.finish_and_clear();
     let last = result
         .runs

@@ -23,7 +23,7 @@ use super::analyze::{ScoreRow, ORIGINAL};
 use super::perturb::{PerturbRow, Status};
 use super::task::DhpTask;
 use crate::data::{Candidate, Context};
-use crate::engine::runner::{plan_label, LabelPlan};
+use crate::engine::runner::{plan_labels, LabelPlan};
 use crate::engine::{LabelResult, ResultCache, Scorer};
 use crate::judge::geval::{Criteria, StepsSource};
 use crate::judge::pairwise::template::{first_wins, Fill, PairwiseTemplate};
@@ -314,7 +314,7 @@ fn pairwise(
     let conventions = scorer.info().conventions.clone();
     let item = item_noun(task);
     let question = format!("Which {item} is more {}", adjective(metric));
-    let mut plan = LabelPlan::new();
+    let mut requests = Vec::new();
     // (context index, candidate index) of each request pair
     let mut pairs: Vec<(usize, usize)> = Vec::new();
     for (ci, context) in contexts.iter().enumerate() {
@@ -330,11 +330,14 @@ fn pairwise(
                     question: &question,
                     context_label: "Passage",
                 };
-                let request = template.request(&conventions, &fill);
-                plan.push(plan_label(scorer, &template_id, request, None)?);
+                requests.push(template.request(&conventions, &fill));
             }
             pairs.push((ci, k));
         }
+    }
+    let mut plan = LabelPlan::new();
+    for planned in plan_labels(scorer, &template_id, requests, None) {
+        plan.push(planned?);
     }
     plan.lookup(cache)?;
     plan.fill(scorer, cache, &mut |_| Ok(()))?;

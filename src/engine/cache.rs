@@ -85,6 +85,8 @@ pub fn prompt_hash(prompt: &TokenPrompt) -> String {
 pub struct ResultCache {
     connection: Connection,
     location: String,
+    /// The file, for a second connection ([`super::cache_writer`]); `None` in memory.
+    path: Option<PathBuf>,
 }
 
 const SCHEMA: &str = "
@@ -129,8 +131,10 @@ impl ResultCache {
         let connection = Connection::open(path)
             .map_err(|e| name(e, &location))
             .with_context(|| format!("cannot open result cache {location}"))?;
-        Self::setup(connection, location.clone())
-            .with_context(|| format!("cannot use result cache {location}"))
+        let mut cache = Self::setup(connection, location.clone())
+            .with_context(|| format!("cannot use result cache {location}"))?;
+        cache.path = Some(path.to_path_buf());
+        Ok(cache)
     }
 
     /// A cache that lives only as long as this value (tests, `--no-cache` dry runs).
@@ -154,12 +158,35 @@ impl ResultCache {
         Ok(Self {
             connection,
             location,
+            path: None,
         })
     }
 
     /// Where the cache lives (a path, or `:memory:`).
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// The cache's file (`None` for a cache in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Another connection to this cache's file, set up as [`Self::open`] sets up its own
+    /// (for a writer on another thread).
+    pub(super) fn reopen(&self) -> Result<Connection> {
+        let path = self
+            .path
+            .as_deref()
+            .context("a result cache in memory has no second connection")?;
+        let connection = Connection::open(path)
+            .map_err(|e| name(e, &self.location))
+            .with_context(|| format!("cannot open result cache {}", self.location))?;
+        connection.busy_timeout(Duration::from_secs(30))?;
+        connection
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| name(e, &self.location))?;
+        Ok(connection)
     }
 
     /// The stored result for `key`, if any.
@@ -211,40 +238,12 @@ impl ResultCache {
 
     /// Store (or replace) the result for `key`: one transaction.
     pub fn put(&self, key: &CacheKey, result: &LabelResult) -> Result<()> {
-        if result.labels.len() != key.labels.len() {
-            bail!(
-                "result has {} labels but its key {}",
-                result.labels.len(),
-                key.labels.len()
-            );
-        }
-        let blob: Vec<u8> = result
-            .labels
-            .iter()
-            .flat_map(|label| label.logprob.to_le_bytes())
-            .collect();
-        let named = |e| name(e, &self.location);
-        let mut statement = self
-            .connection
-            .prepare_cached(
-                "INSERT OR REPLACE INTO label_results
-             (model, template, prompt, labels, logprobs, label_mass, prompt_tokens)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .map_err(named)?;
-        statement
-            .execute(params![
-                key.model,
-                key.template,
-                key.prompt,
-                key.labels_text(),
-                blob,
-                result.label_mass(),
-                i64::try_from(result.prompt_tokens).unwrap_or(i64::MAX),
-            ])
-            .map_err(named)
-            .with_context(|| format!("cannot write result cache {}", self.location))?;
-        Ok(())
+        insert_label(&self.connection, &self.location, key, result)
+    }
+
+    /// Store (or replace) every `(key, result)` in one transaction: all or none of them.
+    pub fn put_all(&self, entries: &[(CacheKey, LabelResult)]) -> Result<()> {
+        write_all(&self.connection, &self.location, entries)
     }
 
     /// The text stored under `(model, kind, key)`, if any.
@@ -291,6 +290,66 @@ impl ResultCache {
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
     }
+}
+
+/// `INSERT OR REPLACE` one label result through `connection` (its own transaction
+/// unless one is open).
+pub(super) fn insert_label(
+    connection: &Connection,
+    location: &str,
+    key: &CacheKey,
+    result: &LabelResult,
+) -> Result<()> {
+    if result.labels.len() != key.labels.len() {
+        bail!(
+            "result has {} labels but its key {}",
+            result.labels.len(),
+            key.labels.len()
+        );
+    }
+    let blob: Vec<u8> = result
+        .labels
+        .iter()
+        .flat_map(|label| label.logprob.to_le_bytes())
+        .collect();
+    let named = |e| name(e, location);
+    let mut statement = connection
+        .prepare_cached(
+            "INSERT OR REPLACE INTO label_results
+             (model, template, prompt, labels, logprobs, label_mass, prompt_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(named)?;
+    statement
+        .execute(params![
+            key.model,
+            key.template,
+            key.prompt,
+            key.labels_text(),
+            blob,
+            result.label_mass(),
+            i64::try_from(result.prompt_tokens).unwrap_or(i64::MAX),
+        ])
+        .map_err(named)
+        .with_context(|| format!("cannot write result cache {location}"))?;
+    Ok(())
+}
+
+/// [`insert_label`] for every entry, in one transaction.
+pub(super) fn write_all(
+    connection: &Connection,
+    location: &str,
+    entries: &[(CacheKey, LabelResult)],
+) -> Result<()> {
+    let named = |e| name(e, location);
+    let transaction = connection.unchecked_transaction().map_err(named)?;
+    for (key, result) in entries {
+        insert_label(&transaction, location, key, result)?;
+    }
+    transaction
+        .commit()
+        .map_err(named)
+        .with_context(|| format!("cannot write result cache {location}"))
 }
 
 #[cfg(test)]

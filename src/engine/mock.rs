@@ -32,6 +32,8 @@ pub type GenerationScript = Box<dyn FnMut(&str) -> Result<String> + Send>;
 /// Call counters shared with the test (clone before moving the mock away).
 #[derive(Debug, Clone, Default)]
 pub struct MockCalls {
+    /// Scorer calls for labels (one call may carry many requests).
+    pub label_calls: Arc<AtomicUsize>,
     pub label_requests: Arc<AtomicUsize>,
     pub continuation_requests: Arc<AtomicUsize>,
     pub generations: Arc<AtomicUsize>,
@@ -40,6 +42,9 @@ pub struct MockCalls {
 impl MockCalls {
     pub fn labels(&self) -> usize {
         self.label_requests.load(Ordering::SeqCst)
+    }
+    pub fn label_calls(&self) -> usize {
+        self.label_calls.load(Ordering::SeqCst)
     }
     pub fn continuations(&self) -> usize {
         self.continuation_requests.load(Ordering::SeqCst)
@@ -262,6 +267,7 @@ impl Scorer for MockScorer {
         requests: &[LabelRequest],
         on_result: &mut dyn FnMut(usize, LabelResult) -> Result<()>,
     ) -> Result<()> {
+        self.calls.label_calls.fetch_add(1, Ordering::SeqCst);
         for (index, request) in requests.iter().enumerate() {
             let text = self.text_of(&request.prompt)?;
             let label_texts = request

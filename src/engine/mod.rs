@@ -7,6 +7,7 @@ pub mod cache;
 pub mod cache_fault;
 pub mod cache_pages;
 pub mod cache_repair;
+pub mod cache_writer;
 pub mod completion;
 pub mod decoder;
 pub mod error;
@@ -34,6 +35,8 @@ pub use error::{error_kind, EngineError, ErrorKind};
 pub use load::{load_decoder, load_resolved, load_scorer, load_t5, model_info, LoadOptions};
 pub use mock::MockScorer;
 pub use request::*;
-pub use runner::{generate_cached, plan_label, LabelPlan, PlannedLabel};
+pub use runner::{
+    fill_together, generate_cached, plan_label, plan_labels, LabelPlan, PlannedLabel,
+};
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 pub use t5_scorer::T5Scorer;

@@ -26,7 +26,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::cache::{prompt_hash, CacheKey, ResultCache};
-use super::request::{Generation, GenerationRequest, Label, LabelRequest, LabelResult, Prompt};
+use super::cache_writer::CacheWriter;
+use super::request::{
+    Generation, GenerationRequest, Label, LabelRequest, LabelResult, Prompt, TokenPrompt,
+};
 use super::scorer::Scorer;
 
 /// A label request tokenised and keyed, ready for a [`LabelPlan`].
@@ -43,28 +46,60 @@ pub struct PlannedLabel {
 pub fn plan_label(
     scorer: &dyn Scorer,
     template: &str,
-    mut request: LabelRequest,
+    request: LabelRequest,
     labels: Option<&[Vec<u32>]>,
 ) -> Result<PlannedLabel> {
-    let tokens = scorer
-        .encode_prompt(&request.prompt)
-        .context("cannot encode the prompt")?;
-    let labels = match labels {
-        Some(ids) => ids.to_vec(),
-        None => request
-            .labels
-            .iter()
-            .map(|label| {
-                scorer
-                    .encode_label(label)
-                    .with_context(|| format!("cannot encode label {label:?}"))
-            })
-            .collect::<Result<Vec<_>>>()?,
-    };
-    let key = CacheKey::new(&scorer.info().fingerprint, template, &tokens, labels);
-    request.prompt = Prompt::Tokens(tokens);
-    request.labels = key.labels.iter().cloned().map(Label::Tokens).collect();
-    Ok(PlannedLabel { request, key })
+    plan_labels(scorer, template, vec![request], labels)
+        .pop()
+        .context("planning one request gave no plan")?
+}
+
+/// A request with its prompt's and labels' token ids, before its key is hashed.
+type Encoded = (LabelRequest, TokenPrompt, Vec<Vec<u32>>);
+
+/// [`plan_label`] for every request, in order: the prompts tokenised together
+/// ([`Scorer::encode_prompts`], on every core where the scorer tokenises here) and
+/// their keys hashed in parallel. Each request's plan or error is its own.
+pub fn plan_labels(
+    scorer: &dyn Scorer,
+    template: &str,
+    requests: Vec<LabelRequest>,
+    labels: Option<&[Vec<u32>]>,
+) -> Vec<Result<PlannedLabel>> {
+    use rayon::prelude::*;
+    let prompts: Vec<&Prompt> = requests.iter().map(|request| &request.prompt).collect();
+    let tokens = scorer.encode_prompts(&prompts);
+    let encoded: Vec<Result<Encoded>> = requests
+        .into_iter()
+        .zip(tokens)
+        .map(|(request, tokens)| {
+            let tokens = tokens.context("cannot encode the prompt")?;
+            let labels = match labels {
+                Some(ids) => ids.to_vec(),
+                None => request
+                    .labels
+                    .iter()
+                    .map(|label| {
+                        scorer
+                            .encode_label(label)
+                            .with_context(|| format!("cannot encode label {label:?}"))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            };
+            Ok((request, tokens, labels))
+        })
+        .collect();
+    let fingerprint = scorer.info().fingerprint.as_str();
+    encoded
+        .into_par_iter()
+        .map(|encoded| {
+            let (mut request, tokens, labels) = encoded?;
+            let key = CacheKey::new(fingerprint, template, &tokens, labels);
+            request.prompt = Prompt::Tokens(tokens);
+            request.labels = key.labels.iter().cloned().map(Label::Tokens).collect();
+            Ok(PlannedLabel { request, key })
+        })
+        .collect()
 }
 
 /// Planned label requests and their results so far (from the cache or the scorer).
@@ -138,10 +173,11 @@ impl LabelPlan {
 
     /// Compute the missing results with one scorer call: equal keys asked once, known
     /// results passed as done (so batches are those of an uninterrupted run), each result
-    /// stored in `cache` as it arrives and copied to every slot with its key;
-    /// `on_result(index)` runs once per slot filled, after the result is stored (an error
-    /// from it, e.g. [`crate::progress::Interrupted`], stops the call there). Returns the
-    /// number of distinct requests computed.
+    /// handed to `cache`'s writer as it arrives (stored off this thread, a pass's burst in
+    /// one transaction, all of it before this returns) and copied to every slot with its
+    /// key; `on_result(index)` runs once per slot filled (an error from it, e.g.
+    /// [`crate::progress::Interrupted`], stops the call there). Returns the number of
+    /// distinct requests computed.
     pub fn fill(
         &mut self,
         scorer: &mut dyn Scorer,
@@ -166,13 +202,14 @@ impl LabelPlan {
             unique.iter().map(|&i| self.requests[i].clone()).collect();
         let results = &mut self.results;
         let keys = &self.keys;
-        scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
+        let mut writer = cache.map(CacheWriter::new).transpose()?;
+        let scored = scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
             let index = *unique
                 .get(k)
                 .with_context(|| format!("scorer answered request {k} of {}", unique.len()))?;
             let key = &keys[index];
-            if let Some(cache) = cache {
-                cache.put(key, &result)?;
+            if let Some(writer) = writer.as_mut() {
+                writer.put(key, &result)?;
             }
             for &slot in &copies[key] {
                 if results[slot].is_none() {
@@ -181,8 +218,23 @@ impl LabelPlan {
                 }
             }
             Ok(())
-        })?;
+        });
+        // Everything handed to the writer is stored before the call's outcome is known,
+        // also when it failed (a resumed run needs no result twice).
+        let stored = writer.map(CacheWriter::finish).transpose();
+        scored?;
+        stored?;
         Ok(missing)
+    }
+
+    /// Take the first `count` requests off the front, with their keys and results.
+    fn split_front(&mut self, count: usize) -> LabelPlan {
+        let count = count.min(self.len());
+        LabelPlan {
+            requests: self.requests.drain(..count).collect(),
+            keys: self.keys.drain(..count).collect(),
+            results: self.results.drain(..count).collect(),
+        }
     }
 
     /// Every result, in plan order; an error names the first request without one.
@@ -198,6 +250,43 @@ impl LabelPlan {
     pub fn into_partial_results(self) -> Vec<Option<LabelResult>> {
         self.results
     }
+}
+
+/// [`LabelPlan::fill`] for the plans of a run's contexts. Where the scorer batches
+/// across contexts ([`Scorer::batches_across_contexts`]: the level plan, an engine) the
+/// plans are joined in order into one call, so the scorer builds one prefix trie for the
+/// whole run and cuts its passes across contexts (as a GPU wants them, and an engine's
+/// concurrency); the results go back to the plan each request came from, also when the
+/// call fails midway (what was computed stays, as it stays in the cache). Otherwise
+/// each plan is its own call, in order. `on_result(index)` counts across the plans.
+/// Returns the distinct requests computed.
+pub fn fill_together<'a>(
+    plans: impl IntoIterator<Item = &'a mut LabelPlan>,
+    scorer: &mut dyn Scorer,
+    cache: Option<&ResultCache>,
+    on_result: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<usize> {
+    let mut plans: Vec<&mut LabelPlan> = plans.into_iter().collect();
+    if !scorer.batches_across_contexts() {
+        let mut computed = 0;
+        let mut offset = 0;
+        for plan in plans {
+            let length = plan.len();
+            computed += plan.fill(scorer, cache, &mut |index| on_result(offset + index))?;
+            offset += length;
+        }
+        return Ok(computed);
+    }
+    let lengths: Vec<usize> = plans.iter().map(|plan| plan.len()).collect();
+    let mut joined = LabelPlan::new();
+    for plan in &mut plans {
+        joined.append(std::mem::take(*plan));
+    }
+    let outcome = joined.fill(scorer, cache, on_result);
+    for (plan, length) in plans.into_iter().zip(lengths) {
+        *plan = joined.split_front(length);
+    }
+    outcome
 }
 
 /// What determines a generation besides the model: hashed into its cache key.
@@ -323,6 +412,74 @@ mod tests {
             0
         );
         assert_eq!(second.into_results().unwrap()[1], results[0]);
+    }
+
+    #[test]
+    fn plans_filled_together_make_one_scorer_call_and_get_their_own_results() {
+        let mut scorer = MockScorer::new();
+        let calls = scorer.calls();
+        let cache = ResultCache::in_memory().unwrap();
+        // "two" is in both plans and already cached by the third: asked at most once.
+        let mut cached = plan(&scorer, &["two"]);
+        cached
+            .fill(&mut scorer, Some(&cache), &mut |_| Ok(()))
+            .unwrap();
+        let before = (calls.label_calls(), calls.labels());
+        let mut plans = vec![
+            plan(&scorer, &["one", "two"]),
+            plan(&scorer, &["three"]),
+            plan(&scorer, &["two", "four", "one"]),
+        ];
+        for p in &mut plans {
+            p.lookup(Some(&cache)).unwrap();
+        }
+        let mut filled = 0;
+        let computed = fill_together(&mut plans, &mut scorer, Some(&cache), &mut |_| {
+            filled += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(calls.label_calls() - before.0, 1, "one scorer call");
+        assert_eq!(computed, 3, "one, three and four; two was cached");
+        assert_eq!(calls.labels() - before.1, 3);
+        assert_eq!(filled, 4, "every slot not known before is counted");
+        let lengths: Vec<usize> = plans.iter().map(LabelPlan::len).collect();
+        assert_eq!(lengths, [2, 1, 3]);
+        // Each plan's results are those of its own prompts, as one plan alone gets them.
+        let results: Vec<Vec<LabelResult>> = plans
+            .into_iter()
+            .map(|p| p.into_results().unwrap())
+            .collect();
+        let alone = |text: &str| {
+            let mut own = plan(&MockScorer::new(), &[text]);
+            own.fill(&mut MockScorer::new(), None, &mut |_| Ok(()))
+                .unwrap();
+            own.into_results().unwrap().remove(0)
+        };
+        assert_eq!(results[0], [alone("one"), alone("two")]);
+        assert_eq!(results[1], [alone("three")]);
+        assert_eq!(results[2], [alone("two"), alone("four"), alone("one")]);
+    }
+
+    #[test]
+    fn plans_filled_together_keep_what_was_computed_when_the_call_stops() {
+        let mut scorer = MockScorer::new();
+        let mut plans = vec![plan(&scorer, &["one", "two"]), plan(&scorer, &["three"])];
+        let mut answered = 0;
+        let stopped = fill_together(&mut plans, &mut scorer, None, &mut |_| {
+            answered += 1;
+            if answered == 2 {
+                anyhow::bail!("interrupted");
+            }
+            Ok(())
+        });
+        assert!(stopped.is_err());
+        assert_eq!(
+            plans[0].missing(),
+            0,
+            "both answers of the first plan are kept"
+        );
+        assert_eq!((plans[1].len(), plans[1].missing()), (1, 1));
     }
 
     #[test]

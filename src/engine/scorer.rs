@@ -55,6 +55,37 @@ pub trait Scorer: Send {
     /// The prompt's token ids (chat template and tokeniser applied).
     fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt>;
 
+    /// Whether one call may carry the requests of every context of a run (one prefix
+    /// trie, passes cut across contexts). Batches can move a result's last bits (a
+    /// matrix product's blocking follows its row count), so a scorer whose results must
+    /// not depend on the other contexts of a run (the CPU's depth-first trie: a shard of
+    /// a run then gives the bytes of the whole run) answers `false` and gets one call per
+    /// context ([`crate::engine::runner::fill_together`]).
+    fn batches_across_contexts(&self) -> bool {
+        true
+    }
+
+    /// Where this scorer sends its notes from now on (the Python package gives each call
+    /// its own channel). Scorers that note nothing ignore it.
+    fn report_to(&mut self, _progress: crate::progress::Progress) {}
+
+    /// One line on the work so far of a scorer that talks to something outside this
+    /// process (an engine's requests, retries and routes), for the end of a call;
+    /// `None` for a model loaded here.
+    fn usage_line(&self) -> Option<String> {
+        None
+    }
+
+    /// [`Self::encode_prompt`] of every prompt, in order. Scorers that tokenise on this
+    /// machine do it on every core: a run's prompts are tokenised before its first pass,
+    /// and a GPU waits for them.
+    fn encode_prompts(&self, prompts: &[&Prompt]) -> Vec<Result<TokenPrompt>> {
+        prompts
+            .iter()
+            .map(|prompt| self.encode_prompt(prompt))
+            .collect()
+    }
+
     /// A label's token ids; an empty label is an error.
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>>;
 

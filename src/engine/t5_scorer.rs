@@ -188,6 +188,20 @@ impl Scorer for T5Scorer {
         })
     }
 
+    /// Batches are cut by length across the requests of a call: one call per context
+    /// keeps a context's answers independent of the rest of the run.
+    fn batches_across_contexts(&self) -> bool {
+        false
+    }
+
+    fn encode_prompts(&self, prompts: &[&Prompt]) -> Vec<Result<TokenPrompt>> {
+        use rayon::prelude::*;
+        prompts
+            .par_iter()
+            .map(|prompt| self.encode_prompt(prompt))
+            .collect()
+    }
+
     fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt> {
         match prompt {
             Prompt::Text { text, chat } => {

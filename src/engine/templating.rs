@@ -55,6 +55,20 @@ pub fn encode_prompt(
     }
 }
 
+/// [`encode_prompt`] of every prompt, in parallel on the rayon pool, in order.
+pub fn encode_prompts(
+    chat: &ChatTemplate,
+    tokenizer: &TextTokenizer,
+    model_name: &str,
+    prompts: &[&Prompt],
+) -> Vec<Result<TokenPrompt>> {
+    use rayon::prelude::*;
+    prompts
+        .par_iter()
+        .map(|prompt| encode_prompt(chat, tokenizer, model_name, prompt))
+        .collect()
+}
+
 /// A conversation through the chat template, as a plain prompt.
 pub fn conversation_prompt(
     chat: &ChatTemplate,

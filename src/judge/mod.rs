@@ -27,3 +27,34 @@ pub use scoring::{
     resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, ScoreMethod,
     ScoreOptions, ScoreRun, ScoredCandidate,
 };
+
+/// The contexts whose requests are not all answered, for an error: `` `id` (k of n
+/// missing)``, the first few by name.
+pub(crate) fn unfinished<'a>(
+    contexts: &[crate::data::Context],
+    plans: impl Iterator<Item = &'a crate::engine::LabelPlan>,
+) -> String {
+    const NAMED: usize = 5;
+    let open: Vec<String> = contexts
+        .iter()
+        .zip(plans)
+        .filter(|(_, plan)| plan.missing() > 0)
+        .map(|(context, plan)| {
+            format!(
+                "`{}` ({} of {} missing)",
+                context.id,
+                plan.missing(),
+                plan.len()
+            )
+        })
+        .collect();
+    match open.len() {
+        0 => "every context answered".to_string(),
+        n if n <= NAMED => format!("unanswered: {}", open.join(", ")),
+        n => format!(
+            "unanswered: {}, and {} more",
+            open[..NAMED].join(", "),
+            n - NAMED
+        ),
+    }
+}

@@ -25,7 +25,7 @@ use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
 use super::scale::{ScoreDistribution, ScoreScale};
 use crate::data::{Candidate, Context};
-use crate::engine::runner::{plan_label, LabelPlan};
+use crate::engine::runner::{fill_together, plan_labels, LabelPlan};
 use crate::engine::{LabelRequest, ResultCache, Scorer};
 use crate::progress::Progress;
 use crate::stats::Item;
@@ -291,12 +291,19 @@ fn plan_context(
     template: &str,
     context: &Context,
 ) -> Result<LabelPlan> {
+    let requests = context
+        .candidates
+        .iter()
+        .map(|candidate| {
+            method
+                .label_request(scorer, context, candidate)
+                .with_context(|| format!("candidate `{}`", candidate.id))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut plan = LabelPlan::new();
-    for candidate in &context.candidates {
-        let request = method
-            .label_request(scorer, context, candidate)
-            .with_context(|| format!("candidate `{}`", candidate.id))?;
-        plan.push(plan_label(scorer, template, request, None)?);
+    let planned = plan_labels(scorer, template, requests, None);
+    for (planned, candidate) in planned.into_iter().zip(&context.candidates) {
+        plan.push(planned.with_context(|| format!("candidate `{}`", candidate.id))?);
     }
     Ok(plan)
 }
@@ -366,11 +373,16 @@ pub fn run_scoring(
                 plans.push(plan);
             }
             bar.advance(run.cached as u64);
-            for (context, plan) in contexts.iter().zip(&mut plans) {
-                run.computed += plan
-                    .fill(scorer, cache, &mut |_| bar.step(1))
-                    .with_context(|| format!("context `{}`", context.id))?;
-            }
+            let asked: usize = plans.iter().map(LabelPlan::len).sum();
+            run.computed += fill_together(&mut plans, scorer, cache, &mut |_| bar.step(1))
+                .with_context(|| {
+                    format!(
+                        "scoring {} candidates of {} contexts ({})",
+                        asked - run.cached,
+                        contexts.len(),
+                        super::unfinished(contexts, plans.iter())
+                    )
+                })?;
             for (context, plan) in contexts.iter().zip(plans) {
                 let found = plan.into_partial_results();
                 for (candidate, result) in context.candidates.iter().zip(found) {

@@ -316,3 +316,86 @@ fn resumed_calls_give_bitwise_the_uninterrupted_results() -> Result<()> {
     assert_eq!(seen, pending);
     Ok(())
 }
+
+/// A run's documents through the runner's `fill_together` (what `compare` calls):
+/// depth-first, one call per document, so each document's answers are the bits it gets
+/// alone (a shard of the run gives the whole run's bytes); with the level plan, one call
+/// and one trie for the run, passes cut across documents, within the stated tolerance
+/// of each document alone (batches move the last bits).
+#[test]
+fn documents_of_a_run_answer_as_each_alone() -> Result<()> {
+    use nlg_judge::engine::decoder::tree_eval::Plan;
+    use nlg_judge::engine::{fill_together, LabelPlan};
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let mut contexts = summeval_contexts(&common::shared_data_dir(), 3)?;
+    // Two summaries of each document's first 60 words: the shape, at a tenth of the cost.
+    for context in &mut contexts {
+        context.candidates.truncate(2);
+        context.text = context
+            .text
+            .split_whitespace()
+            .take(60)
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    let options = CompareOptions::new(
+        Task::Summary,
+        Attribute::named("coherence")?,
+        PairwiseTemplate::builtin("c1", Task::Summary)?,
+    );
+    let labels = nlg_judge::judge::pairwise::run::pairwise_labels(&scorer)?;
+    let plans: Vec<LabelPlan> = contexts
+        .iter()
+        .map(|context| Ok(plan_context(&scorer, context, &options, &labels)?.labels))
+        .collect::<Result<_>>()?;
+    let run = |scorer: &mut nlg_judge::engine::DecoderScorer| -> Result<(Vec<f64>, usize)> {
+        let mut plans = plans.clone();
+        scorer.reset_stats();
+        fill_together(&mut plans, scorer, None, &mut |_| Ok(()))?;
+        let answers = plans
+            .into_iter()
+            .map(|plan| plan.into_results())
+            .collect::<Result<Vec<_>>>()?
+            .concat();
+        Ok((logprobs(&answers), scorer.stats().forward_calls))
+    };
+    let mut alone = Vec::new();
+    let mut alone_passes = 0;
+    for plan in &plans {
+        let results = scorer.label_logprobs(plan.requests())?;
+        alone.extend(logprobs(&results));
+        alone_passes += scorer.stats().forward_calls;
+        scorer.reset_stats();
+    }
+    assert!(!scorer.batches_across_contexts());
+    let (depth_first, _) = run(&mut scorer)?;
+    assert_eq!(
+        depth_first, alone,
+        "depth-first: each document as alone, to the bit"
+    );
+
+    scorer.set_plan(Plan::Levels);
+    assert!(scorer.batches_across_contexts());
+    let mut level_alone = Vec::new();
+    let mut level_alone_passes = 0;
+    for plan in &plans {
+        scorer.reset_stats();
+        level_alone.extend(logprobs(&scorer.label_logprobs(plan.requests())?));
+        level_alone_passes += scorer.stats().forward_calls;
+    }
+    let (levels, level_passes) = run(&mut scorer)?;
+    let d = max_diff(&levels, &level_alone);
+    eprintln!(
+        "3 documents, level plan: {level_passes} passes for the run, {level_alone_passes} \
+         document by document ({alone_passes} depth-first); largest difference {d:e}"
+    );
+    assert!(
+        d < 1e-4,
+        "one trie for the run and one per document differ by {d}"
+    );
+    assert!(
+        level_passes < level_alone_passes,
+        "{level_passes} passes for the run, {level_alone_passes} document by document"
+    );
+    Ok(())
+}

@@ -87,6 +87,11 @@ fn full_design_recovers_the_true_ranking_with_every_method() {
         opts.rank = method;
         let result = run_compare(&mut scorer, &data, &opts, None).unwrap();
         assert_eq!(calls.labels(), 3 * 20);
+        assert_eq!(
+            calls.label_calls(),
+            1,
+            "one scorer call (one trie) for the run"
+        );
         assert_eq!((result.computed, result.cached), (60, 0));
         for (context, got) in data.iter().zip(&result.contexts) {
             assert_eq!(got.ranks, true_ranks(context), "{method:?} {}", context.id);
@@ -165,8 +170,10 @@ fn a_killed_run_resumes_from_the_cache_and_writes_the_same_bytes() {
         )
         .unwrap_err();
         let chain = format!("{error:#}");
+        // One call for the run: the error names the contexts left without answers.
         assert!(
-            chain.contains("simulated crash") && chain.contains("doc1"),
+            chain.contains("simulated crash")
+                && chain.contains("unanswered: `doc1` (3 of 8 missing), `doc2` (8 of 8 missing)"),
             "{chain}"
         );
         assert_eq!(cache.len().unwrap(), killed_after);

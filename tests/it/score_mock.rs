@@ -173,9 +173,15 @@ fn geval_mock(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
 fn geval_scores_are_expectations_with_raw_and_normalised_probabilities() {
     let prompts = Arc::new(Mutex::new(Vec::new()));
     let mut mock = geval_mock(prompts.clone());
+    let calls = mock.calls();
     let options = ScoreOptions::new(ScoreMethod::Geval, Task::Summary, "coherence");
     let scored = score_contexts(&mut mock, &two_contexts(), &options, None).unwrap();
     assert_eq!(scored.len(), 3);
+    assert_eq!(
+        calls.label_calls(),
+        1,
+        "both contexts' candidates in one scorer call"
+    );
     for (entry, quality) in scored.iter().zip([5.0, 1.0, 3.0]) {
         let d = entry.distribution.as_ref().unwrap();
         assert_eq!(d.scores, vec![1, 2, 3, 4, 5]);

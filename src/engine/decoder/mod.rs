@@ -307,6 +307,21 @@ impl Scorer for DecoderScorer {
         )
     }
 
+    /// Only the level plan, which is built for passes across contexts (the GPU's);
+    /// depth-first, each context's answers are the same bits whatever else the run holds.
+    fn batches_across_contexts(&self) -> bool {
+        self.plan == Plan::Levels
+    }
+
+    fn encode_prompts(&self, prompts: &[&Prompt]) -> Vec<Result<TokenPrompt>> {
+        crate::engine::templating::encode_prompts(
+            &self.chat,
+            &self.tokenizer,
+            &self.info.name,
+            prompts,
+        )
+    }
+
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
         crate::engine::templating::encode_label(&self.tokenizer, label)
     }

@@ -786,6 +786,23 @@ impl Scorer for RemoteScorer {
         )
     }
 
+    fn report_to(&mut self, progress: Progress) {
+        self.progress = progress;
+    }
+
+    fn usage_line(&self) -> Option<String> {
+        (self.endpoint.counters.requests.load(Ordering::Relaxed) > 0).then(|| self.summary())
+    }
+
+    fn encode_prompts(&self, prompts: &[&Prompt]) -> Vec<Result<TokenPrompt>> {
+        crate::engine::templating::encode_prompts(
+            &self.chat,
+            &self.tokenizer,
+            &self.info.name,
+            prompts,
+        )
+    }
+
     fn encode_label(&self, label: &Label) -> Result<Vec<u32>> {
         templating::encode_label(&self.tokenizer, label)
     }
@@ -927,8 +944,8 @@ impl Scorer for RemoteScorer {
 
 impl Drop for RemoteScorer {
     fn drop(&mut self) {
-        if self.endpoint.counters.requests.load(Ordering::Relaxed) > 0 {
-            self.progress.note(&self.summary());
+        if let Some(line) = self.usage_line() {
+            self.progress.note(&line);
         }
     }
 }

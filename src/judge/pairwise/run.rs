@@ -22,8 +22,8 @@ use super::adaptive::{AdaptiveSelector, AdaptiveSettings, Ending};
 use super::design::{context_rng, Design};
 use super::template::{first_wins, Fill, PairwiseTemplate};
 use crate::data::{find_human_key, human_keys, Context};
-use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
-use crate::engine::{Label, LabelResult, ResultCache, Scorer};
+use crate::engine::runner::{fill_together, plan_labels, LabelPlan, PlannedLabel};
+use crate::engine::{Conventions, Label, LabelRequest, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Nouns, Task};
 use crate::judge::diagnostics::{self, Diagnostics};
 use crate::progress::Progress;
@@ -216,29 +216,42 @@ pub fn plan_pairs(
     pairs: &[(usize, usize)],
 ) -> Result<LabelPlan> {
     let conventions = &scorer.info().conventions;
-    let mut plan = LabelPlan::new();
     let question = options.attribute.question(&options.nouns.item);
-    for &(i, j) in pairs {
-        let fill = Fill {
-            context: &context.text,
-            a: &context.candidates[i].text,
-            b: &context.candidates[j].text,
-            adjective: &options.attribute.adjective,
-            item: &options.nouns.item,
-            question: &question,
-            context_label: &options.nouns.context_label,
-        };
-        let request = options.template.request(conventions, &fill);
-        let planned = plan_label(scorer, options.template.id(), request, Some(labels))
-            .with_context(|| {
-                format!(
-                    "comparison `{}` vs `{}`",
-                    context.candidates[i].id, context.candidates[j].id
-                )
-            })?;
-        plan.push(planned);
+    let requests = pairs
+        .iter()
+        .map(|&pair| comparison_request(conventions, context, options, &question, pair))
+        .collect();
+    let mut plan = LabelPlan::new();
+    let planned = plan_labels(scorer, options.template.id(), requests, Some(labels));
+    for (planned, &(i, j)) in planned.into_iter().zip(pairs) {
+        plan.push(planned.with_context(|| {
+            format!(
+                "comparison `{}` vs `{}`",
+                context.candidates[i].id, context.candidates[j].id
+            )
+        })?);
     }
     Ok(plan)
+}
+
+/// The label request comparing candidate `first` (shown as A) with `second` (as B).
+fn comparison_request(
+    conventions: &Conventions,
+    context: &Context,
+    options: &CompareOptions,
+    question: &str,
+    (first, second): (usize, usize),
+) -> LabelRequest {
+    let fill = Fill {
+        context: &context.text,
+        a: &context.candidates[first].text,
+        b: &context.candidates[second].text,
+        adjective: &options.attribute.adjective,
+        item: &options.nouns.item,
+        question,
+        context_label: &options.nouns.context_label,
+    };
+    options.template.request(conventions, &fill)
 }
 
 /// The token ids of the scorer's two pairwise label words (first, second position).
@@ -291,10 +304,16 @@ pub fn prefetch_comparisons(
     }
     let bar = progress.task(total as u64, "comparisons");
     bar.advance(cached as u64);
-    for (context, plan) in contexts.iter().zip(&mut per_context) {
-        plan.fill(scorer, Some(cache), &mut |_| bar.step(1))
-            .with_context(|| format!("context `{}`", context.id))?;
-    }
+    let missing = total - cached;
+    fill_together(&mut per_context, scorer, Some(cache), &mut |_| bar.step(1)).with_context(
+        || {
+            format!(
+                "scoring {missing} comparisons of {} contexts ({})",
+                contexts.len(),
+                crate::judge::unfinished(contexts, per_context.iter())
+            )
+        },
+    )?;
     drop(bar);
     Ok((total - cached, cached))
 }
@@ -323,14 +342,20 @@ pub fn run_compare(
     let total: usize = plans.iter().map(|p| p.pairs.len()).sum();
     let bar = options.progress.task(total as u64, "comparisons");
     bar.advance(cached as u64);
-    let mut computed = 0;
-    for (context, plan) in contexts.iter().zip(&mut plans) {
-        let missing = plan.labels.missing();
-        computed += plan
-            .labels
-            .fill(scorer, cache, &mut |_| bar.step(1))
-            .with_context(|| format!("context `{}`: scoring {missing} comparisons", context.id))?;
-    }
+    let missing = total - cached;
+    let computed = fill_together(
+        plans.iter_mut().map(|plan| &mut plan.labels),
+        scorer,
+        cache,
+        &mut |_| bar.step(1),
+    )
+    .with_context(|| {
+        format!(
+            "scoring {missing} comparisons of {} contexts ({})",
+            contexts.len(),
+            crate::judge::unfinished(contexts, plans.iter().map(|plan| &plan.labels))
+        )
+    })?;
     drop(bar);
 
     let mut all_comparisons = Vec::with_capacity(contexts.len());
@@ -717,16 +742,13 @@ pub fn show_first_prompt(
         bail!("context `{}` has no comparisons", context.id);
     };
     let question = options.attribute.question(&options.nouns.item);
-    let fill = Fill {
-        context: &context.text,
-        a: &context.candidates[i].text,
-        b: &context.candidates[j].text,
-        adjective: &options.attribute.adjective,
-        item: &options.nouns.item,
-        question: &question,
-        context_label: &options.nouns.context_label,
-    };
-    let request = options.template.request(&scorer.info().conventions, &fill);
+    let request = comparison_request(
+        &scorer.info().conventions,
+        context,
+        options,
+        &question,
+        (i, j),
+    );
     let rendered = scorer.render(&request.prompt)?;
     let labels: Vec<String> = request
         .labels
