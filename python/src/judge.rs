@@ -58,8 +58,15 @@ impl NativeJudge {
         work: impl FnOnce(&mut Engine, Progress) -> Result<T> + Send + 'static,
     ) -> PyResult<T> {
         let (progress, reply, call) = call::<T>();
-        self.worker
-            .submit(move |engine| reply.send(work(engine, progress)))?;
+        self.worker.submit(move |engine| {
+            // A served model's notes (and its closing line) reach this call's caller.
+            engine.scorer.report_to(progress.clone());
+            let result = work(engine, progress.clone());
+            if let Some(line) = engine.scorer.usage_line() {
+                progress.note(&line);
+            }
+            reply.send(result)
+        })?;
         call.wait(py, sink)
     }
 }

@@ -61,13 +61,39 @@ def test_comparisons_through_the_service_equal_the_judge_in_process(served, judg
     assert here[0].ranking() == there[0].ranking()
 
 
+class Notes:
+    """A progress sink that keeps the notes a call sends."""
+
+    def __init__(self):
+        self.notes = []
+
+    def begin(self, total, unit):
+        pass
+
+    def advance(self, steps):
+        pass
+
+    def end(self):
+        pass
+
+    def note(self, text):
+        self.notes.append(text)
+
+
 def test_scores_through_the_service_equal_the_judge_in_process(served, judge):
     remote = nlg_judge.Judge(
         MODEL, cache=False, progress=False, backend={"url": served, "concurrency": 2}
     )
     here = judge.score(ROWS, "prompt", attribute="coherence")
-    there = remote.score(ROWS, "prompt", attribute="coherence")
+    sink = Notes()
+    there = remote.score(ROWS, "prompt", attribute="coherence", progress=sink)
     assert np.max(np.abs(here.scores - there.scores)) < TOLERANCE * 10
+    # The call ends with the backend's line: requests made, retries, labels per route.
+    closing = [n for n in sink.notes if n.startswith("backend http://127.0.0.1:")]
+    assert len(closing) == 1, sink.notes
+    requests = int(re.search(r": (\d+) requests, 0 retried, 0 failed;", closing[0]).group(1))
+    assert requests >= len(ROWS), closing[0]
+    assert re.search(r"labels by top-\d+ \d+, by echo \d+", closing[0]), closing[0]
 
 
 def test_local_options_and_unknown_backend_options_are_refused(served):
