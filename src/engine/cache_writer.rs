@@ -5,8 +5,9 @@
 //! The cache's promise holds: everything handed over is on disk when
 //! [`CacheWriter::finish`] returns, and when the writer is dropped on an error or a
 //! panic; a killed process loses only results still queued (the milliseconds after a
-//! pass), as it loses the pass in flight. A cache in memory has no second connection and
-//! is written on the caller's thread.
+//! pass), as it loses the pass in flight. A cache in memory has no second connection, and
+//! a call of a few results is not worth a thread: both are written on the caller's
+//! thread, one transaction a result.
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
@@ -19,6 +20,11 @@ use super::request::LabelResult;
 
 /// The most results one transaction takes (a pass's burst is usually one).
 const MAX_BURST: usize = 4096;
+
+/// Calls expected to give fewer results than this are written on the caller's thread,
+/// one transaction each (a service's request, a resumed run's last few): a thread and
+/// a second connection cost more than they save there.
+const THREAD_FROM: usize = 32;
 
 /// A writer of one run's label results into a [`ResultCache`].
 pub struct CacheWriter<'a> {
@@ -35,9 +41,11 @@ pub struct Written {
 }
 
 impl<'a> CacheWriter<'a> {
-    /// A writer with its own connection and thread (in memory: the cache's connection).
-    pub fn new(cache: &'a ResultCache) -> Result<Self> {
-        if cache.path().is_none() {
+    /// A writer for a call expected to give `expected` results: with its own connection
+    /// and thread from [`THREAD_FROM`] results on a cache file, else writing through the
+    /// cache's connection.
+    pub fn new(cache: &'a ResultCache, expected: usize) -> Result<Self> {
+        if cache.path().is_none() || expected < THREAD_FROM {
             return Ok(Self {
                 cache,
                 queue: None,
@@ -157,7 +165,7 @@ mod tests {
         let path = dir.path().join("results.sqlite");
         let cache = ResultCache::open(&path).unwrap();
         let entries: Vec<_> = (0..500).map(entry).collect();
-        let mut writer = CacheWriter::new(&cache).unwrap();
+        let mut writer = CacheWriter::new(&cache, 500).unwrap();
         for (key, result) in &entries {
             writer.put(key, result).unwrap();
         }
@@ -177,17 +185,32 @@ mod tests {
         let cache = ResultCache::open(&path).unwrap();
         let (key, result) = entry(7);
         {
-            let mut writer = CacheWriter::new(&cache).unwrap();
+            let mut writer = CacheWriter::new(&cache, 500).unwrap();
             writer.put(&key, &result).unwrap();
         }
         assert_eq!(cache.get(&key).unwrap(), Some(result));
     }
 
     #[test]
+    fn a_few_results_are_written_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResultCache::open(&dir.path().join("results.sqlite")).unwrap();
+        let (key, result) = entry(4);
+        let mut writer = CacheWriter::new(&cache, THREAD_FROM - 1).unwrap();
+        writer.put(&key, &result).unwrap();
+        assert_eq!(
+            cache.get(&key).unwrap(),
+            Some(result),
+            "stored before finish"
+        );
+        assert_eq!(writer.finish().unwrap(), Written::default());
+    }
+
+    #[test]
     fn a_cache_in_memory_is_written_at_once() {
         let cache = ResultCache::in_memory().unwrap();
         let (key, result) = entry(3);
-        let mut writer = CacheWriter::new(&cache).unwrap();
+        let mut writer = CacheWriter::new(&cache, 500).unwrap();
         writer.put(&key, &result).unwrap();
         assert_eq!(cache.get(&key).unwrap(), Some(result));
         assert_eq!(writer.finish().unwrap(), Written::default());
@@ -198,7 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.sqlite");
         let cache = ResultCache::open(&path).unwrap();
-        let mut writer = CacheWriter::new(&cache).unwrap();
+        let mut writer = CacheWriter::new(&cache, 500).unwrap();
         // A result whose labels do not match its key fails in the writer's transaction.
         let (key, mut bad) = entry(1);
         bad.labels.pop();

@@ -202,7 +202,9 @@ impl LabelPlan {
             unique.iter().map(|&i| self.requests[i].clone()).collect();
         let results = &mut self.results;
         let keys = &self.keys;
-        let mut writer = cache.map(CacheWriter::new).transpose()?;
+        let mut writer = cache
+            .map(|cache| CacheWriter::new(cache, missing))
+            .transpose()?;
         let scored = scorer.label_logprobs_resume(&requests, &done, &mut |k, result| {
             let index = *unique
                 .get(k)
