@@ -10,5 +10,4 @@ pub mod cpu;
 pub mod gemm;
 pub mod peak;
 pub mod pointwise;
-pub mod ragged;
 pub mod reuse;

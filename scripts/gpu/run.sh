@@ -14,7 +14,9 @@
 #   3. parity: `bench pairwise` on SummEval document 0 (240 comparisons) on the GPU against
 #      the same binary on the CPU (SmolLM2-shaped f32 safetensors; the GGUF with its weights
 #      kept quantized, candle's quantized CUDA kernels, and dequantised to f32);
-#   4. speed and agreement: ours (naive and tree) and transformers (`peer_prefix.py`, f32 and
+#   3b. the level plan (issue 38) on the GPU, its fused kernels and then candle's plain
+#      operations, against the same CPU reference;
+#   4. speed and agreement: ours (naive, tree, and tree by the level plan) and transformers (`peer_prefix.py`, f32 and
 #      bf16, batch 1 and batched) on the same GPU, SummEval documents 0 and 1 (480
 #      comparisons, the same token ids), for both shapes.
 set -u
@@ -78,6 +80,20 @@ bounded 150 python3 scripts/gpu/make_random_models.py "$G/smollm2-135m" "$G/qwen
   scripts/gpu/make_quantized_gguf.py "$G/smollm2-135m" "$G/smollm2-metadata.gguf" "$W/smollm2-q4_1.gguf"
 
 pair=("$bin" bench pairwise --docs 1 --mode tree)
+# One line from a `bench pairwise --json` of the level plan: time, passes, counts, agreement.
+levels_line() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"   {sys.argv[2]}: no result ({e})")
+a = d.get("agreement") or {}
+print(f"   {sys.argv[2]}: {d['seconds_tree']:.3f} s, plan {d['plan']}, {d['passes_tree']} passes, "
+      f"{d['ops_per_layer_pass_max']} ops per layer and pass, uploads {d['uploads_tree']}, "
+      f"downloads {d['downloads_tree']}; max |dp| {a.get('max_abs_diff')}, same decision {a.get('same_decision')}")
+PY
+}
 
 step "parity, SmolLM2-shaped f32: CPU reference, then the GPU"
 bounded 150 "${pair[@]}" --model "$G/smollm2-135m" --device cpu --save-probabilities "$W/smollm2-cpu.json"
@@ -85,11 +101,26 @@ bounded 120 "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" --compare-wit
   --save-probabilities "$W/smollm2-gpu.json" || { echo "the GPU run failed: stopping here"; exit 1; }
 python3 scripts/gpu/compare_probabilities.py "$W/smollm2-gpu.json" "$W/smollm2-cpu.json"
 
+# The level plan's fused kernels (src/arch/llama/level_ops.cu, compiled by NVRTC at the
+# first call): parity with the CPU's depth-first reference, then the same with candle's
+# plain operations (NLG_JUDGE_LEVEL_OPS=plain), which tells a kernel fault from a plan fault.
+step "the level plan on the GPU, fused kernels then plain candle operations"
+for ops in fused plain; do
+  bounded 150 env NLG_JUDGE_LEVEL_OPS=$ops "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" \
+    --plan levels --json --compare-with "$W/smollm2-cpu.json" \
+    --save-probabilities "$W/smollm2-levels-$ops-p.json" >"$W/smollm2-levels-$ops.json"
+  levels_line "$W/smollm2-levels-$ops.json" "$ops"
+done
+
 speed() {
   local model=$1 variant
   step "speed: $model, ours on the GPU, SummEval documents 0-1"
   bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode both \
     --json --save-probabilities "$W/ours-$model-p.json" >"$W/ours-$model.json"
+  step "speed: $model, ours on the GPU by the level plan (fused kernels)"
+  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode tree \
+    --plan levels --json --compare-with "$W/ours-$model-p.json" >"$W/ours-levels-$model.json"
+  levels_line "$W/ours-levels-$model.json" levels
   for variant in "prefix f32" "prefix_b15 f32" "prefix_b15 bf16"; do
     set -- $variant
     step "speed: $model, transformers $1 $2"

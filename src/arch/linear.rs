@@ -265,6 +265,12 @@ impl Linear {
         )?)
     }
 
+    /// Tensor operations of one [`Self::forward`] on a matrix: the product, and the
+    /// bias where there is one.
+    pub fn launches(&self) -> usize {
+        1 + usize::from(self.bias.is_some())
+    }
+
     /// Apply to `x` of shape `(..., in)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();

@@ -107,16 +107,21 @@ fn the_level_plan_gives_the_tree_paths_probabilities_on_every_family() -> Result
     for kind in FAMILIES {
         let model = model(kind)?;
         let (reference, _) = run(&model, &trie, &targets, wide, Plan::DepthFirst)?;
-        for budget in [wide, narrow] {
-            let (levels, stats) = run(&model, &trie, &targets, budget, Plan::Levels)?;
-            for (q, (a, b)) in reference.iter().zip(&levels).enumerate() {
-                let (pa, pb) = (a.exp(), b.exp());
-                assert!(
-                    (pa - pb).abs() <= 1e-6 && a.is_finite(),
-                    "{kind}, budget {budget:?}, query {q}: p {pa} by the tree path, {pb} by levels"
-                );
+        // The fused operations (the default on the CPU and CUDA), and plain candle
+        // operations (Metal's path, and the reference the fused ones replace).
+        let plain = self::model(kind)?.with_candle_attention();
+        for (ops, model) in [("fused", &model), ("plain", &plain)] {
+            for budget in [wide, narrow] {
+                let (levels, stats) = run(model, &trie, &targets, budget, Plan::Levels)?;
+                for (q, (a, b)) in reference.iter().zip(&levels).enumerate() {
+                    let (pa, pb) = (a.exp(), b.exp());
+                    assert!(
+                        (pa - pb).abs() <= 1e-6 && a.is_finite(),
+                        "{kind}, {ops}, budget {budget:?}, query {q}: p {pa} by the tree path, {pb} by levels"
+                    );
+                }
+                assert_eq!(stats.tokens, trie.total_tokens(), "{kind}");
             }
-            assert_eq!(stats.tokens, trie.total_tokens(), "{kind}");
         }
     }
     Ok(())
@@ -134,27 +139,34 @@ fn pairwise_levels_take_three_passes_and_a_fixed_number_of_operations() -> Resul
     let (_, levels) = run(&model, &trie, &targets, budget, Plan::Levels)?;
     // Contexts, first candidates, leaves.
     assert_eq!(levels.forward_calls, 3);
-    // Plain candle operations per layer and pass (see level.rs for the count): fused
-    // QKV product and norm 2, heads and rope 6, arena writes 4, gather 4, scores 4,
-    // mask, softmax, values and layout 4, output 1, MLP 5, residuals 2 (the arena
-    // writes take 2 fewer where every token of the pass is written): 30 whatever the
-    // number of rows; the fused GPU kernels aim at 12.
+    // The fused operations per layer and pass (see `forward_level_fused`): norm, QKV
+    // product, rope with the arena write, ragged attention, output product, residual,
+    // norm, gate/up product, gated activation, down product, residual: 11 whatever the
+    // number of rows (the bound is 12).
+    assert_eq!(levels.ops_per_layer_pass_max, 11);
+    // Per pass: ids, positions and the index data, plus the head's index and ids where
+    // a pass answers queries; the head's two downloads in the two passes with queries
+    // (inner candidate positions, leaves).
+    assert_eq!((levels.uploads, levels.downloads), (13, 4));
+    // The same counts with more contexts: nothing grows with the rows.
+    let (more, more_targets) = pairwise(5, 4);
+    let more = TokenTrie::build(&more)?;
+    let (_, wider) = run(&model, &more, &more_targets, budget, Plan::Levels)?;
+    assert_eq!(wider.forward_calls, 3);
+    assert_eq!(wider.ops_per_layer_pass_max, levels.ops_per_layer_pass_max);
+    assert_eq!(wider.uploads, levels.uploads);
+
+    // Plain candle operations (Metal's path): fused QKV product and norm 2, heads and
+    // rope 6, arena writes 4, gather 4, scores 4, mask, softmax, values and layout 4,
+    // output 1, MLP 5, residuals 2 (the arena writes take 2 fewer where every token of
+    // the pass is written): 30, also whatever the number of rows.
+    let plain = self::model("llama3")?.with_candle_attention();
+    let (_, levels) = run(&plain, &trie, &targets, budget, Plan::Levels)?;
     assert_eq!(levels.ops_per_layer_pass_max, 30);
     // Per pass: ids, positions, gather index, mask, write index and destinations (the
-    // context pass reads nothing, the leaf pass writes nothing), plus the head's index and
-    // ids where a pass answers queries; the head's two downloads in the two passes with
-    // queries (inner candidate positions, leaves).
+    // context pass reads nothing, the leaf pass writes nothing), plus the head's.
     assert_eq!((levels.uploads, levels.downloads), (17, 4));
-    // The same count with more contexts: nothing grows with the rows.
-    let (more, more_targets) = pairwise(5, 4);
-    let (_, wider) = run(
-        &model,
-        &TokenTrie::build(&more)?,
-        &more_targets,
-        budget,
-        Plan::Levels,
-    )?;
-    assert_eq!(wider.forward_calls, 3);
+    let (_, wider) = run(&plain, &more, &more_targets, budget, Plan::Levels)?;
     assert_eq!(wider.ops_per_layer_pass_max, levels.ops_per_layer_pass_max);
     assert_eq!(wider.uploads, levels.uploads);
     Ok(())

@@ -13,6 +13,7 @@ mod gguf_config;
 mod host;
 pub mod kv;
 mod level;
+pub mod level_ops;
 mod load;
 pub mod rope;
 mod segment;

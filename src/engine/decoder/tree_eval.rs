@@ -300,7 +300,20 @@ impl<'m> TreeEvaluator<'m> {
     ) -> Result<EvalStats> {
         let plan = LevelPlan::new(trie, self.budget)?;
         let runs = plan.needed(pending);
-        let mut arena = LevelArena::new(self.model, plan.arena_len);
+        // Scratch for the tokens of a pass that nobody reads (the fused pass writes all).
+        let unread = plan
+            .passes
+            .iter()
+            .map(|pass| {
+                pass.pieces
+                    .iter()
+                    .filter(|piece| piece.arena.is_none())
+                    .map(|piece| piece.node_tokens.len())
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0);
+        let mut arena = LevelArena::new(self.model, plan.arena_len).with_scratch(unread);
         let mut walk = Walk {
             trie,
             head,
