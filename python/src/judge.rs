@@ -61,9 +61,13 @@ impl NativeJudge {
         self.worker.submit(move |engine| {
             // A served model's notes (and its closing line) reach this call's caller.
             engine.scorer.report_to(progress.clone());
+            let before = engine.scorer.usage();
             let result = work(engine, progress.clone());
-            if let Some(line) = engine.scorer.usage_line() {
-                progress.note(&line);
+            // The closing line counts this call's requests only.
+            if let (Some(before), Some(after)) = (before, engine.scorer.usage()) {
+                if let Some(line) = engine.scorer.usage_line(&after.since(&before)) {
+                    progress.note(&line);
+                }
             }
             reply.send(result)
         })?;

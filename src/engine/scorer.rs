@@ -45,6 +45,35 @@ pub struct RenderedPrompt {
     pub decoder_prefix: String,
 }
 
+/// Counts of a served model's work: requests made, retried and failed, and the route
+/// each label's log-probability took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub requests: u64,
+    pub retries: u64,
+    pub failures: u64,
+    /// Labels read from the top-K alternatives.
+    pub top_k: u64,
+    /// Labels that needed the echo request.
+    pub echo: u64,
+    /// Labels outside the top-K given its bound (`--accept-top-k-only`).
+    pub bounded: u64,
+}
+
+impl Usage {
+    /// What was done after `earlier` (a snapshot of the same scorer): one call's part.
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            requests: self.requests.saturating_sub(earlier.requests),
+            retries: self.retries.saturating_sub(earlier.retries),
+            failures: self.failures.saturating_sub(earlier.failures),
+            top_k: self.top_k.saturating_sub(earlier.top_k),
+            echo: self.echo.saturating_sub(earlier.echo),
+            bounded: self.bounded.saturating_sub(earlier.bounded),
+        }
+    }
+}
+
 /// The one interface methods use to query a model.
 pub trait Scorer: Send {
     fn info(&self) -> &ModelInfo;
@@ -69,10 +98,16 @@ pub trait Scorer: Send {
     /// its own channel). Scorers that note nothing ignore it.
     fn report_to(&mut self, _progress: crate::progress::Progress) {}
 
-    /// One line on the work so far of a scorer that talks to something outside this
-    /// process (an engine's requests, retries and routes), for the end of a call;
-    /// `None` for a model loaded here.
-    fn usage_line(&self) -> Option<String> {
+    /// The work so far of a scorer that talks to something outside this process (an
+    /// engine's requests, retries and label routes); `None` for a model loaded here.
+    fn usage(&self) -> Option<Usage> {
+        None
+    }
+
+    /// One line on `usage` (all of [`Self::usage`], or the part of one call: see
+    /// [`Usage::since`]), for the end of a call; `None` for a model loaded here.
+    fn usage_line(&self, usage: &Usage) -> Option<String> {
+        let _ = usage;
         None
     }
 

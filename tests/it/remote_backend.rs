@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use nlg_judge::arch::{Precision, WeightPolicy};
 use nlg_judge::engine::remote::{
     self, EndpointOptions, RemoteOptions, RemoteScorer, RemoteSettings,
@@ -751,6 +751,30 @@ fn an_engine_that_takes_text_prompts_only_is_read_by_text_exactly() -> Result<()
     assert!(
         summary.contains("0 failed"),
         "refused probes are not failures: {summary}"
+    );
+    // One call's part of the counts (the Python package closes each call with it).
+    let before = scorer.usage().context("a served model counts its work")?;
+    logprobs(&mut scorer, &requests)?;
+    let call = scorer.usage().context("counts")?.since(&before);
+    assert_eq!(call.top_k + call.echo, by_top_k + by_echo, "{call:?}");
+    assert!(
+        call.requests > 0 && call.requests <= before.requests,
+        "{call:?} after {before:?}"
+    );
+    let line = scorer
+        .usage_line(&call)
+        .context("a line for a call with requests")?;
+    assert!(
+        line.contains(&format!(
+            ": {} requests, 0 retried, 0 failed;",
+            call.requests
+        )) && line.contains(&format!("by top-20 {}, by echo {}", call.top_k, call.echo)),
+        "{line}"
+    );
+    assert_eq!(
+        scorer.usage_line(&Default::default()),
+        None,
+        "no requests, no line"
     );
     Ok(())
 }

@@ -34,7 +34,7 @@ use crate::engine::request::{
     ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
     LabelResult, LabelScore, Prompt, TokenPrompt,
 };
-use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
+use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer, Usage};
 use crate::engine::templating;
 use crate::progress::Progress;
 use crate::runtime::{ChatTemplate, TextTokenizer};
@@ -140,18 +140,35 @@ impl RemoteScorer {
         &self.counts
     }
 
-    /// One line on the requests made and the routes taken, for the end of a run.
-    pub fn summary(&self) -> String {
+    /// The requests made and the routes taken so far.
+    pub fn usage_counts(&self) -> Usage {
         let counters = &self.endpoint.counters;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        Usage {
+            requests: load(&counters.requests),
+            retries: load(&counters.retries),
+            failures: load(&counters.failures),
+            top_k: load(&self.counts.top_k),
+            echo: load(&self.counts.echo),
+            bounded: load(&self.counts.bounded),
+        }
+    }
+
+    /// One line on the requests made and the routes taken, for the end of a run.
+    pub fn summary(&self) -> String {
+        self.summary_of(&self.usage_counts())
+    }
+
+    /// [`Self::summary`] of given counts (a whole run's, or one call's).
+    pub fn summary_of(&self, usage: &Usage) -> String {
         let route = match self.routes {
             None => "no labels scored".to_string(),
             Some(r) => format!(
                 "labels by top-{} {}, by echo {}{}{}",
                 self.settings.top_k,
-                load(&self.counts.top_k),
-                load(&self.counts.echo),
-                match load(&self.counts.bounded) {
+                usage.top_k,
+                usage.echo,
+                match usage.bounded {
                     0 => String::new(),
                     n => format!(", bounded (top-k only) {n}"),
                 },
@@ -165,9 +182,9 @@ impl RemoteScorer {
         format!(
             "backend {}: {} requests, {} retried, {} failed; {route}",
             self.endpoint.base(),
-            load(&counters.requests),
-            load(&counters.retries),
-            load(&counters.failures),
+            usage.requests,
+            usage.retries,
+            usage.failures,
         )
     }
 
@@ -790,8 +807,12 @@ impl Scorer for RemoteScorer {
         self.progress = progress;
     }
 
-    fn usage_line(&self) -> Option<String> {
-        (self.endpoint.counters.requests.load(Ordering::Relaxed) > 0).then(|| self.summary())
+    fn usage(&self) -> Option<Usage> {
+        Some(self.usage_counts())
+    }
+
+    fn usage_line(&self, usage: &Usage) -> Option<String> {
+        (usage.requests > 0).then(|| self.summary_of(usage))
     }
 
     fn encode_prompts(&self, prompts: &[&Prompt]) -> Vec<Result<TokenPrompt>> {
@@ -944,7 +965,7 @@ impl Scorer for RemoteScorer {
 
 impl Drop for RemoteScorer {
     fn drop(&mut self) {
-        if let Some(line) = self.usage_line() {
+        if let Some(line) = self.usage_line(&self.usage_counts()) {
             self.progress.note(&line);
         }
     }
