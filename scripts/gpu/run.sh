@@ -111,6 +111,10 @@ for ops in fused plain; do
     --save-probabilities "$W/smollm2-levels-$ops-p.json" >"$W/smollm2-levels-$ops.json"
   levels_line "$W/smollm2-levels-$ops.json" "$ops"
 done
+# bf16 on the GPU (weights and activations; the level plan): the bound is 0.02.
+bounded 150 "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" --precision bf16 --plan levels \
+  --json --compare-with "$W/smollm2-cpu.json" >"$W/smollm2-levels-bf16.json"
+levels_line "$W/smollm2-levels-bf16.json" "bf16 levels"
 
 speed() {
   local model=$1 variant
@@ -121,6 +125,10 @@ speed() {
   bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode tree \
     --plan levels --json --compare-with "$W/ours-$model-p.json" >"$W/ours-levels-$model.json"
   levels_line "$W/ours-levels-$model.json" levels
+  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode tree \
+    --plan levels --precision bf16 --json --compare-with "$W/ours-$model-p.json" \
+    >"$W/ours-levels-bf16-$model.json"
+  levels_line "$W/ours-levels-bf16-$model.json" "levels bf16"
   for variant in "prefix f32" "prefix_b15 f32" "prefix_b15 bf16"; do
     set -- $variant
     step "speed: $model, transformers $1 $2"

@@ -199,6 +199,25 @@ impl Linear {
         Ok(Self { weight, ..self })
     }
 
+    /// The same layer with its dense weight and bias stored as `dtype` (bf16 or f16
+    /// activations on a GPU: the product takes and gives `dtype`, cuBLAS accumulating in
+    /// f32). Quantized and packed weights are refused: their products take f32.
+    pub fn with_dtype(self, dtype: DType) -> Result<Self> {
+        let LinearWeight::Dense(weight) = &self.weight else {
+            bail!(
+                "{dtype:?} activations need dense weights; this layer's are quantized or packed \
+                 (a GGUF model: --weights f32)"
+            );
+        };
+        let weight = LinearWeight::Dense(weight.to_dtype(dtype)?);
+        let bias = self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?;
+        Ok(Self {
+            weight,
+            bias,
+            ..self
+        })
+    }
+
     /// For a bf16 layer: the same layer multiplying activations split into two bf16
     /// parts (see `Bf16Matrix::split_activations`); other layers are returned unchanged.
     pub fn with_split_activations(self) -> Self {

@@ -72,9 +72,10 @@ pub struct PairwiseArgs {
 
     /// How the tree strategy cuts the trie into forward passes: depth-first (sibling
     /// groups; the CPU's fast path) or levels (every node of one depth in one packed
-    /// pass, ancestors read from a key/value arena; issue 38).
-    #[arg(long, value_enum, default_value_t = PlanArg::DepthFirst)]
-    pub plan: PlanArg,
+    /// pass, ancestors read from a key/value arena; issue 38). Default: the model's own,
+    /// depth-first but for bf16 on a GPU, which runs by levels only.
+    #[arg(long, value_enum)]
+    pub plan: Option<PlanArg>,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -112,7 +113,9 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
             resolved.name
         )
     })?;
-    scorer.set_plan(args.plan.into());
+    if let Some(plan) = args.plan {
+        scorer.set_plan(plan.into());
+    }
     let strategies: Vec<Strategy> = match args.mode {
         Mode::Naive => vec![Strategy::Naive],
         Mode::Tree => vec![Strategy::Tree],

@@ -253,7 +253,9 @@ fn precision_help() -> String {
          bits, the others rounded to bf16); int8 weights and activations with integer sums \
          (least accurate); auto (the default): f32, or bf16 where f32 would not fit in the \
          available memory (said on stderr). The output head stays f32. Results are cached \
-         per precision.\n\n\
+         per precision. On a CUDA GPU: f32, or bf16 (bf16 weights and activations, f32 \
+         accumulation, label scoring by the level plan; its kernels have not yet run on a \
+         GPU); auto means f32 there.\n\n\
          On this CPU (NLG_JUDGE_CPU=avx2|portable|... hides features to compare paths):",
     );
     for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {

@@ -113,6 +113,14 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
     if let Some(note) = &plan.note {
         options.progress.note(&format!("note: {note}"));
     }
+    // On a GPU, bf16 means bf16 activations through candle's products and our level
+    // kernels (the CPU's bf16 kernels have no GPU twin): loaded in f32, then converted.
+    let gpu_bf16 = !device.is_cpu() && plan.precision == Precision::Bf16;
+    let load_precision = if gpu_bf16 {
+        Precision::F32
+    } else {
+        plan.precision
+    };
     let model = match resolved.format {
         WeightFormat::Gguf => {
             let [path] = resolved.weights.as_slice() else {
@@ -121,7 +129,7 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
                     resolved.weights.len()
                 );
             };
-            llama::from_gguf(path, plan.weights, &device)?.with_precision(plan.precision)?
+            llama::from_gguf(path, plan.weights, &device)?.with_precision(load_precision)?
         }
         WeightFormat::Safetensors => {
             let config = resolved
@@ -129,13 +137,22 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
                 .as_ref()
                 .context("a safetensors checkpoint needs its config.json")?;
             // Converted block by block: a bf16 model never exists in f32 as a whole.
-            llama::from_safetensors_at(config, &resolved.weights, &device, plan.precision)?
+            llama::from_safetensors_at(config, &resolved.weights, &device, load_precision)?
         }
         WeightFormat::TokenizerOnly => {
             return Err(
                 EngineError::Files(format!("'{}' holds a tokenizer only", resolved.name)).into(),
             )
         }
+    };
+    let model = if gpu_bf16 {
+        options.progress.note(
+            "note: bf16 on a GPU: bf16 weights and activations, f32 accumulation and output \
+             head, label scoring by the level plan",
+        );
+        model.with_activations(candle_core::DType::BF16)?
+    } else {
+        model
     };
     let tokenizer = load_tokenizer(resolved)?;
     check_tokenizer_against_model(resolved, &tokenizer, model.config().vocab_size)?;

@@ -16,7 +16,7 @@
 use std::ops::Range;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::level_ops::{self, GatedActivation, LevelMeta, LevelShape, MetaRow};
 use super::{Activation, DecoderLayer, GateUpProjection, LlamaModel, QkvProjection};
@@ -304,7 +304,8 @@ impl LlamaModel {
         for layer in &self.config.layers {
             if masks.iter().all(|(w, _)| *w != layer.window) {
                 let mask =
-                    Tensor::from_vec(layout.mask(rows, layer.window), (tokens, keys), device)?;
+                    Tensor::from_vec(layout.mask(rows, layer.window), (tokens, keys), device)?
+                        .to_dtype(self.activation_dtype())?;
                 masks.push((layer.window, mask));
                 count.uploads += 1;
             }
@@ -361,7 +362,17 @@ impl LlamaModel {
             *ops += 2;
         }
         count.outside += 1;
-        Ok(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?)
+        self.widen(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?, count)
+    }
+
+    /// The final hidden states in f32 for the output head (an operation only where
+    /// the blocks ran in bf16 or f16).
+    fn widen(&self, hidden: Tensor, count: &mut PassCount) -> Result<Tensor> {
+        if hidden.dtype() == DType::F32 {
+            return Ok(hidden);
+        }
+        count.outside += 1;
+        Ok(hidden.to_dtype(DType::F32)?)
     }
 
     /// The start of a pass: the tokens' embeddings and the rope tables at every token's
@@ -516,7 +527,7 @@ impl LlamaModel {
             *ops += 1;
         }
         count.outside += 1;
-        Ok(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?)
+        self.widen(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?, count)
     }
 
     /// The feed-forward block with the gated activation in one operation.

@@ -204,6 +204,41 @@ impl DecoderLayer {
 
 impl DecoderLayer {
     /// This block with its projections computed at `precision`.
+    /// This layer with its weights and norms stored as `dtype` (see
+    /// [`LlamaModel::with_activations`]).
+    fn with_dtype(self, dtype: DType) -> Result<Self> {
+        let norm = |t: Option<Tensor>| -> Result<Option<Tensor>> {
+            Ok(t.map(|t| t.to_dtype(dtype)).transpose()?)
+        };
+        let qkv = match self.qkv {
+            QkvProjection::Fused(l) => QkvProjection::Fused(l.with_dtype(dtype)?),
+            QkvProjection::Separate { q, k, v } => QkvProjection::Separate {
+                q: q.with_dtype(dtype)?,
+                k: k.with_dtype(dtype)?,
+                v: v.with_dtype(dtype)?,
+            },
+        };
+        let gate_up = match self.gate_up {
+            GateUpProjection::Fused(l) => GateUpProjection::Fused(l.with_dtype(dtype)?),
+            GateUpProjection::Separate { gate, up } => GateUpProjection::Separate {
+                gate: gate.with_dtype(dtype)?,
+                up: up.with_dtype(dtype)?,
+            },
+        };
+        Ok(Self {
+            attn_norm: self.attn_norm.to_dtype(dtype)?,
+            qkv,
+            o: self.o.with_dtype(dtype)?,
+            mlp_norm: self.mlp_norm.to_dtype(dtype)?,
+            gate_up,
+            down: self.down.with_dtype(dtype)?,
+            q_norm: norm(self.q_norm)?,
+            k_norm: norm(self.k_norm)?,
+            post_attn_norm: norm(self.post_attn_norm)?,
+            post_mlp_norm: norm(self.post_mlp_norm)?,
+        })
+    }
+
     fn with_precision(self, precision: Precision) -> Result<Self> {
         let qkv = match self.qkv {
             QkvProjection::Fused(l) => QkvProjection::Fused(l.with_precision(precision)?),
@@ -441,6 +476,35 @@ impl LlamaModel {
             .map(|layer| layer.with_precision(precision))
             .collect::<Result<_>>()?;
         Ok(self)
+    }
+
+    /// This model with bf16 or f16 activations (issue 38, item 3): the embedding, every
+    /// block's weights and norms and the rope tables stored as `dtype`, so the level
+    /// pass runs in `dtype` (its fused operations and candle's norms, softmax and
+    /// cuBLAS products accumulate in f32); the output head stays f32 and the final
+    /// hidden states are widened before it. Meant for GPUs, where candle's products
+    /// take bf16; label scoring only, by the level plan ([`Self::activation_dtype`]).
+    pub fn with_activations(mut self, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+            bail!("activations are f32, bf16 or f16, not {dtype:?}");
+        }
+        self.embedding = self.embedding.to_dtype(dtype)?;
+        self.final_norm = self.final_norm.to_dtype(dtype)?;
+        self.layers = self
+            .layers
+            .into_iter()
+            .map(|layer| layer.with_dtype(dtype))
+            .collect::<Result<_>>()?;
+        for rope in std::iter::once(&mut self.rope).chain(self.local_rope.as_mut()) {
+            rope.cos = rope.cos.to_dtype(dtype)?;
+            rope.sin = rope.sin.to_dtype(dtype)?;
+        }
+        Ok(self)
+    }
+
+    /// The type the blocks compute in: f32, or what [`Self::with_activations`] chose.
+    pub fn activation_dtype(&self) -> DType {
+        self.embedding.dtype()
     }
 
     /// The same model attending with candle's operations (broadcast prefix, explicit

@@ -94,13 +94,19 @@ impl DecoderScorer {
         }
         stop_ids.sort_unstable();
         stop_ids.dedup();
+        let model_computes_in_f32 = model.activation_dtype() == candle_core::DType::F32;
         Ok(Self {
             model,
             tokenizer,
             chat,
             info,
             settings,
-            plan: Plan::default(),
+            // bf16/f16 activations (a GPU's `--precision bf16`) run by the level plan only.
+            plan: if model_computes_in_f32 {
+                Plan::default()
+            } else {
+                Plan::Levels
+            },
             stop_ids,
             stats: EvalStats::default(),
         })

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 
 use super::level_plan::LevelPlan;
 use super::trie::TokenTrie;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::arch::llama::{KvCache, LevelArena, LevelRow, LlamaModel, PassCount, RowGroup};
 
@@ -385,6 +385,14 @@ impl<'m> TreeEvaluator<'m> {
         precomputed: &HashMap<usize, Precomputed>,
         on_node: Option<NodeSink<'a>>,
     ) -> Result<EvalStats> {
+        let dtype = self.model.activation_dtype();
+        if dtype != DType::F32 {
+            bail!(
+                "this model computes in {dtype:?}, which only the level plan runs (label \
+                 scoring: compare, score, labels); generation and depth-first passes need \
+                 --precision f32"
+            );
+        }
         let plan = self.plan_from(trie, &|node| precomputed.contains_key(&node));
         let parents = parents(trie);
         let mut batch_of = vec![usize::MAX; trie.len()];
