@@ -337,29 +337,7 @@ impl LlamaModel {
                     ops,
                 )
                 .with_context(|| format!("level attention of layer {index}"))?;
-            let attended = match &layer.post_attn_norm {
-                Some(w) => {
-                    *ops += 1;
-                    candle_nn::ops::rms_norm(&attended, w, eps)?
-                }
-                None => attended,
-            };
-            x = (x + attended)?;
-            let fed = self.feed_forward(layer, &x)?;
-            // Norm, gate/up (one or two products), activation and product, down.
-            *ops += match &layer.gate_up {
-                super::GateUpProjection::Fused(_) => 5,
-                super::GateUpProjection::Separate { .. } => 6,
-            };
-            let fed = match &layer.post_mlp_norm {
-                Some(w) => {
-                    *ops += 1;
-                    candle_nn::ops::rms_norm(&fed, w, eps)?
-                }
-                None => fed,
-            };
-            x = (&x + fed)?;
-            *ops += 2;
+            x = self.level_layer_tail(layer, x, attended, false, ops)?;
         }
         count.outside += 1;
         self.widen(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?, count)
@@ -506,28 +484,48 @@ impl LlamaModel {
                     .with_context(|| format!("level attention of layer {index}"))?;
             let attended = layer.o.forward(&attended)?;
             *ops += 2 + layer.o.launches();
-            let attended = match &layer.post_attn_norm {
-                Some(w) => {
-                    *ops += 1;
-                    candle_nn::ops::rms_norm(&attended, w, eps)?
-                }
-                None => attended,
-            };
-            x = (x + attended)?;
-            *ops += 1;
-            let fed = self.feed_forward_fused(layer, &x, ops)?;
-            let fed = match &layer.post_mlp_norm {
-                Some(w) => {
-                    *ops += 1;
-                    candle_nn::ops::rms_norm(&fed, w, eps)?
-                }
-                None => fed,
-            };
-            x = (&x + fed)?;
-            *ops += 1;
+            x = self.level_layer_tail(layer, x, attended, true, ops)?;
         }
         count.outside += 1;
         self.widen(candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?, count)
+    }
+
+    /// The rest of a layer after attention's output product: the post-attention norm
+    /// (Gemma), the residual, the feed-forward block (its activation fused or in plain
+    /// operations), the post-feed-forward norm and the second residual.
+    fn level_layer_tail(
+        &self,
+        layer: &DecoderLayer,
+        x: Tensor,
+        attended: Tensor,
+        fused: bool,
+        ops: &mut usize,
+    ) -> Result<Tensor> {
+        let eps = self.config.rms_norm_eps as f32;
+        let post_norm = |t: Tensor, norm: &Option<Tensor>, ops: &mut usize| -> Result<Tensor> {
+            Ok(match norm {
+                Some(w) => {
+                    *ops += 1;
+                    candle_nn::ops::rms_norm(&t, w, eps)?
+                }
+                None => t,
+            })
+        };
+        let x = (x + post_norm(attended, &layer.post_attn_norm, ops)?)?;
+        let fed = if fused {
+            self.feed_forward_fused(layer, &x, ops)?
+        } else {
+            // Norm, gate/up (one or two products), activation and product, down.
+            *ops += match &layer.gate_up {
+                GateUpProjection::Fused(_) => 5,
+                GateUpProjection::Separate { .. } => 6,
+            };
+            self.feed_forward(layer, &x)?
+        };
+        let x = (&x + post_norm(fed, &layer.post_mlp_norm, ops)?)?;
+        // The two residuals.
+        *ops += 2;
+        Ok(x)
     }
 
     /// The feed-forward block with the gated activation in one operation.

@@ -96,6 +96,8 @@ pub struct LevelMeta {
     pub words: Vec<u32>,
     /// The rows, for the CPU path, which attends row group by row group.
     rows: Vec<RowSpan>,
+    /// One past the largest arena position the pass reads or writes.
+    extent: usize,
 }
 
 /// A row of the pass on the host: its tokens `first_token..first_token + tokens`.
@@ -160,11 +162,26 @@ impl LevelMeta {
         words.extend(offsets);
         words.extend(positions);
         words.extend(ranges);
-        Ok(Self {
+        let mut meta = Self {
             tokens,
             words,
             rows: spans,
-        })
+            extent: 0,
+        };
+        // Ranges are forward and end where their token's keys do (the arena bound is
+        // checked by each operation against its arena).
+        let mut extent = 0;
+        for t in 0..tokens {
+            extent = extent.max(meta.destination(t) + 1);
+            for (start, end, first) in meta.ranges(t) {
+                if start > end || first + (end - start) > meta.query_position(t) + 1 {
+                    bail!("token {t}'s arena range {start}..{end} does not precede it");
+                }
+                extent = extent.max(end);
+            }
+        }
+        meta.extent = extent;
+        Ok(meta)
     }
 
     fn destination(&self, t: usize) -> usize {
@@ -188,8 +205,13 @@ impl LevelMeta {
         })
     }
 
-    /// Checks the index data against an arena of `positions` before a kernel trusts it.
+    /// Checks the index data against an arena of `positions` before a kernel trusts it:
+    /// one comparison with the extent found at construction (every layer's operations
+    /// ask), the token-by-token walk only to name what is out of bounds.
     fn check(&self, positions: usize) -> Result<()> {
+        if self.extent <= positions {
+            return Ok(());
+        }
         for t in 0..self.tokens {
             if self.destination(t) >= positions {
                 bail!(
@@ -197,16 +219,16 @@ impl LevelMeta {
                     self.destination(t)
                 );
             }
-            for (start, end, first) in self.ranges(t) {
-                if start > end
-                    || end > positions
-                    || first + (end - start) > self.query_position(t) + 1
-                {
+            for (start, end, _) in self.ranges(t) {
+                if end > positions {
                     bail!("token {t} reads arena range {start}..{end} of {positions}");
                 }
             }
         }
-        Ok(())
+        bail!(
+            "the pass reaches arena position {} of {positions}",
+            self.extent
+        )
     }
 }
 

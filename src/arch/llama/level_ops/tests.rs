@@ -364,6 +364,19 @@ fn index_data_outside_the_arena_is_refused_before_any_kernel() -> Result<()> {
         segments: &[],
         destination: 160,
     }])?;
+    // A segment longer than the keys before its token is refused when the pass is made.
+    let long: Vec<Range<usize>> = std::iter::once(0..20).collect();
+    let error = LevelMeta::new(&[MetaRow {
+        tokens: 1,
+        position: 10,
+        segments: &long,
+        destination: 30,
+    }])
+    .unwrap_err();
+    assert!(
+        format!("{error:#}").contains("does not precede it"),
+        "{error:#}"
+    );
     let tensor = Tensor::new(far.words.as_slice(), &Device::Cpu)?;
     let error = rope_store(&p.arena, &projected, &far, &tensor, tables, s).unwrap_err();
     assert!(
