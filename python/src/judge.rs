@@ -113,6 +113,7 @@ impl NativeJudge {
                 budget: BatchBudget {
                     max_batch_tokens,
                     max_batch_rows,
+                    ..BatchBudget::default()
                 },
             };
             Ok(options)

@@ -49,6 +49,14 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = BatchBudget::default().max_batch_rows)]
     pub max_batch_rows: usize,
 
+    /// Most memory, in MiB, the level plan (bf16 on a GPU; `bench pairwise --plan
+    /// levels`) keeps for the keys and values of shared prefixes: a run that needs more
+    /// (e.g. every document of a large set at once) goes in waves of documents, whose
+    /// probabilities equal one wave's within rounding (1e-6). Bounds device memory on
+    /// large runs.
+    #[arg(long, value_name = "MIB", default_value_t = BatchBudget::default().max_arena_bytes >> 20)]
+    pub max_arena_mib: usize,
+
     /// How prompts are evaluated: tree shares every common prefix once; naive runs each
     /// prompt on its own (a baseline, same results).
     #[arg(long, value_enum, default_value_t = Strategy::Tree)]
@@ -306,6 +314,7 @@ impl ModelArgs {
             budget: BatchBudget {
                 max_batch_tokens: self.max_batch_tokens,
                 max_batch_rows: self.max_batch_rows,
+                max_arena_bytes: self.max_arena_mib.saturating_mul(1 << 20),
             },
         };
         Ok(options)

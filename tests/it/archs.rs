@@ -75,6 +75,7 @@ fn settings(strategy: Strategy) -> DecoderSettings {
         budget: BatchBudget {
             max_batch_tokens: 96,
             max_batch_rows: 8,
+            ..BatchBudget::default()
         },
     }
 }

@@ -22,6 +22,7 @@ fn settings(strategy: Strategy, rows: usize) -> DecoderSettings {
         budget: BatchBudget {
             max_batch_tokens: 2048,
             max_batch_rows: rows,
+            ..BatchBudget::default()
         },
     }
 }

@@ -98,11 +98,18 @@ fn the_level_plan_gives_the_tree_paths_probabilities_on_every_family() -> Result
     let wide = BatchBudget {
         max_batch_tokens: 256,
         max_batch_rows: 64,
+        ..BatchBudget::default()
     };
     // Small enough to split the contexts into pieces and each level into several passes.
     let narrow = BatchBudget {
         max_batch_tokens: 5,
         max_batch_rows: 3,
+        ..BatchBudget::default()
+    };
+    // And no arena to spare: every subtree entered, first candidates one at a time.
+    let tight = BatchBudget {
+        max_arena_bytes: 0,
+        ..narrow
     };
     for kind in FAMILIES {
         let model = model(kind)?;
@@ -111,7 +118,7 @@ fn the_level_plan_gives_the_tree_paths_probabilities_on_every_family() -> Result
         // operations (Metal's path, and the reference the fused ones replace).
         let plain = self::model(kind)?.with_candle_attention();
         for (ops, model) in [("fused", &model), ("plain", &plain)] {
-            for budget in [wide, narrow] {
+            for budget in [wide, narrow, tight] {
                 let (levels, stats) = run(model, &trie, &targets, budget, Plan::Levels)?;
                 for (q, (a, b)) in reference.iter().zip(&levels).enumerate() {
                     let (pa, pb) = (a.exp(), b.exp());
@@ -134,6 +141,7 @@ fn pairwise_levels_take_three_passes_and_a_fixed_number_of_operations() -> Resul
     let budget = BatchBudget {
         max_batch_tokens: 2048,
         max_batch_rows: 64,
+        ..BatchBudget::default()
     };
     let model = model("llama3")?;
     let (_, levels) = run(&model, &trie, &targets, budget, Plan::Levels)?;
@@ -182,6 +190,7 @@ fn bf16_and_f16_activations_stay_near_f32_by_the_level_plan() -> Result<()> {
     let budget = BatchBudget {
         max_batch_tokens: 256,
         max_batch_rows: 64,
+        ..BatchBudget::default()
     };
     for kind in FAMILIES {
         let (reference, _) = run(&model(kind)?, &trie, &targets, budget, Plan::DepthFirst)?;
@@ -208,6 +217,61 @@ fn bf16_and_f16_activations_stay_near_f32_by_the_level_plan() -> Result<()> {
             format!("{error:#}").contains("only the level plan runs"),
             "{kind}: {error:#}"
         );
+    }
+    Ok(())
+}
+
+#[test]
+fn an_arena_bound_runs_the_contexts_in_waves_with_the_same_probabilities() -> Result<()> {
+    // Four contexts (9-12 tokens), each with three first candidates (3-5 tokens): the
+    // unbounded plan keeps every context and first candidate at once; a bound of one
+    // context's subtree runs them a context at a time, and the arena stays within it.
+    let (sequences, targets) = pairwise(4, 3);
+    let trie = TokenTrie::build(&sequences)?;
+    let wide = BatchBudget {
+        max_batch_tokens: 256,
+        max_batch_rows: 64,
+        ..BatchBudget::default()
+    };
+    for kind in ["llama3", "gemma2"] {
+        let model = model(kind)?;
+        let per_position = model.level_arena_bytes_per_position();
+        let (whole, whole_stats) = run(&model, &trie, &targets, wide, Plan::Levels)?;
+        assert_eq!(whole_stats.forward_calls, 3);
+        // Every context (9 + 10 + 11 + 12 tokens) and first candidate (3 + 4 + 5 per
+        // context) kept, plus scratch for the leaves nobody reads (18 tokens a context).
+        let (kept, scratch) = (42 + 4 * 12, 4 * 18);
+        assert_eq!(
+            whole_stats.peak_cache_bytes,
+            (kept + scratch) * per_position
+        );
+        // The largest context's subtree: 12 + 3 + 4 + 5 positions; no two fit together.
+        let bound = 12 + 12;
+        let waves = BatchBudget {
+            max_arena_bytes: bound * per_position,
+            ..wide
+        };
+        let (answers, stats) = run(&model, &trie, &targets, waves, Plan::Levels)?;
+        assert_eq!(
+            stats.forward_calls,
+            3 * 4,
+            "{kind}: three levels per context"
+        );
+        assert!(
+            stats.peak_cache_bytes < whole_stats.peak_cache_bytes
+                && stats.peak_cache_bytes <= (bound + 18) * per_position,
+            "{kind}: {} bytes kept, bound {}",
+            stats.peak_cache_bytes,
+            bound * per_position
+        );
+        for (q, (a, b)) in whole.iter().zip(&answers).enumerate() {
+            assert!(
+                (a.exp() - b.exp()).abs() <= 1e-6,
+                "{kind}, query {q}: p {} in one wave, {} in waves",
+                a.exp(),
+                b.exp()
+            );
+        }
     }
     Ok(())
 }

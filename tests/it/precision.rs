@@ -24,6 +24,7 @@ fn settings() -> DecoderSettings {
         budget: BatchBudget {
             max_batch_tokens: 2048,
             max_batch_rows: 64,
+            ..BatchBudget::default()
         },
     }
 }

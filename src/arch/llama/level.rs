@@ -235,6 +235,17 @@ impl Writes {
 }
 
 impl LlamaModel {
+    /// Bytes one arena position takes over all layers: a key and a value row in the
+    /// activation type (what [`LevelArena::memory_bytes`] grows by per position).
+    pub fn level_arena_bytes_per_position(&self) -> usize {
+        let c = &self.config;
+        self.layers.len()
+            * 2
+            * c.num_kv_heads
+            * c.head_dim
+            * self.activation_dtype().size_in_bytes()
+    }
+
     /// One level pass over `rows` as a single packed sequence: the final-normalised
     /// hidden states `(tokens, hidden)` of every token, rows one after another. Rows
     /// read their segments from `arena` and write their keys and values where

@@ -10,6 +10,13 @@
 //! reference, as ranges of one per-layer key/value arena, and writes its own into the
 //! arena where a later pass reads them.
 //!
+//! Level by level over a whole run keeps every shared prefix of the run in the arena at
+//! once (for pairwise: every context and first candidate, ~190k positions for all of
+//! SummEval; 24 GB of keys and values for an 8B model in bf16). An arena bound cuts the
+//! trie into waves: groups of sibling subtrees planned level by level in turn, each group
+//! as large as the bound allows beside its ancestors, which stay; a subtree larger than
+//! the bound alone is entered (its root computed, then its children in waves).
+//!
 //! The plan is plain data and a function of the trie (and budget) alone: nodes are taken
 //! in the trie's order (children in ascending order of their first token, which does not
 //! depend on the order prompts were inserted), the arena is allocated first-fit in pass
@@ -129,6 +136,111 @@ struct Draft {
     last_reader: Option<usize>,
 }
 
+/// Sibling subtrees planned level by level together: after the nodes of earlier waves,
+/// before those of later ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wave {
+    /// The roots' parent (computed in an earlier wave, or the trie's root).
+    parent: usize,
+    /// The roots' trie depth.
+    depth: usize,
+    /// Sibling nodes, in the trie's order.
+    roots: Vec<usize>,
+    /// Whether the roots' descendants come in this wave (else only the roots: their
+    /// children follow in waves of their own).
+    whole: bool,
+}
+
+/// Arena positions a node of `len` tokens keeps while its subtree runs.
+fn own_kept(len: usize, has_children: bool, piece_len: usize) -> usize {
+    match has_children {
+        true => len,
+        false => len.saturating_sub(1) / piece_len * piece_len,
+    }
+}
+
+/// The trie cut into waves so that no wave keeps more than `bound` arena positions
+/// beside its ancestors where that is possible: siblings are grouped in the trie's order
+/// while their subtrees' kept positions fit what the bound leaves beside their
+/// ancestors; a subtree that does not fit alone is entered (its root alone, then its
+/// children cut the same way). One wave of the root's children when everything fits.
+fn waves(trie: &TokenTrie, piece_len: usize, bound: usize) -> Vec<Wave> {
+    // Positions a subtree keeps in the arena while it runs: every node with children is
+    // read by them, and a leaf longer than a piece keeps its earlier pieces for its last.
+    // Ids are depth-first (a parent before its children), so children are summed first
+    // going backwards.
+    let mut kept = vec![0usize; trie.len()];
+    for id in (0..trie.len()).rev() {
+        let node = trie.node(id);
+        let own = own_kept(node.tokens.len(), !node.children.is_empty(), piece_len);
+        kept[id] = own + node.children.iter().map(|&c| kept[c]).sum::<usize>();
+    }
+    struct Frame {
+        parent: usize,
+        depth: usize,
+        /// What the bound leaves beside the parent's path.
+        room: usize,
+        next: usize,
+        group: Vec<usize>,
+        used: usize,
+    }
+    let mut out = Vec::new();
+    let flush = |frame: &mut Frame, out: &mut Vec<Wave>| {
+        if !frame.group.is_empty() {
+            out.push(Wave {
+                parent: frame.parent,
+                depth: frame.depth,
+                roots: std::mem::take(&mut frame.group),
+                whole: true,
+            });
+        }
+        frame.used = 0;
+    };
+    // An explicit stack: a trie can be deeper than the call stack allows.
+    let mut stack = vec![Frame {
+        parent: trie.root(),
+        depth: 1,
+        room: bound,
+        next: 0,
+        group: Vec::new(),
+        used: 0,
+    }];
+    while let Some(frame) = stack.last_mut() {
+        let children = &trie.node(frame.parent).children;
+        let Some(&child) = children.get(frame.next) else {
+            flush(frame, &mut out);
+            stack.pop();
+            continue;
+        };
+        frame.next += 1;
+        if kept[child] <= frame.room {
+            if frame.used + kept[child] > frame.room {
+                flush(frame, &mut out);
+            }
+            frame.group.push(child);
+            frame.used += kept[child];
+            continue;
+        }
+        flush(frame, &mut out);
+        out.push(Wave {
+            parent: frame.parent,
+            depth: frame.depth,
+            roots: vec![child],
+            whole: false,
+        });
+        let inner = Frame {
+            parent: child,
+            depth: frame.depth + 1,
+            room: frame.room.saturating_sub(trie.node(child).tokens.len()),
+            next: 0,
+            group: Vec::new(),
+            used: 0,
+        };
+        stack.push(inner);
+    }
+    out
+}
+
 impl LevelPlan {
     /// The level plan of `trie` under `budget`: depth by depth, each depth's nodes in the
     /// trie's order (grouped by parent), cut into passes of at most
@@ -136,72 +248,87 @@ impl LevelPlan {
     /// than the token budget is computed in pieces of that many tokens, each piece in a
     /// later pass of the same depth than the one before it.
     pub fn new(trie: &TokenTrie, budget: BatchBudget) -> Result<Self> {
+        Self::bounded(trie, budget, usize::MAX)
+    }
+
+    /// [`Self::new`] with the arena kept to `arena_bound` positions where the trie
+    /// allows it: the trie in waves (see the module's header). The arena's live positions
+    /// stay at most `arena_bound` or the longest path through nodes with children,
+    /// whichever is larger; with everything within the bound, the plan is
+    /// [`Self::new`]'s.
+    pub fn bounded(trie: &TokenTrie, budget: BatchBudget, arena_bound: usize) -> Result<Self> {
         if budget.max_batch_tokens == 0 || budget.max_batch_rows == 0 {
             bail!("the batch budget must allow at least one token and one sequence");
         }
         let piece_len = budget.max_batch_tokens;
         let mut drafts: Vec<Draft> = Vec::new();
-        // (node, the draft its parent ended with), depth by depth.
-        let mut level: Vec<(usize, Option<usize>)> = trie
-            .node(trie.root())
-            .children
-            .iter()
-            .map(|&c| (c, None))
-            .collect();
         let mut pass_depths: Vec<usize> = Vec::new();
         let mut pass_tokens: Vec<usize> = Vec::new();
         let mut pass_rows: Vec<usize> = Vec::new();
-        let mut depth = 0;
-        while !level.is_empty() {
-            depth += 1;
-            // Round r computes every node's r-th piece; nodes whose pieces end drop out.
-            let mut ends: Vec<Option<usize>> = vec![None; level.len()];
-            let mut round = 0;
-            loop {
-                let members: Vec<usize> = (0..level.len())
-                    .filter(|&i| round * piece_len < trie.node(level[i].0).tokens.len())
-                    .collect();
-                if members.is_empty() {
-                    break;
-                }
-                let mut open = false;
-                for i in members {
-                    let (node, parent_end) = level[i];
-                    let len = trie.node(node).tokens.len();
-                    let range = round * piece_len..((round + 1) * piece_len).min(len);
-                    let after = if round == 0 { parent_end } else { ends[i] };
-                    let position = trie.node(node).start + range.start;
-                    let fits = open && {
-                        let last = pass_tokens.len() - 1;
-                        pass_tokens[last] + range.len() <= budget.max_batch_tokens
-                            && pass_rows[last] < budget.max_batch_rows
-                    };
-                    if !fits {
-                        pass_depths.push(depth);
-                        pass_tokens.push(0);
-                        pass_rows.push(0);
-                        open = true;
+        // Each node's last draft, which its children continue.
+        let mut last_draft: Vec<Option<usize>> = vec![None; trie.len()];
+        for wave in waves(trie, piece_len, arena_bound) {
+            // (node, the draft its parent ended with), depth by depth.
+            let mut level: Vec<(usize, Option<usize>)> = wave
+                .roots
+                .iter()
+                .map(|&c| (c, last_draft[wave.parent]))
+                .collect();
+            let mut depth = wave.depth - 1;
+            while !level.is_empty() {
+                depth += 1;
+                // Round r computes every node's r-th piece; nodes whose pieces end drop out.
+                let mut ends: Vec<Option<usize>> = vec![None; level.len()];
+                let mut round = 0;
+                loop {
+                    let members: Vec<usize> = (0..level.len())
+                        .filter(|&i| round * piece_len < trie.node(level[i].0).tokens.len())
+                        .collect();
+                    if members.is_empty() {
+                        break;
                     }
-                    let pass = pass_tokens.len() - 1;
-                    pass_tokens[pass] += range.len();
-                    pass_rows[pass] += 1;
-                    drafts.push(Draft {
-                        node,
-                        node_tokens: range,
-                        after,
-                        position,
-                        pass,
-                        last_reader: None,
-                    });
-                    ends[i] = Some(drafts.len() - 1);
+                    let mut open = false;
+                    for i in members {
+                        let (node, parent_end) = level[i];
+                        let len = trie.node(node).tokens.len();
+                        let range = round * piece_len..((round + 1) * piece_len).min(len);
+                        let after = if round == 0 { parent_end } else { ends[i] };
+                        let position = trie.node(node).start + range.start;
+                        let fits = open && {
+                            let last = pass_tokens.len() - 1;
+                            pass_tokens[last] + range.len() <= budget.max_batch_tokens
+                                && pass_rows[last] < budget.max_batch_rows
+                        };
+                        if !fits {
+                            pass_depths.push(depth);
+                            pass_tokens.push(0);
+                            pass_rows.push(0);
+                            open = true;
+                        }
+                        let pass = pass_tokens.len() - 1;
+                        pass_tokens[pass] += range.len();
+                        pass_rows[pass] += 1;
+                        drafts.push(Draft {
+                            node,
+                            node_tokens: range,
+                            after,
+                            position,
+                            pass,
+                            last_reader: None,
+                        });
+                        ends[i] = Some(drafts.len() - 1);
+                    }
+                    round += 1;
                 }
-                round += 1;
+                let mut next = Vec::new();
+                for (i, &(node, _)) in level.iter().enumerate() {
+                    last_draft[node] = ends[i];
+                    if wave.whole {
+                        next.extend(trie.node(node).children.iter().map(|&c| (c, ends[i])));
+                    }
+                }
+                level = next;
             }
-            let mut next = Vec::new();
-            for (i, &(node, _)) in level.iter().enumerate() {
-                next.extend(trie.node(node).children.iter().map(|&c| (c, ends[i])));
-            }
-            level = next;
         }
         // Who reads whom: a piece reads the chain of pieces before it.
         for index in 0..drafts.len() {
@@ -342,6 +469,7 @@ mod tests {
         BatchBudget {
             max_batch_tokens: tokens,
             max_batch_rows: rows,
+            ..BatchBudget::default()
         }
     }
 
@@ -382,6 +510,64 @@ mod tests {
         // Every leaf answers its query at its last token.
         let queries: usize = plan.passes[2].pieces.iter().map(|p| p.queries.len()).sum();
         assert_eq!(queries, 24);
+        Ok(())
+    }
+
+    /// The most arena positions a bounded plan may keep: the bound, or the longest path
+    /// of kept positions (a path is kept whole while its leaves run, and a long leaf
+    /// keeps its earlier pieces).
+    fn arena_allowance(trie: &TokenTrie, piece_len: usize, bound: usize) -> usize {
+        (1..trie.len())
+            .map(|id| trie.node(id))
+            .map(|node| {
+                node.start + own_kept(node.tokens.len(), !node.children.is_empty(), piece_len)
+            })
+            .fold(bound, usize::max)
+    }
+
+    #[test]
+    fn a_bounded_plan_runs_the_contexts_in_waves() -> Result<()> {
+        // Four contexts of 6 tokens, each with four first candidates of 3 tokens: a
+        // context's subtree keeps 6 + 4 x 3 = 18 positions while its leaves run.
+        let trie = TokenTrie::build(&pairwise(4, 4))?;
+        let whole = LevelPlan::new(&trie, budget(2048, 64))?;
+        assert_eq!(whole.arena_peak, 4 * 18);
+        assert_eq!(LevelPlan::bounded(&trie, budget(2048, 64), 4 * 18)?, whole);
+        let plan = LevelPlan::bounded(&trie, budget(2048, 64), 40)?;
+        check(&trie, &plan, budget(2048, 64));
+        let depths: Vec<usize> = plan.passes.iter().map(|p| p.depth).collect();
+        assert_eq!(depths, vec![1, 2, 3, 1, 2, 3]);
+        assert_eq!(plan.arena_peak, 2 * 18);
+        assert!(plan.arena_len <= 40, "{}", plan.arena_len);
+        // The same nodes and queries, in twice the passes.
+        let queries = |plan: &LevelPlan| -> Vec<usize> {
+            let mut q: Vec<usize> = plan
+                .passes
+                .iter()
+                .flat_map(|p| &p.pieces)
+                .flat_map(|p| p.queries.iter().map(|&(_, q)| q))
+                .collect();
+            q.sort_unstable();
+            q
+        };
+        assert_eq!(queries(&plan), queries(&whole));
+        Ok(())
+    }
+
+    #[test]
+    fn a_subtree_larger_than_the_bound_is_entered() -> Result<()> {
+        // One context (6 tokens) whose subtree keeps 18: it is computed alone, then its
+        // first candidates one at a time (3 of the 4 positions the bound leaves).
+        let trie = TokenTrie::build(&pairwise(1, 4))?;
+        let plan = LevelPlan::bounded(&trie, budget(2048, 64), 10)?;
+        check(&trie, &plan, budget(2048, 64));
+        let depths: Vec<usize> = plan.passes.iter().map(|p| p.depth).collect();
+        assert_eq!(depths, vec![1, 2, 3, 2, 3, 2, 3, 2, 3]);
+        assert_eq!(plan.arena_peak, 6 + 3);
+        // A bound below the context itself: the path is the floor.
+        let tight = LevelPlan::bounded(&trie, budget(2048, 64), 0)?;
+        check(&trie, &tight, budget(2048, 64));
+        assert_eq!(tight.arena_peak, 6 + 3);
         Ok(())
     }
 
@@ -562,6 +748,17 @@ mod tests {
                 let trie = TokenTrie::build(&sequences).expect("trie");
                 let plan = LevelPlan::new(&trie, budget).expect("plan");
                 check(&trie, &plan, budget);
+                // Any arena bound: the same invariants, within the allowance.
+                let bound = (shuffle % 24) as usize;
+                let bounded = LevelPlan::bounded(&trie, budget, bound).expect("plan");
+                check(&trie, &bounded, budget);
+                let allowance = arena_allowance(&trie, tokens, bound);
+                prop_assert!(bounded.arena_peak <= allowance);
+                prop_assert!(
+                    bounded.arena_len <= allowance,
+                    "{} > {allowance}",
+                    bounded.arena_len
+                );
                 // The same prompts in another order: the same plan, but for query order
                 // inside a node.
                 let mut shuffled = sequences.clone();

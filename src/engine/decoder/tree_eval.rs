@@ -55,13 +55,21 @@ pub struct BatchBudget {
     pub max_batch_tokens: usize,
     /// Sequences (trie nodes) of one forward pass.
     pub max_batch_rows: usize,
+    /// Bytes of keys and values the level plan keeps for the prefixes later passes read;
+    /// a run that needs more goes in waves (see [`super::level_plan`]).
+    pub max_arena_bytes: usize,
 }
+
+/// Default of [`BatchBudget::max_arena_bytes`]: 4 GiB, all of SummEval's pairwise
+/// prefixes in about 7 waves for an 8B model in bf16, in one wave for SmolLM2 in f32.
+pub const DEFAULT_MAX_ARENA_BYTES: usize = 4 << 30;
 
 impl Default for BatchBudget {
     fn default() -> Self {
         Self {
             max_batch_tokens: 2048,
             max_batch_rows: 64,
+            max_arena_bytes: DEFAULT_MAX_ARENA_BYTES,
         }
     }
 }
@@ -298,7 +306,9 @@ impl<'m> TreeEvaluator<'m> {
         head: Head<'a>,
         pending: Option<&[bool]>,
     ) -> Result<EvalStats> {
-        let plan = LevelPlan::new(trie, self.budget)?;
+        let per_position = self.model.level_arena_bytes_per_position().max(1);
+        let bound = self.budget.max_arena_bytes / per_position;
+        let plan = LevelPlan::bounded(trie, self.budget, bound)?;
         let runs = plan.needed(pending);
         // Scratch for the tokens of a pass that nobody reads (the fused pass writes all).
         let unread = plan
