@@ -49,8 +49,8 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = BatchBudget::default().max_batch_rows)]
     pub max_batch_rows: usize,
 
-    /// Most memory, in MiB, the level plan (bf16 on a GPU; `bench pairwise --plan
-    /// levels`) keeps for the keys and values of shared prefixes: a run that needs more
+    /// Most memory, in MiB, the level plan (bf16 on a GPU, and the level plan of `bench
+    /// pairwise`) keeps for the keys and values of shared prefixes: a run that needs more
     /// (e.g. every document of a large set at once) goes in waves of documents, whose
     /// probabilities equal one wave's within rounding (1e-6). Bounds device memory on
     /// large runs.
@@ -74,7 +74,8 @@ pub struct BackendArgs {
     /// of vLLM, SGLang, TGI, llama.cpp's server or `nlg-judge serve`, e.g.
     /// http://gpu-node:8000/v1. `--model` is then the name the engine serves the model
     /// under; prompts are tokenised here (--tokenizer) and sent as token ids; label
-    /// probabilities are exact (top-K log-probs, then echo for the rest). Results are
+    /// probabilities are exact (top-K log-probs, then vLLM's restricted generation or echo
+    /// for the rest; docs/engines.md). Results are
     /// cached apart from local runs. --device, --precision and --weights do not apply.
     #[arg(long, value_name = "URL")]
     pub backend: Option<String>,
@@ -110,7 +111,8 @@ pub struct BackendArgs {
     pub concurrency: usize,
 
     /// Alternatives asked for at the answer's first position (at most the engine's
-    /// limit, e.g. vLLM's max-logprobs setting); labels outside them are scored by echo.
+    /// limit, e.g. vLLM's max-logprobs setting); labels outside them are scored by a
+    /// generation restricted to the label (vLLM's allowed_token_ids) or by echo.
     #[arg(long, value_name = "K", default_value_t = crate::engine::remote::DEFAULT_TOP_K)]
     pub backend_top_k: usize,
 

@@ -58,6 +58,8 @@ pub struct Usage {
     pub echo: u64,
     /// Labels outside the top-K given its bound (`--accept-top-k-only`).
     pub bounded: u64,
+    /// Labels read from a generation restricted to them (`allowed_token_ids`).
+    pub restricted: u64,
 }
 
 impl Usage {
@@ -70,6 +72,7 @@ impl Usage {
             top_k: self.top_k.saturating_sub(earlier.top_k),
             echo: self.echo.saturating_sub(earlier.echo),
             bounded: self.bounded.saturating_sub(earlier.bounded),
+            restricted: self.restricted.saturating_sub(earlier.restricted),
         }
     }
 }

@@ -73,13 +73,23 @@ fn ids(body: &Value) -> Vec<u32> {
 /// A completions answer as vLLM gives it (tokens by id): top-K over ids 0..20 at the
 /// next position, or with `echo` every prompt token's log-prob (the first `null`).
 fn completion(body: &Value, echo_allowed: bool, logprobs_allowed: bool) -> Reply {
+    completion_of(lp, body, echo_allowed, logprobs_allowed)
+}
+
+/// [`completion`] of the stand-in model `lp`.
+fn completion_of(
+    lp: fn(&[u32], u32) -> f64,
+    body: &Value,
+    echo_allowed: bool,
+    logprobs_allowed: bool,
+) -> Reply {
     if let Some(prompts) = body["prompt"].as_array().filter(|p| p[0].is_array()) {
         // A list of prompts: one choice each, by index, listed last first.
         let mut choices = Vec::new();
         for (index, prompt) in prompts.iter().enumerate().rev() {
             let mut one = body.clone();
             one["prompt"] = prompt.clone();
-            let (_, _, text) = completion(&one, echo_allowed, logprobs_allowed);
+            let (_, _, text) = completion_of(lp, &one, echo_allowed, logprobs_allowed);
             let mut choice = serde_json::from_str::<Value>(&text).unwrap()["choices"][0].clone();
             choice["index"] = json!(index);
             choices.push(choice);
@@ -339,13 +349,14 @@ fn a_dead_engine_loses_nothing_and_a_rerun_asks_only_for_the_rest() -> Result<()
         }
         Ok(plan)
     };
-    // The engine answers the detection's request and three prompts', then fails.
+    // The engine answers the detection's two requests without echo (top-K and
+    // restricted-generation probes) and three prompts', then fails.
     let answered = Arc::new(AtomicUsize::new(0));
     let count = answered.clone();
     let dying = FakeEngine::start(Arc::new(move |path: &str, body: &Value| match path {
         "/v1/models" => models("fake"),
         "/v1/completions" if body["echo"] != json!(true) => {
-            if count.fetch_add(1, Ordering::SeqCst) >= 4 {
+            if count.fetch_add(1, Ordering::SeqCst) >= 5 {
                 return (500, Vec::new(), r#"{"error":"engine died"}"#.into());
             }
             completion(body, true, true)
@@ -376,8 +387,9 @@ fn a_dead_engine_loses_nothing_and_a_rerun_asks_only_for_the_rest() -> Result<()
     );
     second.fill(&mut scorer, Some(&cache), &mut |_| Ok(()))?;
     // Three prompts left, two requests each (top-K, and one echo of a list of the two
-    // labels it lacks), after the detection's two (top-K and echo probes).
-    assert_eq!(engine.count("/v1/completions"), 2 + 3 * 2);
+    // labels it lacks), after the detection's three (top-K, echo and restricted
+    // generation probes; this engine ignores the restriction).
+    assert_eq!(engine.count("/v1/completions"), 3 + 3 * 2);
     for (request, result) in requests().iter().zip(second.into_results()?) {
         let got: Vec<f64> = result.labels.iter().map(|l| l.logprob).collect();
         assert_eq!(got, expected(request));
@@ -811,13 +823,109 @@ fn an_engine_that_takes_one_prompt_a_request_gets_its_echoes_one_by_one() -> Res
     for (request, got) in requests.iter().zip(&got) {
         assert_eq!(got, &expected(request));
     }
-    // Detection's two probes; the first prompt's list refused once, then every prompt:
+    // Detection's three probes; the first prompt's list refused once, then every prompt:
     // top-K and one echo for each of its two labels outside it.
-    assert_eq!(engine.count("/v1/completions"), 2 + 1 + 6 * 3);
+    assert_eq!(engine.count("/v1/completions"), 3 + 1 + 6 * 3);
     assert!(
         scorer.summary().contains("0 failed"),
         "{}",
         scorer.summary()
     );
+    Ok(())
+}
+
+/// A stand-in model whose ids from 100 up lie below every id under 20, so that the
+/// top-20 (ids 0..20) really are the most likely and a label outside them scores lower.
+fn lp_ranked(prompt: &[u32], t: u32) -> f64 {
+    match t {
+        0..100 => lp(prompt, t),
+        _ => lp(prompt, t) - 10.0,
+    }
+}
+
+/// An engine that takes vLLM's `allowed_token_ids`: the one allowed token is generated
+/// and its log-prob reported from the model's own distribution (vLLM's default
+/// `--logprobs-mode raw_logprobs`), or, with `raw` false, from the restricted one
+/// (`processed_logprobs`: 0 for a single allowed token).
+fn restricting_engine(raw: bool) -> Arc<Script> {
+    Arc::new(move |path: &str, body: &Value| match path {
+        "/v1/models" => models("fake"),
+        "/v1/completions" => match body["allowed_token_ids"].as_array() {
+            Some(allowed) => {
+                let id = allowed[0].as_u64().unwrap() as u32;
+                let prompt = ids(body);
+                let value = if raw { lp_ranked(&prompt, id) } else { 0.0 };
+                let name = format!("token_id:{id}");
+                ok(json!({"choices": [{"text": "x", "logprobs": {
+                    "tokens": [name.clone()], "token_logprobs": [value],
+                    "top_logprobs": [{ "token_id:0": lp_ranked(&prompt, 0), name: value }]
+                }}]}))
+            }
+            None => completion_of(lp_ranked, body, true, true),
+        },
+        _ => (404, Vec::new(), r#"{"detail":"Not Found"}"#.to_string()),
+    })
+}
+
+#[test]
+fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trusted() -> Result<()>
+{
+    let requests = requests();
+    let expected = |request: &LabelRequest| -> Vec<f64> {
+        let Prompt::Tokens(tokens) = &request.prompt else {
+            unreachable!()
+        };
+        let p = &tokens.input;
+        let with = |extra: &[u32]| [p.as_slice(), extra].concat();
+        vec![
+            lp_ranked(p, 5),
+            lp_ranked(p, 6),
+            lp_ranked(p, 200),
+            lp_ranked(p, 7) + lp_ranked(&with(&[7]), 8),
+        ]
+    };
+    // vLLM's default: label 200 from one restricted token, the two-token label by echo.
+    let engine = FakeEngine::start(restricting_engine(true));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let got = logprobs(&mut scorer, &requests)?;
+    for (request, got) in requests.iter().zip(&got) {
+        assert_eq!(got, &expected(request), "exact, as the engine gave them");
+    }
+    assert!(scorer.routes().is_some_and(|r| r.restricted));
+    let counts = scorer.label_counts();
+    let count = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    assert_eq!(
+        (
+            count(&counts.top_k),
+            count(&counts.restricted),
+            count(&counts.echo)
+        ),
+        (12, 6, 6)
+    );
+    let summary = scorer.summary();
+    assert!(
+        summary.contains("labels by top-20 12, by allowed_token_ids 6, by echo 6"),
+        "{summary}"
+    );
+
+    // Log-probs of the restricted distribution (`--logprobs-mode processed_logprobs`):
+    // the probe's 0 disagrees with the top-K, so the route is not trusted and the label
+    // goes by echo, exactly.
+    let engine = FakeEngine::start(restricting_engine(false));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let got = logprobs(&mut scorer, &requests)?;
+    for (request, got) in requests.iter().zip(&got) {
+        assert_eq!(got, &expected(request));
+    }
+    assert!(scorer.routes().is_some_and(|r| !r.restricted));
+    let counts = scorer.label_counts();
+    assert_eq!((count(&counts.restricted), count(&counts.echo)), (0, 12));
+
+    // An engine that ignores the field (generates its own token): not trusted either.
+    let engine = FakeEngine::start(full_engine());
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    logprobs(&mut scorer, &requests)?;
+    assert!(scorer.routes().is_some_and(|r| !r.restricted));
+    assert!(!scorer.summary().contains("allowed_token_ids"));
     Ok(())
 }
