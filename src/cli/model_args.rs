@@ -111,8 +111,8 @@ pub struct BackendArgs {
     pub concurrency: usize,
 
     /// Alternatives asked for at the answer's first position (at most the engine's
-    /// limit, e.g. vLLM's max-logprobs setting); labels outside them are scored by a
-    /// generation restricted to the label (vLLM's allowed_token_ids) or by echo.
+    /// limit, e.g. vLLM's max-logprobs setting); labels outside them are scored by
+    /// generations restricted to the label's tokens (vLLM's allowed_token_ids) or by echo.
     #[arg(long, value_name = "K", default_value_t = crate::engine::remote::DEFAULT_TOP_K)]
     pub backend_top_k: usize,
 

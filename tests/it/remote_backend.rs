@@ -884,7 +884,8 @@ fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trus
             lp_ranked(p, 7) + lp_ranked(&with(&[7]), 8),
         ]
     };
-    // vLLM's default: label 200 from one restricted token, the two-token label by echo.
+    // vLLM's default: label 200 from one restricted token; the two-token label's first
+    // token from the top-K, its second from a restricted token after the first.
     let engine = FakeEngine::start(restricting_engine(true));
     let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
     let got = logprobs(&mut scorer, &requests)?;
@@ -900,13 +901,15 @@ fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trus
             count(&counts.restricted),
             count(&counts.echo)
         ),
-        (12, 6, 6)
+        (12, 12, 0)
     );
     let summary = scorer.summary();
     assert!(
-        summary.contains("labels by top-20 12, by allowed_token_ids 6, by echo 6"),
+        summary.contains("labels by top-20 12, by allowed_token_ids 12, by echo 0"),
         "{summary}"
     );
+    // Per prompt: the top-K, label 200's token, the two-token label's second token.
+    assert_eq!(engine.count("/v1/completions"), 3 + 6 * 3);
 
     // Log-probs of the restricted distribution (`--logprobs-mode processed_logprobs`):
     // the probe's 0 disagrees with the top-K, so the route is not trusted and the label

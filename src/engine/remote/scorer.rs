@@ -7,15 +7,15 @@
 //! engine reads exactly the tokens a local run would. A label's probability is exact:
 //! - **top-K**: one request per prompt for the next position's K most likely tokens
 //!   (`logprobs: K`, one generated token); a one-token label among them is read there;
-//! - **restricted generation**: a one-token label outside the K, where the engine takes
-//!   vLLM's `allowed_token_ids`: one token generated with only the label allowed, its
+//! - **restricted generation**: the other labels, where the engine takes vLLM's
+//!   `allowed_token_ids`, token by token: one token generated after the prompt (and the
+//!   label's tokens before it) with only the label's next token allowed, its
 //!   log-probability read as the engine reports it, from the model's own distribution
 //!   (vLLM's default `--logprobs-mode raw_logprobs`). It reuses the engine's prefix cache
 //!   and computes one position, where an echo computes the distribution at every prompt
-//!   position (35x slower on vLLM's CPU build);
-//! - **echo**: for the others (longer labels, or outside the K), the prompt with the label
-//!   appended, echoed with each prompt token's log-probability (`echo: true`), the label's
-//!   tokens summed.
+//!   position (35x the in-process time on vLLM's CPU build);
+//! - **echo**: for the rest, the prompt with the label appended, echoed with each prompt
+//!   token's log-probability (`echo: true`), the label's tokens summed.
 //!
 //! Which of them an engine gives is found on the first request (a restricted generation
 //! is trusted only where it obeys and agrees with the echo or the top-K there, and each
@@ -299,6 +299,44 @@ impl RemoteScorer {
         Ok(generated.logprob.filter(|_| obeyed))
     }
 
+    /// `log P(label | ids)` by restricted generations, one per token; the first token from
+    /// `alternatives` (the next position's top-K) where it is listed there. An answer for
+    /// the first token above the top-K's smallest value cannot be that token's (the engine
+    /// restricted before reporting): `None` then, as where the engine generated another
+    /// token, and the label goes by echo.
+    fn restricted_label(
+        &self,
+        ids: &[u32],
+        label: &[u32],
+        alternatives: Option<&[(TokenKey, f64)]>,
+        routes: Routes,
+    ) -> Result<Option<f64>> {
+        let Some((&first, rest)) = label.split_first() else {
+            return Ok(None);
+        };
+        let listed = alternatives.and_then(|a| self.find(a, first));
+        let mut total = match listed {
+            Some(lp) => lp,
+            None => {
+                let bound = alternatives.and_then(|a| a.iter().map(|a| a.1).reduce(f64::min));
+                match self.restricted(ids, first, routes)? {
+                    Some(lp) if bound.is_none_or(|b| lp <= b + ROUTES_AGREE) => lp,
+                    _ => return Ok(None),
+                }
+            }
+        };
+        let mut prefix = ids.to_vec();
+        prefix.push(first);
+        for &id in rest {
+            match self.restricted(&prefix, id, routes)? {
+                Some(lp) => total += lp,
+                None => return Ok(None),
+            }
+            prefix.push(id);
+        }
+        Ok(Some(total))
+    }
+
     /// `log P(tokens | ids)` by echo, token by token; `None` where the engine echoes no
     /// log-probabilities.
     fn echo(&self, ids: &[u32], tokens: &[u32], routes: Routes) -> Result<Option<Vec<f64>>> {
@@ -511,34 +549,33 @@ impl RemoteScorer {
     /// Score one prompt's labels with the routes found.
     fn score(&self, ids: &[u32], labels: &[Vec<u32>], routes: Routes) -> Result<LabelResult> {
         let mut scores: Vec<Option<f64>> = vec![None; labels.len()];
-        let mut bound = None;
-        if routes.top_k && labels.iter().any(|l| l.len() == 1) {
-            if let Some(alternatives) = self.top_k(ids, routes)? {
-                bound = alternatives.iter().map(|a| a.1).reduce(f64::min);
+        let mut alternatives = None;
+        let asks_top_k = labels.iter().any(|l| l.len() == 1) || routes.restricted;
+        if routes.top_k && asks_top_k {
+            alternatives = self.top_k(ids, routes)?;
+            if let Some(alternatives) = &alternatives {
                 for (slot, label) in scores.iter_mut().zip(labels) {
                     if let [id] = label.as_slice() {
-                        *slot = self.find(&alternatives, *id);
+                        *slot = self.find(alternatives, *id);
                     }
                 }
             }
         }
-        // One-token labels outside the top-K, by restricted generation where it is
-        // trusted; an answer above the top-K's smallest value cannot be this label's
-        // (the engine restricted before reporting), so that label goes by echo.
+        // The rest by restricted generation where it is trusted, token by token (a
+        // label's first token from the top-K where it is listed there).
         let mut restricted = vec![false; labels.len()];
         if routes.restricted {
             for (index, label) in labels.iter().enumerate() {
-                if let (None, [id]) = (scores[index], label.as_slice()) {
-                    let found = self.restricted(ids, *id, routes)?;
-                    if let Some(lp) =
-                        found.filter(|&lp| bound.is_none_or(|b| lp <= b + ROUTES_AGREE))
-                    {
-                        scores[index] = Some(lp);
-                        restricted[index] = true;
-                    }
+                if scores[index].is_none() {
+                    scores[index] =
+                        self.restricted_label(ids, label, alternatives.as_deref(), routes)?;
+                    restricted[index] = scores[index].is_some();
                 }
             }
         }
+        let bound = alternatives
+            .as_ref()
+            .and_then(|a| a.iter().map(|a| a.1).reduce(f64::min));
         let mut echoed = Vec::new().into_iter();
         if routes.echo {
             let missing: Vec<&[u32]> = scores
