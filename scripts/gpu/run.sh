@@ -33,17 +33,8 @@ export NLG_JUDGE_CACHE=/tmp/nlg-judge-cache NLG_JUDGE_DATA="$G/data"
 # SKIP_QUANTIZED=1 leaves out the quantized GGUF (its making and its parity step).
 GPU="${GPU_DEVICE:-cuda}"
 SKIP_QUANTIZED="${SKIP_QUANTIZED:-0}"
-step() { echo; echo "== $(date -u +%T) $*"; }
-# Run with a time bound; say how it ended.
-bounded() {
-  local limit=$1 start
-  shift
-  start=$(date +%s%N)
-  timeout "$limit" "$@" 2>&1 | grep -vE '^\s*$|Loading|it/s\]'
-  local rc=${PIPESTATUS[0]}
-  echo "-- rc=$rc in $((($(date +%s%N) - start) / 1000000)) ms" >&2
-  return "$rc"
-}
+# step, bounded, unpack_binary.
+source scripts/gpu/lib.sh
 
 step machine
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
@@ -51,15 +42,7 @@ echo "$(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 
 step binary
-bin=/tmp/nlg-judge
-python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('$G/nlg-judge.xz'), open('$bin', 'wb'))"
-chmod +x "$bin"
-nvroot=$(python3 -c 'import os, nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
-libdirs=$(find "$nvroot" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-ldd "$bin" | grep -E 'cuda|cublas|curand|nvrtc|not found'
-"$bin" --version
+unpack_binary
 
 # The integration tests built with `--features cuda` (pack.sh's optional second argument):
 # the GPU twins of the parity tests (every decoder family and FlanT5 against transformers,
@@ -106,28 +89,28 @@ python3 scripts/gpu/compare_probabilities.py "$W/smollm2-gpu.json" "$W/smollm2-c
 # plain operations (NLG_JUDGE_LEVEL_OPS=plain), which tells a kernel fault from a plan fault.
 step "the level plan on the GPU, fused kernels then plain candle operations"
 for ops in fused plain; do
-  bounded 150 env NLG_JUDGE_LEVEL_OPS=$ops "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" \
-    --plan levels --json --compare-with "$W/smollm2-cpu.json" \
-    --save-probabilities "$W/smollm2-levels-$ops-p.json" >"$W/smollm2-levels-$ops.json"
+  bounded_json "$W/smollm2-levels-$ops.json" 150 env NLG_JUDGE_LEVEL_OPS=$ops "${pair[@]}" \
+    --model "$G/smollm2-135m" --device "$GPU" --plan levels --json \
+    --compare-with "$W/smollm2-cpu.json" --save-probabilities "$W/smollm2-levels-$ops-p.json"
   levels_line "$W/smollm2-levels-$ops.json" "$ops"
 done
 # bf16 on the GPU (weights and activations; the level plan): the issue's bound is 0.02.
-bounded 150 "${pair[@]}" --model "$G/smollm2-135m" --device "$GPU" --precision bf16 --plan levels \
-  --json --compare-with "$W/smollm2-cpu.json" >"$W/smollm2-levels-bf16.json"
+bounded_json "$W/smollm2-levels-bf16.json" 150 "${pair[@]}" --model "$G/smollm2-135m" \
+  --device "$GPU" --precision bf16 --plan levels --json --compare-with "$W/smollm2-cpu.json"
 levels_line "$W/smollm2-levels-bf16.json" "bf16 levels"
 
 speed() {
   local model=$1 variant
   step "speed: $model, ours on the GPU, SummEval documents 0-1"
-  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode both \
-    --json --save-probabilities "$W/ours-$model-p.json" >"$W/ours-$model.json"
+  bounded_json "$W/ours-$model.json" 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" \
+    --docs 2 --mode both --json --save-probabilities "$W/ours-$model-p.json"
   step "speed: $model, ours on the GPU by the level plan (fused kernels)"
-  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode tree \
-    --plan levels --json --compare-with "$W/ours-$model-p.json" >"$W/ours-levels-$model.json"
+  bounded_json "$W/ours-levels-$model.json" 200 "$bin" bench pairwise --model "$G/$model" \
+    --device "$GPU" --docs 2 --mode tree --plan levels --json --compare-with "$W/ours-$model-p.json"
   levels_line "$W/ours-levels-$model.json" levels
-  bounded 200 "$bin" bench pairwise --model "$G/$model" --device "$GPU" --docs 2 --mode tree \
-    --plan levels --precision bf16 --json --compare-with "$W/ours-$model-p.json" \
-    >"$W/ours-levels-bf16-$model.json"
+  bounded_json "$W/ours-levels-bf16-$model.json" 200 "$bin" bench pairwise --model "$G/$model" \
+    --device "$GPU" --docs 2 --mode tree --plan levels --precision bf16 --json \
+    --compare-with "$W/ours-$model-p.json"
   levels_line "$W/ours-levels-bf16-$model.json" "levels bf16"
   for variant in "prefix f32" "prefix_b15 f32" "prefix_b15 bf16"; do
     set -- $variant
