@@ -301,14 +301,15 @@ impl RemoteScorer {
 
     /// `log P(label | ids)` by restricted generations, one per token; the first token from
     /// `alternatives` (the next position's top-K) where it is listed there. An answer for
-    /// the first token above the top-K's smallest value cannot be that token's (the engine
-    /// restricted before reporting): `None` then, as where the engine generated another
-    /// token, and the label goes by echo.
+    /// the first token above `bound` (the top-K's smallest value) cannot be that token's
+    /// (the engine restricted before reporting): `None` then, as where the engine
+    /// generated another token, and the label goes by echo.
     fn restricted_label(
         &self,
         ids: &[u32],
         label: &[u32],
         alternatives: Option<&[(TokenKey, f64)]>,
+        bound: Option<f64>,
         routes: Routes,
     ) -> Result<Option<f64>> {
         let Some((&first, rest)) = label.split_first() else {
@@ -317,13 +318,10 @@ impl RemoteScorer {
         let listed = alternatives.and_then(|a| self.find(a, first));
         let mut total = match listed {
             Some(lp) => lp,
-            None => {
-                let bound = alternatives.and_then(|a| a.iter().map(|a| a.1).reduce(f64::min));
-                match self.restricted(ids, first, routes)? {
-                    Some(lp) if bound.is_none_or(|b| lp <= b + ROUTES_AGREE) => lp,
-                    _ => return Ok(None),
-                }
-            }
+            None => match self.restricted(ids, first, routes)? {
+                Some(lp) if bound.is_none_or(|b| lp <= b + ROUTES_AGREE) => lp,
+                _ => return Ok(None),
+            },
         };
         let mut prefix = ids.to_vec();
         prefix.push(first);
@@ -561,6 +559,9 @@ impl RemoteScorer {
                 }
             }
         }
+        let bound = alternatives
+            .as_ref()
+            .and_then(|a| a.iter().map(|a| a.1).reduce(f64::min));
         // The rest by restricted generation where it is trusted, token by token (a
         // label's first token from the top-K where it is listed there).
         let mut restricted = vec![false; labels.len()];
@@ -568,14 +569,11 @@ impl RemoteScorer {
             for (index, label) in labels.iter().enumerate() {
                 if scores[index].is_none() {
                     scores[index] =
-                        self.restricted_label(ids, label, alternatives.as_deref(), routes)?;
+                        self.restricted_label(ids, label, alternatives.as_deref(), bound, routes)?;
                     restricted[index] = scores[index].is_some();
                 }
             }
         }
-        let bound = alternatives
-            .as_ref()
-            .and_then(|a| a.iter().map(|a| a.1).reduce(f64::min));
         let mut echoed = Vec::new().into_iter();
         if routes.echo {
             let missing: Vec<&[u32]> = scores
