@@ -36,6 +36,10 @@ pub struct CompletionRequest {
     pub sampling: Sampling,
     /// Generation stops when the text contains one of these (the text is cut before it).
     pub stop: Vec<String>,
+    /// Generate only these tokens (vLLM's `allowed_token_ids`); log-probabilities stay
+    /// those of the whole vocabulary's distribution. `None`: any token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tokens: Option<Vec<u32>>,
 }
 
 impl CompletionRequest {
@@ -49,6 +53,7 @@ impl CompletionRequest {
             max_tokens,
             sampling: Sampling::Greedy,
             stop: Vec::new(),
+            allowed_tokens: None,
         }
     }
 

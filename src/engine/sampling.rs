@@ -1,5 +1,7 @@
 //! Choosing the next token from a row of logits: greedy, or nucleus (top-p) sampling at a
-//! temperature from a seeded generator, so that generations are reproducible.
+//! temperature from a seeded generator, so that generations are reproducible; optionally
+//! among an allowed set of tokens only (vLLM's `allowed_token_ids`), which restricts the
+//! choice but not the distribution a caller reports log-probabilities from.
 
 use anyhow::{bail, ensure, Result};
 use rand::rngs::StdRng;
@@ -11,6 +13,8 @@ use super::request::Sampling;
 #[derive(Debug, Clone)]
 pub struct TokenSampler {
     rule: Rule,
+    /// Sorted ids the choice is restricted to (`None`: the whole vocabulary).
+    allowed: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,11 +52,37 @@ impl TokenSampler {
                 }
             }
         };
-        Ok(Self { rule })
+        Ok(Self {
+            rule,
+            allowed: None,
+        })
+    }
+
+    /// Restrict every choice to `allowed` (`None` leaves the vocabulary whole). An empty
+    /// set is refused: nothing could be generated.
+    pub fn allowing(mut self, allowed: Option<&[u32]>) -> Result<Self> {
+        if let Some(ids) = allowed {
+            if ids.is_empty() {
+                crate::bad_request!("the set of allowed tokens is empty");
+            }
+            let mut ids = ids.to_vec();
+            ids.sort_unstable();
+            ids.dedup();
+            self.allowed = Some(ids);
+        }
+        Ok(self)
     }
 
     /// The next token given the logits of every vocabulary entry.
     pub fn next(&mut self, logits: &[f32]) -> Result<u32> {
+        let masked;
+        let logits = match &self.allowed {
+            None => logits,
+            Some(ids) => {
+                masked = only(logits, ids)?;
+                &masked
+            }
+        };
         match &mut self.rule {
             Rule::Greedy => greedy(logits),
             Rule::TopP {
@@ -62,6 +92,22 @@ impl TokenSampler {
             } => nucleus(logits, *temperature, *top_p, rng),
         }
     }
+}
+
+/// `logits` with every entry outside `allowed` made NaN (never chosen); an allowed id
+/// outside the vocabulary is the request's fault.
+fn only(logits: &[f32], allowed: &[u32]) -> Result<Vec<f32>> {
+    let mut masked = vec![f32::NAN; logits.len()];
+    for &id in allowed {
+        match logits.get(id as usize) {
+            Some(&logit) => masked[id as usize] = logit,
+            None => crate::bad_request!(
+                "allowed token id {id} is outside the vocabulary of {} tokens",
+                logits.len()
+            ),
+        }
+    }
+    Ok(masked)
 }
 
 /// The most likely token; ties go to the lowest id. NaN logits are never chosen.
@@ -208,6 +254,58 @@ mod tests {
             (zeros as f64 / draws as f64 - expected).abs() < 0.02,
             "{zeros}"
         );
+    }
+
+    #[test]
+    fn an_allowed_set_restricts_greedy_and_nucleus_choices() {
+        let logits = [ln(0.5), ln(0.3), ln(0.15), ln(0.05)];
+        let mut greedy = TokenSampler::new(&Sampling::Greedy)
+            .unwrap()
+            .allowing(Some(&[3, 2]))
+            .unwrap();
+        assert_eq!(greedy.next(&logits).unwrap(), 2);
+        // Among {1, 3} the odds are 0.3 : 0.05, so token 1 has 6/7 of the draws.
+        let mut nucleus = TokenSampler::new(&Sampling::TopP {
+            temperature: 1.0,
+            top_p: 1.0,
+            seed: 5,
+        })
+        .unwrap()
+        .allowing(Some(&[1, 3, 3]))
+        .unwrap();
+        let draws = 20_000;
+        let mut counts = [0usize; 4];
+        for _ in 0..draws {
+            counts[nucleus.next(&logits).unwrap() as usize] += 1;
+        }
+        assert_eq!(counts[0] + counts[2], 0, "{counts:?}");
+        // The binomial standard deviation is 0.0025.
+        assert!(
+            (counts[1] as f64 / draws as f64 - 6.0 / 7.0).abs() < 0.015,
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_or_foreign_allowed_set_is_the_requests_fault() {
+        let empty = TokenSampler::new(&Sampling::Greedy)
+            .unwrap()
+            .allowing(Some(&[]));
+        let error = empty.unwrap_err();
+        assert_eq!(
+            crate::engine::error_kind(&error),
+            crate::engine::ErrorKind::BadRequest
+        );
+        let mut foreign = TokenSampler::new(&Sampling::Greedy)
+            .unwrap()
+            .allowing(Some(&[1, 9]))
+            .unwrap();
+        let error = foreign.next(&[0.0, 1.0, 2.0]).unwrap_err();
+        assert_eq!(
+            crate::engine::error_kind(&error),
+            crate::engine::ErrorKind::BadRequest
+        );
+        assert!(error.to_string().contains("allowed token id 9"), "{error}");
     }
 
     #[test]

@@ -231,6 +231,13 @@ pub trait Scorer: Send {
                 self.info().architecture
             );
         }
+        if requests.iter().any(|r| r.allowed_tokens.is_some()) {
+            crate::bad_request!(
+                "model '{}' ({}) does not restrict generation to allowed tokens",
+                self.info().name,
+                self.info().architecture
+            );
+        }
         let piece = |id: u32| TokenPiece {
             id,
             bytes: Vec::new(),

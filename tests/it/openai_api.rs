@@ -447,6 +447,120 @@ async fn the_prefix_cache_keeps_recent_prompts_within_its_bound() -> Result<()> 
     Ok(())
 }
 
+/// The `top_logprobs` entry of a completion's `position` as (id, log-prob) pairs
+/// (tokens named `token_id:N`).
+fn alternatives_by_id(answer: &Value, position: usize) -> Vec<(u32, f64)> {
+    let top = answer["choices"][0]["logprobs"]["top_logprobs"][position]
+        .as_object()
+        .unwrap();
+    let mut pairs: Vec<(u32, f64)> = top
+        .iter()
+        .map(|(key, value)| {
+            let id = key.strip_prefix("token_id:").unwrap().parse().unwrap();
+            (id, value.as_f64().unwrap())
+        })
+        .collect();
+    pairs.sort_by_key(|pair| pair.0);
+    pairs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_generation_takes_only_allowed_tokens_and_reports_the_whole_distribution(
+) -> Result<()> {
+    let scorer = smollm2();
+    let ids = scorer.tokenizer().encode(CONTEXT)?;
+    let service = Service::start(Box::new(smollm2()), config(64 << 20)).await;
+    let ask = |extra: Value| {
+        let mut body = json!({"model": MODEL, "prompt": ids, "max_tokens": 1, "logprobs": 5,
+                              "temperature": 0, "return_tokens_as_token_ids": true});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let free = service.post("/v1/completions", &ask(json!({}))).await;
+    assert_eq!(free.status, 200, "{}", free.text);
+    let free_top = alternatives_by_id(&free.json(), 0);
+    assert_eq!(free_top.len(), 5);
+    // A token outside the free top-5: the first of " banana".
+    let banana = scorer.tokenizer().encode(" banana")?[0];
+    assert!(free_top.iter().all(|(id, _)| *id != banana), "{free_top:?}");
+    let restricted = service
+        .post(
+            "/v1/completions",
+            &ask(json!({"allowed_token_ids": [banana]})),
+        )
+        .await;
+    assert_eq!(restricted.status, 200, "{}", restricted.text);
+    let answer = restricted.json();
+    let logprobs = &answer["choices"][0]["logprobs"];
+    assert_eq!(logprobs["tokens"][0], format!("token_id:{banana}"));
+    let lp = logprobs["token_logprobs"][0].as_f64().unwrap();
+    // The model's own log-prob of " banana" after the prompt, as an echo gives it.
+    let mut with_banana = ids.clone();
+    with_banana.push(banana);
+    let echo = service
+        .post(
+            "/v1/completions",
+            &json!({"model": MODEL, "prompt": with_banana, "max_tokens": 0, "logprobs": 1,
+                    "echo": true}),
+        )
+        .await
+        .json();
+    let echoed = echo["choices"][0]["logprobs"]["token_logprobs"][ids.len()]
+        .as_f64()
+        .unwrap();
+    assert!((lp - echoed).abs() < TOLERANCE, "{lp} vs echo {echoed}");
+    // The alternatives are the free top-5, the whole distribution's, as in vLLM's
+    // default (which also adds the generated token; OpenAI's shape lists the top-5).
+    let expected = free_top.clone();
+    let got = alternatives_by_id(&answer, 0);
+    assert_eq!(got.len(), expected.len());
+    for ((id, value), (want_id, want)) in got.iter().zip(&expected) {
+        assert_eq!(id, want_id);
+        assert!(
+            (value - want).abs() < TOLERANCE,
+            "token {id}: {value} vs {want}"
+        );
+    }
+    // Several tokens from a set of two, sampled: every one of them is in the set.
+    let venus = scorer.tokenizer().encode(" Venus")?[0];
+    let sampled = service
+        .post(
+            "/v1/completions",
+            &ask(
+                json!({"allowed_token_ids": [banana, venus], "max_tokens": 6,
+                        "temperature": 1.0, "seed": 3}),
+            ),
+        )
+        .await;
+    assert_eq!(sampled.status, 200, "{}", sampled.text);
+    let tokens = sampled.json()["choices"][0]["logprobs"]["tokens"].clone();
+    assert_eq!(tokens.as_array().unwrap().len(), 6);
+    for token in tokens.as_array().unwrap() {
+        let id: u32 = token.as_str().unwrap()["token_id:".len()..].parse()?;
+        assert!(id == banana || id == venus, "generated {id}");
+    }
+    // An id past the vocabulary is the request's fault, named.
+    let vocabulary = scorer.tokenizer().vocab_size();
+    let foreign = service
+        .post(
+            "/v1/completions",
+            &ask(json!({"allowed_token_ids": [vocabulary + 5]})),
+        )
+        .await;
+    assert_eq!(foreign.status, 422, "{}", foreign.text);
+    assert!(
+        foreign
+            .text
+            .contains(&format!("allowed token id {}", vocabulary + 5)),
+        "{}",
+        foreign.text
+    );
+    service.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_come_in_openai_shape_with_our_status_codes() {
     let dir = tempfile::tempdir().unwrap();
@@ -516,6 +630,18 @@ async fn errors_come_in_openai_shape_with_our_status_codes() {
         no_logprobs.text.contains("log-probabilities"),
         "{}",
         no_logprobs.text
+    );
+    // So is a restricted generation, where the scorer cannot restrict.
+    let restricted = post(
+        json!({"model": "mock", "prompt": "x", "max_tokens": 1, "allowed_token_ids": [1]})
+            .to_string(),
+    )
+    .await;
+    check(&restricted, 422, None, None);
+    assert!(
+        restricted.text.contains("allowed tokens"),
+        "{}",
+        restricted.text
     );
     // Generation alone works on any scorer.
     let plain = post(json!({"model": "mock", "prompt": "x", "max_tokens": 3}).to_string()).await;

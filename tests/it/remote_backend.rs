@@ -445,12 +445,19 @@ async fn a_model_served_by_our_service_equals_the_same_model_in_process() -> Res
             .collect();
         let mut remote = remote::connect(options(&base, "llama3", &fixture()))?;
         let remote_lp = logprobs(&mut remote, &requests)?;
-        Ok((remote_lp, local_lp, remote.routes()))
+        let restricted = remote.label_counts().restricted.load(Ordering::Relaxed);
+        Ok((remote_lp, local_lp, (remote.routes(), restricted)))
     })
     .await??;
+    let (routes, restricted) = routes;
     service.shutdown().await;
     let routes = routes.expect("found");
-    assert!(routes.top_k && routes.echo && routes.ids, "{routes:?}");
+    // Our service takes `allowed_token_ids` as vLLM does: labels outside the top-K by
+    // restricted generation.
+    assert!(
+        routes.top_k && routes.echo && routes.ids && routes.restricted && restricted > 0,
+        "{routes:?}, {restricted} labels restricted"
+    );
     let mut largest = 0f64;
     for (r, l) in remote_lp.iter().flatten().zip(local_lp.iter().flatten()) {
         largest = largest.max((r - l).abs());
@@ -616,6 +623,10 @@ async fn our_service_in_front_of_an_engine_answers_with_the_engines_log_probs() 
         // Both at once.
         json!({"model": "llama3", "prompt": "Which summary is more coherent?",
                "max_tokens": 2, "echo": true, "logprobs": 1, "temperature": 0}),
+        // A generation restricted to two tokens, passed on to the engine.
+        json!({"model": "llama3", "prompt": "Which summary is more coherent?",
+               "max_tokens": 3, "logprobs": 2, "temperature": 0,
+               "allowed_token_ids": [40, 41]}),
     ];
     for body in &bodies {
         let direct = engine.post("/v1/completions", body).await;
@@ -649,6 +660,30 @@ async fn our_service_in_front_of_an_engine_answers_with_the_engines_log_probs() 
     }
     front.shutdown().await;
     engine.shutdown().await;
+
+    // An engine that ignores `allowed_token_ids` (it generates token 0): an error naming
+    // the field, not an unrestricted generation.
+    let engine = FakeEngine::start(full_engine());
+    let base = engine.base.clone();
+    let remote = tokio::task::spawn_blocking(move || -> Result<RemoteScorer> {
+        remote::connect(options(&base, "fake", &fixture()))
+    })
+    .await??;
+    let front = common::service::Service::start(Box::new(remote), Default::default()).await;
+    let ignored = front
+        .post(
+            "/v1/completions",
+            &json!({"model": "fake", "prompt": [5, 6], "max_tokens": 1, "temperature": 0,
+                    "allowed_token_ids": [7]}),
+        )
+        .await;
+    assert_ne!(ignored.status, 200, "{}", ignored.text);
+    assert!(
+        ignored.text.contains("outside `allowed_token_ids`"),
+        "{}",
+        ignored.text
+    );
+    front.shutdown().await;
     Ok(())
 }
 
@@ -843,22 +878,57 @@ fn lp_ranked(prompt: &[u32], t: u32) -> f64 {
     }
 }
 
+/// How a stand-in engine answers a generation restricted by `allowed_token_ids`.
+#[derive(Clone, Copy, PartialEq)]
+enum Restriction {
+    /// vLLM's default (`--logprobs-mode raw_logprobs`): the allowed token's log-prob and
+    /// the top-K of the model's own distribution, the token added where not among them.
+    Raw,
+    /// `processed_logprobs`: of the restricted distribution (0 for the one allowed token,
+    /// the others at -9999, vLLM's JSON for -inf).
+    Processed,
+    /// Raw on the first request that restricts (the probe), processed after it: an
+    /// engine whose replicas are set up differently.
+    RawThenProcessed,
+}
+
 /// An engine that takes vLLM's `allowed_token_ids`: the one allowed token is generated
-/// and its log-prob reported from the model's own distribution (vLLM's default
-/// `--logprobs-mode raw_logprobs`), or, with `raw` false, from the restricted one
-/// (`processed_logprobs`: 0 for a single allowed token).
-fn restricting_engine(raw: bool) -> Arc<Script> {
+/// and its log-prob reported as `restriction` says.
+fn restricting_engine(restriction: Restriction) -> Arc<Script> {
+    let restricted_calls = Arc::new(AtomicUsize::new(0));
     Arc::new(move |path: &str, body: &Value| match path {
         "/v1/models" => models("fake"),
         "/v1/completions" => match body["allowed_token_ids"].as_array() {
             Some(allowed) => {
+                let call = restricted_calls.fetch_add(1, Ordering::SeqCst);
+                let raw = match restriction {
+                    Restriction::Raw => true,
+                    Restriction::Processed => false,
+                    Restriction::RawThenProcessed => call == 0,
+                };
                 let id = allowed[0].as_u64().unwrap() as u32;
                 let prompt = ids(body);
-                let value = if raw { lp_ranked(&prompt, id) } else { 0.0 };
-                let name = format!("token_id:{id}");
+                let k = body["logprobs"].as_u64().unwrap() as u32;
+                let name = |t: u32| format!("token_id:{t}");
+                let (value, mut top) = match raw {
+                    true => (
+                        lp_ranked(&prompt, id),
+                        (0..k)
+                            .map(|t| (name(t), json!(lp_ranked(&prompt, t))))
+                            .collect::<serde_json::Map<String, Value>>(),
+                    ),
+                    false => (
+                        0.0,
+                        (0..k)
+                            .filter(|&t| t != id)
+                            .take(k as usize - 1)
+                            .map(|t| (name(t), json!(-9999.0)))
+                            .collect(),
+                    ),
+                };
+                top.insert(name(id), json!(value));
                 ok(json!({"choices": [{"text": "x", "logprobs": {
-                    "tokens": [name.clone()], "token_logprobs": [value],
-                    "top_logprobs": [{ "token_id:0": lp_ranked(&prompt, 0), name: value }]
+                    "tokens": [name(id)], "token_logprobs": [value], "top_logprobs": [top]
                 }}]}))
             }
             None => completion_of(lp_ranked, body, true, true),
@@ -886,7 +956,7 @@ fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trus
     };
     // vLLM's default: label 200 from one restricted token; the two-token label's first
     // token from the top-K, its second from a restricted token after the first.
-    let engine = FakeEngine::start(restricting_engine(true));
+    let engine = FakeEngine::start(restricting_engine(Restriction::Raw));
     let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
     let got = logprobs(&mut scorer, &requests)?;
     for (request, got) in requests.iter().zip(&got) {
@@ -914,7 +984,7 @@ fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trus
     // Log-probs of the restricted distribution (`--logprobs-mode processed_logprobs`):
     // the probe's 0 disagrees with the top-K, so the route is not trusted and the label
     // goes by echo, exactly.
-    let engine = FakeEngine::start(restricting_engine(false));
+    let engine = FakeEngine::start(restricting_engine(Restriction::Processed));
     let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
     let got = logprobs(&mut scorer, &requests)?;
     for (request, got) in requests.iter().zip(&got) {
@@ -923,6 +993,25 @@ fn a_label_outside_the_top_k_comes_from_a_restricted_generation_where_it_is_trus
     assert!(scorer.routes().is_some_and(|r| !r.restricted));
     let counts = scorer.label_counts();
     assert_eq!((count(&counts.restricted), count(&counts.echo)), (0, 12));
+
+    // The probe passes, then every restricted answer is of the restricted distribution:
+    // each is caught by the alternatives of its own reply, and its label goes by echo.
+    let engine = FakeEngine::start(restricting_engine(Restriction::RawThenProcessed));
+    let mut scorer = remote::connect(options(&engine.base, "fake", &fixture()))?;
+    let got = logprobs(&mut scorer, &requests)?;
+    for (request, got) in requests.iter().zip(&got) {
+        assert_eq!(got, &expected(request));
+    }
+    assert!(scorer.routes().is_some_and(|r| r.restricted));
+    let counts = scorer.label_counts();
+    assert_eq!(
+        (
+            count(&counts.top_k),
+            count(&counts.restricted),
+            count(&counts.echo)
+        ),
+        (12, 0, 12)
+    );
 
     // An engine that ignores the field (generates its own token): not trusted either.
     let engine = FakeEngine::start(full_engine());

@@ -329,6 +329,7 @@ impl DecoderScorer {
                     .take()
                     .context("no distribution after a generating prompt")?,
                 sampler: TokenSampler::new(&request.sampling)
+                    .and_then(|s| s.allowing(request.allowed_tokens.as_deref()))
                     .with_context(|| format!("completion {i}"))?,
                 tokens: Vec::new(),
                 generated: Vec::new(),

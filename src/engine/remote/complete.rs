@@ -51,6 +51,20 @@ pub(super) fn finish_reason(reason: Option<&str>, stop: &[String]) -> FinishReas
     }
 }
 
+/// An engine that generated a token outside `allowed` ignores `allowed_token_ids`: an
+/// error, never a silently unrestricted generation.
+fn check_allowed(made: &[u32], allowed: Option<&[u32]>) -> Result<()> {
+    if let Some(allowed) = allowed {
+        if let Some(id) = made.iter().find(|id| !allowed.contains(id)) {
+            bail!(
+                "the engine generated token {id}, outside `allowed_token_ids`: it does not \
+                 restrict generation"
+            );
+        }
+    }
+    Ok(())
+}
+
 impl RemoteScorer {
     /// Whether the engine names tokens by id when asked; found once, by a one-token
     /// request on `ids`.
@@ -158,7 +172,10 @@ impl RemoteScorer {
             logprob: None,
             top: Vec::new(),
         };
-        let scored_tokens = request.prompt_logprobs || request.logprobs;
+        // A restricted generation is read with log-probs, whose token ids show whether the
+        // engine obeyed.
+        let scored_tokens =
+            request.prompt_logprobs || request.logprobs || request.allowed_tokens.is_some();
         if request.max_tokens == 0 && !request.prompt_logprobs {
             return Ok(CompletionResult {
                 prompt: ids.iter().map(|&id| unscored(&mut pieces, id)).collect(),
@@ -177,6 +194,9 @@ impl RemoteScorer {
         }
         if request.prompt_logprobs {
             fields["echo"] = json!(true);
+        }
+        if let Some(allowed) = &request.allowed_tokens {
+            fields["allowed_token_ids"] = json!(allowed);
         }
         let answer = self.completion(self.body(ids, ids_named && scored_tokens, fields)?)?;
         let (mut text, reason) = replies::generated(&answer)
@@ -239,6 +259,7 @@ impl RemoteScorer {
                     made.push(id);
                     generated.push(self.scored(&mut pieces, id, position, top));
                 }
+                check_allowed(&made, request.allowed_tokens.as_deref())?;
                 if request.prompt_logprobs {
                     // An echoing engine's text starts with the prompt as it decodes it:
                     // the generated text is that of the generated tokens.
@@ -251,12 +272,15 @@ impl RemoteScorer {
                 )
             }
             _ => {
-                if request.prompt_logprobs {
+                if request.prompt_logprobs || request.allowed_tokens.is_some() {
                     let made = generated_positions
                         .iter()
                         .map(|p| self.id_of(&p.token))
                         .collect::<Result<Vec<u32>>>()?;
-                    text = self.generated_text(&made, &request.stop)?;
+                    check_allowed(&made, request.allowed_tokens.as_deref())?;
+                    if request.prompt_logprobs {
+                        text = self.generated_text(&made, &request.stop)?;
+                    }
                 }
                 let generated = self
                     .tokenizer

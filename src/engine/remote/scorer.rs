@@ -18,9 +18,10 @@
 //!   token's log-probability (`echo: true`), the label's tokens summed.
 //!
 //! Which of them an engine gives is found on the first request (a restricted generation
-//! is trusted only where it obeys and agrees with the echo or the top-K there, and each
-//! answer must lie below the top-K's smallest value, else that label goes by echo); an engine that gives
-//! neither is refused, one that gives top-K alone only with `--accept-top-k-only` (a label
+//! is trusted only where it obeys and agrees with the echo or the top-K there; after
+//! that, each restricted token's answer must agree with the whole distribution's top-K
+//! the same reply lists, else that label goes by echo); an engine that gives neither is
+//! refused, one that gives top-K alone only with `--accept-top-k-only` (a label
 //! outside the K then gets the K-th log-probability, an upper bound, and the model's
 //! name in every output says `[top-k only]`). Requests run in parallel up to a bound,
 //! in token order so that prompts sharing a prefix reach the engine's prefix cache
@@ -51,6 +52,31 @@ use crate::runtime::{ChatTemplate, TextTokenizer};
 /// same engine (one engine's two batchings differ by ~1e-5 in f32; a misaligned echo by
 /// far more).
 const ROUTES_AGREE: f64 = 1e-3;
+
+/// vLLM writes a log-probability of −∞ (a token a restricted distribution excludes) as
+/// −9999 in JSON; alternatives at or below this are not of the model's own distribution.
+const NO_PROBABILITY: f64 = -9000.0;
+
+/// Whether a restricted generation's answer `lp` comes from the model's whole
+/// distribution, judged from the same position's alternatives (`others`, the allowed
+/// token left out) for a request of `k` of them: vLLM's default lists the whole
+/// distribution's top-`k`, the generated token added where it is not among them. Then
+/// either there are `k` others and `lp` lies below the least of them (the token is not
+/// in the top-`k`), or `k - 1` others (it is). An engine reporting the restricted
+/// distribution lists the allowed token alone, or others at −∞.
+fn from_whole_distribution(lp: f64, others: &[f64], k: usize) -> bool {
+    let others: Vec<f64> = others
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v > NO_PROBABILITY)
+        .collect();
+    let least = others.iter().copied().reduce(f64::min);
+    match least {
+        Some(least) if others.len() >= k => lp <= least + ROUTES_AGREE,
+        Some(_) => others.len() + 1 >= k,
+        None => false,
+    }
+}
 
 /// What the engine was found to give.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -281,35 +307,47 @@ impl RemoteScorer {
 
     /// `log P(id | ids)` from one token generated with only `id` allowed (vLLM's
     /// `allowed_token_ids`), as the engine reports the generated token's log-probability;
-    /// `None` where it generated another token (it ignores the field) or reported none.
+    /// `None` where it generated another token (it ignores the field), reported none, or
+    /// reported one its own top-K shows is not of the whole distribution (see
+    /// [`from_whole_distribution`]), so that every token of every label is checked.
     fn restricted(&self, ids: &[u32], id: u32, routes: Routes) -> Result<Option<f64>> {
+        let k = self.settings.top_k;
         let body = self.body(
             ids,
             routes.ids,
-            json!({"max_tokens": 1, "logprobs": 1, "allowed_token_ids": [id]}),
+            json!({"max_tokens": 1, "logprobs": k, "allowed_token_ids": [id]}),
         )?;
         let answer = self.completion(body)?;
         let Some(generated) = replies::positions(&answer).and_then(|p| p.into_iter().next()) else {
             return Ok(None);
         };
-        let obeyed = match &generated.token {
+        let is_id = |key: &TokenKey| match key {
             TokenKey::Id(got) => *got == id,
             TokenKey::Text(text) => self.owner_of(text) == Some(id),
         };
-        Ok(generated.logprob.filter(|_| obeyed))
+        if !is_id(&generated.token) {
+            return Ok(None);
+        }
+        let others: Vec<f64> = generated
+            .top
+            .iter()
+            .filter(|(key, _)| !is_id(key))
+            .map(|(_, lp)| *lp)
+            .collect();
+        Ok(generated
+            .logprob
+            .filter(|&lp| from_whole_distribution(lp, &others, k)))
     }
 
     /// `log P(label | ids)` by restricted generations, one per token; the first token from
-    /// `alternatives` (the next position's top-K) where it is listed there. An answer for
-    /// the first token above `bound` (the top-K's smallest value) cannot be that token's
-    /// (the engine restricted before reporting): `None` then, as where the engine
-    /// generated another token, and the label goes by echo.
+    /// `alternatives` (the next position's top-K) where it is listed there. `None` where
+    /// one token's answer cannot be trusted ([`Self::restricted`]): the label then goes
+    /// by echo.
     fn restricted_label(
         &self,
         ids: &[u32],
         label: &[u32],
         alternatives: Option<&[(TokenKey, f64)]>,
-        bound: Option<f64>,
         routes: Routes,
     ) -> Result<Option<f64>> {
         let Some((&first, rest)) = label.split_first() else {
@@ -319,8 +357,8 @@ impl RemoteScorer {
         let mut total = match listed {
             Some(lp) => lp,
             None => match self.restricted(ids, first, routes)? {
-                Some(lp) if bound.is_none_or(|b| lp <= b + ROUTES_AGREE) => lp,
-                _ => return Ok(None),
+                Some(lp) => lp,
+                None => return Ok(None),
             },
         };
         let mut prefix = ids.to_vec();
@@ -569,7 +607,7 @@ impl RemoteScorer {
             for (index, label) in labels.iter().enumerate() {
                 if scores[index].is_none() {
                     scores[index] =
-                        self.restricted_label(ids, label, alternatives.as_deref(), bound, routes)?;
+                        self.restricted_label(ids, label, alternatives.as_deref(), routes)?;
                     restricted[index] = scores[index].is_some();
                 }
             }
@@ -1086,5 +1124,27 @@ impl Drop for RemoteScorer {
         if let Some(line) = self.usage_line(&self.usage_counts()) {
             self.progress.note(&line);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restricted_answer_must_fit_the_whole_distributions_top_k() {
+        let top3 = [-1.0, -2.0, -3.0];
+        // Outside the top-3: below its least value (within the routes' agreement).
+        assert!(from_whole_distribution(-7.5, &top3, 3));
+        assert!(from_whole_distribution(-3.0005, &top3, 3));
+        assert!(!from_whole_distribution(-2.5, &top3, 3));
+        // Among the top-3: two others.
+        assert!(from_whole_distribution(-2.5, &top3[..2], 3));
+        // The restricted distribution: the token alone, or others at -inf / vLLM's -9999.
+        assert!(!from_whole_distribution(0.0, &[], 3));
+        assert!(!from_whole_distribution(0.0, &[f64::NEG_INFINITY; 3], 3));
+        assert!(!from_whole_distribution(0.0, &[-9999.0; 3], 3));
+        // Too few alternatives to judge.
+        assert!(!from_whole_distribution(-7.5, &top3[..1], 3));
     }
 }

@@ -69,6 +69,8 @@ pub struct CompletionBody {
     /// vLLM's extension: tokens in `logprobs` named `token_id:{id}` instead of by text,
     /// so that a client can tell apart tokens of one text (the remote backend asks).
     pub return_tokens_as_token_ids: Option<bool>,
+    /// vLLM's extension: generate only these tokens; log-probs stay the model's own.
+    pub allowed_token_ids: Option<Vec<u32>>,
 }
 
 /// One message of `POST /v1/chat/completions`.
@@ -108,6 +110,8 @@ pub struct ChatBody {
     pub metadata: Option<Value>,
     pub store: Option<bool>,
     pub service_tier: Option<String>,
+    /// vLLM's extension, as in completions.
+    pub allowed_token_ids: Option<Vec<u32>>,
 }
 
 /// A prompt of a completion request as given.
@@ -374,6 +378,7 @@ pub fn completion_job(body: CompletionBody, served: &str) -> Result<CompletionJo
     let echo = body.echo.unwrap_or(false);
     let max_tokens =
         max_tokens_of("max_tokens", body.max_tokens)?.unwrap_or(DEFAULT_COMPLETION_TOKENS);
+    let allowed_tokens = allowed_of(body.allowed_token_ids)?;
     let mut requests = Vec::with_capacity(prompts.len() * n);
     for prompt in &prompts {
         let prompt = match prompt {
@@ -393,6 +398,7 @@ pub fn completion_job(body: CompletionBody, served: &str) -> Result<CompletionJo
                     max_tokens,
                     sampling: *sampling,
                     stop: stop.clone(),
+                    allowed_tokens: allowed_tokens.clone(),
                 },
                 chat: None,
                 fill_window: false,
@@ -436,6 +442,18 @@ fn content_of(index: usize, content: Option<&Value>) -> Result<String, OpenAiErr
             param.clone(),
             format!("field `{param}`: expected a string or a list of text parts"),
         )),
+    }
+}
+
+/// `allowed_token_ids`: a non-empty list (ids past the vocabulary are refused by the
+/// model, which knows its size).
+fn allowed_of(ids: Option<Vec<u32>>) -> Result<Option<Vec<u32>>, OpenAiError> {
+    match ids {
+        Some(ids) if ids.is_empty() => Err(OpenAiError::invalid(
+            "allowed_token_ids",
+            "field `allowed_token_ids` is empty: nothing could be generated",
+        )),
+        other => Ok(other),
     }
 }
 
@@ -521,6 +539,7 @@ pub fn chat_job(body: ChatBody, served: &str) -> Result<ChatJob, OpenAiError> {
         Some(max) => Some(max),
         None => max_tokens_of("max_tokens", body.max_tokens)?,
     };
+    let allowed_tokens = allowed_of(body.allowed_token_ids)?;
     let requests = samplings
         .into_iter()
         .map(|sampling| JobRequest {
@@ -533,6 +552,7 @@ pub fn chat_job(body: ChatBody, served: &str) -> Result<ChatJob, OpenAiError> {
                 max_tokens: max_tokens.unwrap_or(0),
                 sampling,
                 stop: stop.clone(),
+                allowed_tokens: allowed_tokens.clone(),
             },
             chat: Some(messages.clone()),
             fill_window: max_tokens.is_none(),
@@ -573,7 +593,19 @@ mod tests {
             completion(r#"{"model": "m", "prompt": [5, 6], "echo": true, "logprobs": 3}"#).unwrap();
         assert!(job.requests[0].request.prompt_logprobs);
         assert_eq!(job.requests[0].request.top_logprobs, 3);
+        assert_eq!(job.requests[0].request.allowed_tokens, None);
+        let job =
+            completion(r#"{"model": "m", "prompt": [5], "allowed_token_ids": [7, 2]}"#).unwrap();
+        assert_eq!(job.requests[0].request.allowed_tokens, Some(vec![7, 2]));
         for (json, param) in [
+            (
+                r#"{"model": "m", "prompt": "x", "allowed_token_ids": []}"#,
+                "allowed_token_ids",
+            ),
+            (
+                r#"{"model": "m", "prompt": "x", "allowed_token_ids": [-3]}"#,
+                "allowed_token_ids",
+            ),
             (r#"{"model": "m", "prompt": []}"#, "prompt"),
             (r#"{"model": "m", "prompt": [1, "a"]}"#, "prompt"),
             (r#"{"model": "m", "prompt": [-1]}"#, "prompt"),
