@@ -44,6 +44,9 @@ class Judge:
             ``f32`` or ``quantized`` (``--weights``).
         max_batch_tokens: most tokens one forward pass computes (``--max-batch-tokens``).
         max_batch_rows: most sequences one forward pass computes (``--max-batch-rows``).
+        max_arena_mib: most memory, in MiB, the level plan keeps for the keys and values
+            of shared prefixes (bf16 on a GPU); a run that needs more goes in waves of
+            documents, with the same probabilities within rounding (``--max-arena-mib``).
         strategy: ``tree`` (shared prefixes computed once) or ``naive`` (every prompt on
             its own; same results) (``--strategy``).
         backend: a model served by an engine instead of loaded here (``--backend``; see
@@ -73,6 +76,7 @@ class Judge:
         weights: str = "auto",
         max_batch_tokens: int = _DEFAULTS["max_batch_tokens"],
         max_batch_rows: int = _DEFAULTS["max_batch_rows"],
+        max_arena_mib: int = _DEFAULTS["max_arena_mib"],
         strategy: str = "tree",
         backend: Union[None, str, Dict[str, Any]] = None,
         progress: Any = None,
@@ -105,6 +109,7 @@ class Judge:
             weights,
             max_batch_tokens,
             max_batch_rows,
+            max_arena_mib,
             strategy,
             backend_json,
             _progress.sink(progress),

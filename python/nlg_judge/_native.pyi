@@ -22,6 +22,7 @@ class NativeJudge:
         weights: str,
         max_batch_tokens: int,
         max_batch_rows: int,
+        max_arena_mib: int,
         strategy: str,
         backend: Optional[str] = None,
         sink: Any = None,

@@ -436,6 +436,7 @@ pub fn defaults() -> String {
     json!({
         "max_batch_tokens": budget.max_batch_tokens,
         "max_batch_rows": budget.max_batch_rows,
+        "max_arena_mib": budget.max_arena_bytes >> 20,
         "max_step_tokens": nlg_judge::judge::geval::steps::DEFAULT_MAX_TOKENS,
         "data_dir": nlg_judge::data::DEFAULT_DATA_DIR,
     })

@@ -78,7 +78,7 @@ impl NativeJudge {
 #[pymethods]
 impl NativeJudge {
     #[new]
-    #[pyo3(signature = (model, device, precision, cache, no_cache, weights, max_batch_tokens, max_batch_rows, strategy, backend=None, sink=None))]
+    #[pyo3(signature = (model, device, precision, cache, no_cache, weights, max_batch_tokens, max_batch_rows, max_arena_mib, strategy, backend=None, sink=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -90,6 +90,7 @@ impl NativeJudge {
         weights: &str,
         max_batch_tokens: usize,
         max_batch_rows: usize,
+        max_arena_mib: usize,
         strategy: &str,
         backend: Option<String>,
         sink: Option<&Bound<'_, PyAny>>,
@@ -113,7 +114,7 @@ impl NativeJudge {
                 budget: BatchBudget {
                     max_batch_tokens,
                     max_batch_rows,
-                    ..BatchBudget::default()
+                    max_arena_bytes: max_arena_mib.saturating_mul(1 << 20),
                 },
             };
             Ok(options)

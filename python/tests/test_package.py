@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,20 @@ def test_option_names_are_the_command_lines(cli):
     for value in names["design"] + names["rank"] + names["task"]:
         assert value in help_text, value
     assert names["precision"] == ["auto", "f32", "bf16", "int8"]
+
+
+def test_budget_defaults_are_the_command_lines(cli):
+    """Each budget keyword of Judge exists on the command line with the same default."""
+    help_text = cli("compare", "--help").stdout
+    signature = inspect.signature(nlg_judge.Judge.__init__).parameters
+    for name in ("max_batch_tokens", "max_batch_rows", "max_arena_mib"):
+        flag = "--" + name.replace("_", "-")
+        # The flag's line, the lines of its help (none starting another flag), and
+        # the default.
+        entry = re.escape(flag) + r"[^\n]*\n(?:(?!\s+--)[^\n]*\n)*?[^\n]*\[default: (\d+)\]"
+        found = re.search(entry, help_text)
+        assert found, f"{flag} or its default is not in `compare --help`"
+        assert signature[name].default == int(found.group(1)), name
 
 
 def test_the_console_script_is_the_command(cli):
