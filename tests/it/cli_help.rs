@@ -1,7 +1,8 @@
 //! The command line's own words about itself (issue 40): every subcommand's help, and
 //! the errors its options can give before a model is loaded, name only flags that
-//! subcommand accepts; the built-in attribute lists of `--help` are the ones the errors
-//! give; progress reaches a log file as plain lines; input errors exit with 2.
+//! subcommand accepts, and so does every command line the README and docs/ show; the
+//! built-in attribute lists of `--help` are the ones the errors give; progress reaches
+//! a log file as plain lines; input errors exit with 2.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -390,4 +391,155 @@ fn input_errors_exit_with_2_on_every_command() {
             && stderr.contains("does not exist"),
         "{stderr}"
     );
+}
+
+/// The command lines a Markdown text shows: inside fenced code blocks, each line (with
+/// its `\` continuations) from `nlg-judge ` to the end of that command (a pipe, `&&`,
+/// `;`, a comment or the line's end); in prose, each inline code span from `nlg-judge `.
+fn command_lines(markdown: &str) -> Vec<String> {
+    fn after_name(text: &str, out: &mut Vec<String>) {
+        let mut rest = text;
+        while let Some(at) = rest.find("nlg-judge ") {
+            let boundary = rest[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| c.is_whitespace() || "/(`\"'$".contains(c));
+            let tail = &rest[at + "nlg-judge ".len()..];
+            if boundary {
+                let end = ["|", "&&", ";", " #", "`"]
+                    .iter()
+                    .filter_map(|stop| tail.find(stop))
+                    .min()
+                    .unwrap_or(tail.len());
+                out.push(tail[..end].trim().to_string());
+            }
+            rest = tail;
+        }
+    }
+    let mut lines = Vec::new();
+    let mut in_block = false;
+    let mut joined = String::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            if line.trim_start().starts_with('#') {
+                continue; // a shell comment
+            }
+            match line.strip_suffix('\\') {
+                Some(head) => joined.push_str(head),
+                None => {
+                    joined.push_str(line);
+                    after_name(&joined, &mut lines);
+                    joined.clear();
+                }
+            }
+        } else {
+            for (k, span) in line.split('`').enumerate() {
+                if k % 2 == 1 {
+                    after_name(span, &mut lines);
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// The subcommand path a command line starts with (`models fetch`, `bench pairwise`;
+/// empty for the top level) and the flags it gives.
+fn path_and_flags(line: &str, paths: &BTreeSet<String>) -> (String, BTreeSet<String>) {
+    let mut path = String::new();
+    for word in line.split_whitespace() {
+        let longer = format!("{path} {word}").trim().to_string();
+        if !paths.contains(&longer) {
+            break;
+        }
+        path = longer;
+    }
+    (path, flags_in(line))
+}
+
+#[test]
+fn the_command_line_reader_finds_commands_and_their_flags() {
+    let text = "Run `nlg-judge compare --input x.jsonl` or `pip install x`.\n\
+                ```sh\n\
+                target/release/nlg-judge models fetch smollm2 \\\n  --cache-dir d | tee log # --not\n\
+                ```\n";
+    assert_eq!(
+        command_lines(text),
+        [
+            "compare --input x.jsonl",
+            "models fetch smollm2   --cache-dir d"
+        ]
+    );
+    let paths: BTreeSet<String> = ["compare", "models", "models fetch"]
+        .map(String::from)
+        .into();
+    let (path, flags) = path_and_flags("models fetch smollm2 --cache-dir d", &paths);
+    assert_eq!(path, "models fetch");
+    assert_eq!(flags.into_iter().collect::<Vec<_>>(), ["cache-dir"]);
+}
+
+/// Every command line the README and the docs show names a subcommand that exists and
+/// only flags it accepts, so that the docs cannot drift from the commands unnoticed.
+#[test]
+fn every_command_line_in_the_docs_takes_its_flags() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![
+        root.join("README.md"),
+        root.join("python/README.md"),
+        root.join("criteria/README.md"),
+    ];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("docs entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let tree = command_tree();
+    let mut all = Vec::new();
+    subcommands(&tree, "", &mut all);
+    let paths: BTreeSet<String> = all.iter().map(|(name, _)| name.clone()).collect();
+    let mut checked = 0;
+    let mut violations = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable doc");
+        let name = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for line in command_lines(&text) {
+            let first = line.split_whitespace().next().unwrap_or_default();
+            let word = |w: &str| {
+                w.starts_with(|c: char| c.is_ascii_lowercase())
+                    && w.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            };
+            if !first.is_empty() && !first.starts_with('-') && !word(first) {
+                // A placeholder (`nlg-judge <command> --backend URL`), or the binary's
+                // path handed to a script (`nlg-judge BF16 INT8`, `BIN=.../nlg-judge X=1`).
+                continue;
+            }
+            let (path, flags) = path_and_flags(&line, &paths);
+            if path.is_empty() && !first.is_empty() && !first.starts_with('-') {
+                violations.push(format!("{name}: no subcommand `{first}`: `{line}`"));
+                continue;
+            }
+            let command = match path.as_str() {
+                "" => tree.clone(),
+                path => find(path),
+            };
+            let accepted = accepted(&command);
+            for flag in flags.iter().filter(|f| !accepted.contains(*f)) {
+                let shown = if path.is_empty() { "nlg-judge" } else { &path };
+                violations.push(format!("{name}: `{shown}` takes no --{flag}: `{line}`"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} command lines found");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
