@@ -664,7 +664,14 @@ mod tests {
         let job = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5, "max_tokens": 9}"#).unwrap();
         assert_eq!(job.requests[0].request.max_tokens, 5);
         assert!(!job.requests[0].fill_window);
+        assert_eq!(job.requests[0].request.allowed_tokens, None);
+        let job = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "Hi"}], "allowed_token_ids": [3]}"#).unwrap();
+        assert_eq!(job.requests[0].request.allowed_tokens, Some(vec![3]));
         for (json, param) in [
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "allowed_token_ids": []}"#,
+                "allowed_token_ids",
+            ),
             (r#"{"model": "m", "messages": []}"#, "messages"),
             (
                 r#"{"model": "m", "messages": [{"role": "tool", "content": "x"}]}"#,
