@@ -81,6 +81,13 @@ class Judge:
         backend: Union[None, str, Dict[str, Any]] = None,
         progress: Any = None,
     ) -> None:
+        for name, value in (
+            ("max_batch_tokens", max_batch_tokens),
+            ("max_batch_rows", max_batch_rows),
+            ("max_arena_mib", max_arena_mib),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number of at least 0, got {value!r}")
         if cache is True:
             cache = None
         backend_json = None

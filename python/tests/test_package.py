@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import nlg_judge
 from nlg_judge import _native
 
@@ -73,6 +75,10 @@ def test_budget_defaults_are_the_command_lines(cli):
         found = re.search(entry, help_text)
         assert found, f"{flag} or its default is not in `compare --help`"
         assert signature[name].default == int(found.group(1)), name
+        # A negative or fractional budget is refused by name, before anything loads.
+        for bad in (-1, 1.5):
+            with pytest.raises(ValueError, match=f"{name} must be a whole number"):
+                nlg_judge.Judge(progress=False, cache=False, **{name: bad})
 
 
 def test_the_console_script_is_the_command(cli):
