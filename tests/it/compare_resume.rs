@@ -8,7 +8,6 @@ use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use anyhow::Result;
 
@@ -111,12 +110,12 @@ fn a_killed_run_resumes_to_byte_identical_output() -> Result<()> {
         .args(compare_args(&input, &cache_b, &out_b, &pairs_b))
         .stderr(Stdio::null())
         .spawn()?;
-    while cached_rows(&cache_b) < 20 {
-        if let Some(status) = child.try_wait()? {
+    common::wait::until("20 comparisons cached by the run to interrupt", || {
+        if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended ({status}) before it could be interrupted");
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        cached_rows(&cache_b) >= 20
+    });
     child.kill()?;
     child.wait()?;
     let stored = cached_rows(&cache_b);

@@ -6,7 +6,7 @@
 //! gate inside its label script, which makes "while the model is busy" deterministic.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 use nlg_judge::engine::{MockScorer, ResultCache};
@@ -18,47 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-/// Holds label scoring until opened; counts the calls that reached it.
-#[derive(Default)]
-struct Gate {
-    state: Mutex<(bool, usize)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn closed() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
-    fn open() -> Arc<Self> {
-        let gate = Self::default();
-        gate.state.lock().unwrap().0 = true;
-        Arc::new(gate)
-    }
-
-    /// Called by the model: wait while closed.
-    fn pass(&self) {
-        let mut state = self.state.lock().unwrap();
-        state.1 += 1;
-        self.changed.notify_all();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().0 = true;
-        self.changed.notify_all();
-    }
-
-    /// Block until `n` calls have reached the gate.
-    fn wait_for(&self, n: usize) {
-        let mut state = self.state.lock().unwrap();
-        while state.1 < n {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-}
+use crate::common;
+use crate::common::gate::Gate;
 
 /// Label log-probs as a function of the prompt text only: score labels get weights
 /// that depend on the prompt's length, 70% of the mass in all.
@@ -374,14 +335,15 @@ async fn concurrent_geval_requests_are_served_together_and_match_the_library() {
     let rest: Vec<_> = (1..32)
         .map(|k| tokio::spawn(async move { (k, post(addr, "/v1/geval", &geval_body(k)).await) }))
         .collect();
-    loop {
-        let (status, health) = http(addr, "GET", "/healthz", &[], b"").await;
-        assert_eq!(status, 200);
-        if health["queued"] == 31 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    common::wait::until_async(
+        "31 requests queued behind the gate (/healthz queued 31)",
+        || async {
+            let (status, health) = http(addr, "GET", "/healthz", &[], b"").await;
+            assert_eq!(status, 200);
+            health["queued"] == 31
+        },
+    )
+    .await;
     gate.release();
 
     let mut answers = vec![(0, first.await.unwrap())];
@@ -530,12 +492,10 @@ async fn graceful_shutdown_finishes_the_request_in_flight() {
     } = server;
     stop.unwrap().send(()).unwrap();
     // The listener closes while the request waits for the model.
-    loop {
-        if TcpStream::connect(addr).await.is_err() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    common::wait::until_async("the listener to close after the stop signal", || async {
+        TcpStream::connect(addr).await.is_err()
+    })
+    .await;
     assert!(!task.is_finished());
     gate.release();
     let (status, answer) = in_flight.await.unwrap();

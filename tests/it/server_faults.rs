@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::common;
 use crate::common::gate::Gate;
 use crate::common::service::{request, Service};
 
@@ -42,15 +43,13 @@ fn score_body(output: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Poll `/healthz` until `ready` holds on it.
-async fn wait_health(service: &Service, ready: impl Fn(&Value) -> bool) -> Value {
-    loop {
+/// Poll `/healthz` until `ready` holds on it (the `event` named if it never does).
+async fn wait_health(service: &Service, event: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    common::wait::for_value_async(event, || async {
         let health = service.get("/healthz").await.json();
-        if ready(&health) {
-            return health;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        ready(&health).then_some(health)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +78,10 @@ async fn a_full_queue_answers_503_with_retry_after_on_every_route() {
         .await
         .unwrap();
     let queued = [send(1), send(2)];
-    let health = wait_health(&service, |h| h["queued"] == 2).await;
+    let health = wait_health(&service, "two requests queued (/healthz queued 2)", |h| {
+        h["queued"] == 2
+    })
+    .await;
     assert_eq!(health["max_queue"], 2);
 
     let refused = service
@@ -130,7 +132,10 @@ async fn a_panic_in_the_model_fails_only_its_request_and_the_worker_goes_on() {
         .await
         .unwrap();
     let round = [send("calm one"), send("BOOM"), send("calm two")];
-    wait_health(&service, |h| h["queued"] == 3).await;
+    wait_health(&service, "three requests queued (/healthz queued 3)", |h| {
+        h["queued"] == 3
+    })
+    .await;
     gate.release();
     assert_eq!(first.await.unwrap().status, 200);
     let answers: Vec<_> = futures_join(round).await;
@@ -191,13 +196,11 @@ async fn connections_over_the_bound_get_503_and_are_closed() {
     );
     drop(held);
     // Once they are gone, requests are served again.
-    loop {
-        let answer = service.get("/healthz").await;
-        if answer.status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait::until_async(
+        "/healthz to answer 200 once the held connections closed",
+        || async { service.get("/healthz").await.status == 200 },
+    )
+    .await;
     service.shutdown().await;
 }
 
@@ -371,9 +374,10 @@ fn sigterm_finishes_the_busy_request_closes_half_open_ones_and_exits_0() {
         text
     });
     // The busy request is in the model (taken by the worker) before the signal.
-    while health(addr)["jobs"] != 1 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::wait::until(
+        "the busy request to reach the model (/healthz jobs 1)",
+        || health(addr)["jobs"] == 1,
+    );
     server.signal("TERM");
 
     let answer = busy.join().unwrap();

@@ -21,6 +21,7 @@ use nlg_judge::engine::MockScorer;
 use nlg_judge::server::{tls, ServerConfig, Tokens};
 use serde_json::{json, Value};
 
+use crate::common;
 use crate::common::gate::Gate;
 use crate::common::service::{request, Answer, Service};
 
@@ -158,18 +159,20 @@ async fn one_tokens_flood_gets_503_for_it_while_another_token_is_served() {
             tokio::spawn(async move { score_as(&service, ALICE, &format!("flood {i}")).await })
         })
         .collect();
-    loop {
-        let health = health_as(&service, BOB).await;
-        let alice = &health["per_token"]["alice"];
-        if alice["requests"] == 6 && alice["refused"] == 4 {
-            assert_eq!(alice["queued"], 2);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    while flood.iter().filter(|request| request.is_finished()).count() < 4 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let alice = common::wait::for_value_async(
+        "alice's six requests counted, four of them refused (/healthz per_token)",
+        || async {
+            let health = health_as(&service, BOB).await;
+            let alice = health["per_token"]["alice"].clone();
+            (alice["requests"] == 6 && alice["refused"] == 4).then_some(alice)
+        },
+    )
+    .await;
+    assert_eq!(alice["queued"], 2);
+    common::wait::until_async("four of alice's requests to be answered", || async {
+        flood.iter().filter(|request| request.is_finished()).count() >= 4
+    })
+    .await;
     let (refused, accepted): (Vec<_>, Vec<_>) =
         flood.into_iter().partition(|request| request.is_finished());
     for request in refused {
@@ -187,14 +190,13 @@ async fn one_tokens_flood_gets_503_for_it_while_another_token_is_served() {
         let service = service.clone();
         tokio::spawn(async move { score_as(&service, BOB, "bob").await })
     };
-    loop {
-        let health = health_as(&service, BOB).await;
-        if health["per_token"]["bob"]["queued"] == 1 {
-            assert_eq!(health["per_token"]["bob"]["refused"], 0);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let health =
+        common::wait::for_value_async("bob's request queued (/healthz per_token)", || async {
+            let health = health_as(&service, BOB).await;
+            (health["per_token"]["bob"]["queued"] == 1).then_some(health)
+        })
+        .await;
+    assert_eq!(health["per_token"]["bob"]["refused"], 0);
     hold.release();
     let bob = bob.await.unwrap();
     assert_eq!(bob.status, 200, "{}", bob.text);

@@ -323,12 +323,9 @@ fn a_killed_shard_resumes_to_the_same_output() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    loop {
-        if cached_rows(&cache) > 0 || child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    common::wait::until("the shard to cache a result or end", || {
+        cached_rows(&cache) > 0 || child.try_wait().unwrap().is_some()
+    });
     let _ = child.kill();
     let _ = child.wait();
     let before = cached_rows(&cache);

@@ -12,6 +12,7 @@ pub mod gate;
 pub mod hub;
 pub mod service;
 pub mod t5;
+pub mod wait;
 
 use std::path::PathBuf;
 
