@@ -15,6 +15,11 @@ pub trait ProgressSink: Send + Sync {
     fn begin(&self, total: u64, unit: &str);
     /// `steps` more steps of the current task are done.
     fn advance(&self, steps: u64);
+    /// `steps` steps of the current task were found done already (answers from the
+    /// result cache): they count toward the task, not toward its rate.
+    fn found_in_cache(&self, steps: u64) {
+        self.advance(steps);
+    }
     /// The current task is over (finished or abandoned).
     fn end(&self);
     /// A line for the person watching ("computing the comparisons of ...").
@@ -93,6 +98,15 @@ impl ProgressTask {
     pub fn advance(&self, steps: u64) {
         if let Some(sink) = &self.0 {
             sink.advance(steps);
+        }
+    }
+
+    /// `steps` found done already (see [`ProgressSink::found_in_cache`]).
+    pub fn found_in_cache(&self, steps: u64) {
+        if let Some(sink) = &self.0 {
+            if steps > 0 {
+                sink.found_in_cache(steps);
+            }
         }
     }
 

@@ -246,8 +246,9 @@ class Judge:
                 consistency, fluency, relevance; naturalness, coherence, engagingness,
                 groundedness, understandability for dialogue; fluency, grammar,
                 semantics for data-to-text). Needed unless ``criteria_text`` names it.
-            adjective: prompt scoring and GPTScore: the adjective of an attribute that
-                is not built in ("empathetic").
+            adjective: GPTScore: the adjective of an attribute that is not built in
+                ("empathetic"). Prompt scoring needs none (its prompt names the
+                attribute) and refuses one.
             human_key: key of the human scores for :meth:`ScoreResult.correlate`
                 (default: the attribute's name).
             task: ``summary``, ``dialogue``, ``data-to-text`` or ``custom``.

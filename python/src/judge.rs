@@ -15,6 +15,7 @@ use nlg_judge::engine::{
     load_scorer, BatchBudget, DecoderSettings, Label, LabelRequest, LoadOptions, ModelInfo, Prompt,
     ResultCache, Scorer, Strategy, TextPrompt,
 };
+use nlg_judge::judge::diagnostics::{self, Audience};
 use nlg_judge::judge::geval::{resolve_steps, StepsSource};
 use nlg_judge::judge::pairwise::{run_compare, CompareRequest, Debias, Design, StopRule};
 use nlg_judge::judge::{
@@ -207,7 +208,8 @@ impl NativeJudge {
         self.run(py, sink, move |engine, progress| {
             // Decided from the options and the input before the model runs: the
             // caller's to fix (ValueError), as the command line's exit code 2.
-            let options = request.options(progress).map_err(input)?;
+            let mut options = request.options(progress).map_err(input)?;
+            options.audience = Audience::Python;
             let wanted = options
                 .score_field
                 .clone()
@@ -269,13 +271,14 @@ impl NativeJudge {
             let options = request.options(progress.clone()).map_err(input)?;
             let contexts = source.contexts(1)?;
             let method = resolve_method(engine.scorer.as_mut(), &options, engine.cache.as_ref())?;
-            let run = run_scoring(
+            let mut run = run_scoring(
                 engine.scorer.as_mut(),
                 &contexts,
                 &method,
                 &progress,
                 engine.cache.as_ref(),
             )?;
+            run.diagnostics = diagnostics::for_scores(&run, Audience::Python);
             NativeScoreResult::new(run, &contexts, human_key.unwrap_or(options.attribute))
         })
     }

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use serde_json::json;
 
 use nlg_judge::cli::compare_table::format_tables;
-use nlg_judge::data::{find_human_key, human_keys, Context};
+use nlg_judge::data::{find_human_key_among, human_keys, Context};
+use nlg_judge::judge::attribute::score_keys;
 use nlg_judge::judge::pairwise::{write_comparisons, write_scores, CompareResult};
 use nlg_judge::judge::{write_scored, ResolvedMethod, ScoreRun};
 use nlg_judge::stats::Item;
@@ -40,7 +41,7 @@ fn utf8(bytes: Vec<u8>) -> Result<String> {
 
 /// The human-score key for `wanted` in `contexts`, or an error listing the keys there are.
 fn human_key(contexts: &[Context], wanted: &str) -> Result<String> {
-    find_human_key(contexts, wanted)
+    find_human_key_among(contexts, &score_keys(wanted))
         .map_err(input)?
         .ok_or_else(|| {
             let keys = human_keys(contexts);

@@ -159,11 +159,12 @@ def test_rust_errors_keep_the_command_lines_message(cli, tmp_path):
     missing = tmp_path / "missing.gguf"
     process = cli("compare", "--input", LIBRARY, "--attribute", "coherence", "--model",
                   missing, "--no-cache", check=False)
-    assert process.returncode == 1
+    # A model that does not exist is the caller's to fix: exit 2, and ValueError.
+    assert process.returncode == 2
     lines = process.stderr.strip().splitlines()
     expected = ": ".join(
         [lines[0].removeprefix("error: ")] + [l.strip().removeprefix("caused by: ") for l in lines[1:]]
     )
-    with pytest.raises(nlg_judge.NlgJudgeError) as error:
+    with pytest.raises(ValueError) as error:
         nlg_judge.Judge(model=missing, cache=False)
     assert str(error.value) == expected

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::outputs::PlannedPaths;
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -100,11 +101,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 fn pairwise(args: PairwiseArgs) -> Result<()> {
-    let data_dir = match args.data_dir.clone().or_else(find_shared_data_dir) {
-        Some(dir) => dir,
-        None => anyhow::bail!("no data directory: pass --data-dir (the shared data's path)"),
-    };
-    let contexts = summeval_contexts(&data_dir, args.docs)?;
+    let contexts = (|| -> Result<_> {
+        let data_dir = match args.data_dir.clone().or_else(find_shared_data_dir) {
+            Some(dir) => dir,
+            None => anyhow::bail!("no data directory: pass --data-dir (the shared data's path)"),
+        };
+        PlannedPaths::new()
+            .maybe_input("--compare-with", args.compare_with.as_deref())
+            .output("--save-probabilities", args.save_probabilities.as_deref())
+            .check()?;
+        summeval_contexts(&data_dir, args.docs)
+    })()
+    .map_err(super::input_error)?;
     let options = args.model.load_options()?;
     let resolved = resolve_model(&args.model.model, &options.resolve)?;
     let mut scorer = load_decoder(&resolved, &options).with_context(|| {

@@ -47,10 +47,28 @@ fn counted(n: Option<usize>) -> String {
     n.map_or("?".to_string(), |n| n.to_string())
 }
 
+/// `path` if a cache file is there; a missing file or a folder is the user's to fix
+/// (exit 2), and nothing is created.
+fn existing_cache(path: std::path::PathBuf) -> Result<std::path::PathBuf> {
+    if path.is_dir() {
+        return Err(super::input_error(anyhow::anyhow!(
+            "{} is a folder, not a result cache file",
+            path.display()
+        )));
+    }
+    if !path.exists() {
+        return Err(super::input_error(anyhow::anyhow!(
+            "no result cache at {}: nothing to check (give the file with --cache)",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
 pub fn run(args: CacheCommandArgs) -> Result<()> {
     match args.action {
         CacheAction::Check(at) => {
-            let path = at.path()?;
+            let path = existing_cache(at.path()?)?;
             let report = check(&path)?;
             println!(
                 "{}: {} label results, {} text results",
@@ -72,7 +90,7 @@ pub fn run(args: CacheCommandArgs) -> Result<()> {
             )
         }
         CacheAction::Repair(at) => {
-            let path = at.path()?;
+            let path = existing_cache(at.path()?)?;
             let report = repair(&path)?;
             match &report.moved_to {
                 None => println!(

@@ -34,6 +34,17 @@ impl CacheArgs {
         Ok(Some(ResultCache::open(&path)?))
     }
 
+    /// The cache's file, where one is used: the outputs of a run must never overwrite it.
+    pub fn file(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        match &self.cache {
+            Some(path) => Some(path.clone()),
+            None => ResultCache::default_path().ok(),
+        }
+    }
+
     /// The cache to use, an in-memory one with `--no-cache`.
     pub fn open_or_memory(&self) -> Result<ResultCache> {
         match self.open()? {

@@ -10,9 +10,11 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
 use super::model_args::ModelArgs;
+use super::outputs::PlannedPaths;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
-use crate::data::{human_keys, read_contexts};
+use crate::data::{empty_candidates_warning, human_key_for, human_keys, read_contexts};
 use crate::judge::attribute::builtin_attribute_list;
+use crate::judge::attribute::score_keys;
 use crate::judge::diagnostics::Diagnostics;
 use crate::judge::pairwise::run::method_name;
 use crate::judge::pairwise::StopRule;
@@ -98,8 +100,11 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
-    /// How comparisons become scores [default: win-ratio; poe for --design adaptive,
-    /// whose candidates meet different opponents].
+    /// How comparisons become scores [default: win-ratio, switched to poe (said in the
+    /// diagnostics) where this judge's answers cannot be ranked by it: a strong
+    /// positional bias, or mostly ties, over a design with both orders of each pair;
+    /// poe for --design adaptive, whose candidates meet different opponents]. A method
+    /// given here is always kept.
     #[arg(long, value_enum)]
     pub rank: Option<RankMethod>,
 
@@ -256,8 +261,9 @@ pub(crate) fn write_diagnostics(output: &Path, diagnostics: &Diagnostics) -> Res
 
 /// Write to `path` through a temporary file renamed into place (creating its folder):
 /// the file appears whole or not at all. The temporary file (`<path>.partial`) is
-/// flushed to disk before the rename and removed when writing fails (a full disk, say),
-/// so an interrupted or failed write leaves any earlier file at `path` as it was.
+/// flushed to disk before the rename and removed when writing or the rename fails (a full
+/// disk, a folder in the way), so a failed write leaves any earlier file at `path` as it
+/// was and no debris beside it.
 pub(crate) fn write_file(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
@@ -281,8 +287,14 @@ pub(crate) fn write_file(
         let _ = std::fs::remove_file(&temporary);
         return Err(error);
     }
-    std::fs::rename(&temporary, path)
-        .with_context(|| format!("cannot move {} to {}", temporary.display(), path.display()))
+    std::fs::rename(&temporary, path).map_err(|error| {
+        let _ = std::fs::remove_file(&temporary);
+        anyhow::Error::new(error).context(format!(
+            "cannot move {} to {}",
+            temporary.display(),
+            path.display()
+        ))
+    })
 }
 
 /// The command-line name of an option's value ("no-repeat").
@@ -353,6 +365,15 @@ pub fn run(args: CompareArgs) -> Result<()> {
         let options = request(&args).options(super::progress::bars("compare"))?;
         let shard = args.shard.resolve()?;
         check_output(shard, args.output.as_deref())?;
+        let diagnostics = args.output.as_deref().map(diagnostics_path);
+        PlannedPaths::new()
+            .input("--input", &args.input)
+            .cache(&args.cache)
+            .output("--output", args.output.as_deref())
+            .output("--output's diagnostics", diagnostics.as_deref())
+            .output("--comparisons-out", args.comparisons_out.as_deref())
+            .output("--report", args.report.as_deref())
+            .check()?;
         if shard.is_some() && args.debias == Debias::Threshold {
             bail!(
                 "--debias threshold sets one threshold from all of a run's comparisons, so a shard \
@@ -360,9 +381,20 @@ pub fn run(args: CompareArgs) -> Result<()> {
             );
         }
         let contexts = take_shard(read_contexts(&args.input)?, shard);
+        // The human scores are checked now (the run reads them again when it ends): a
+        // missing --human-key or a score that is not a number is refused before any model
+        // call.
+        human_key_for(
+            &contexts,
+            args.human_key.as_deref(),
+            &score_keys(&options.attribute.name),
+        )?;
         Ok((options, shard, contexts))
     })()
     .map_err(super::input_error)?;
+    if let Some(warning) = empty_candidates_warning(&contexts) {
+        eprintln!("{warning}");
+    }
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;

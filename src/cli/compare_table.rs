@@ -1,6 +1,7 @@
 //! What `compare` prints for people: a ranked table per context (rank, candidate, score,
 //! the start of the text), the positional-bias figures, the judge diagnostics (warnings
-//! with their remedies), and where the full results went.
+//! with their remedies), and where the full results went; and `score`'s ranked tables
+//! in the same columns.
 //!
 //! This is the first output a newcomer sees (the README's first command), so it explains
 //! itself; machine-readable results go to files or standard output as JSONL.
@@ -9,7 +10,8 @@ use std::fmt::Write as _;
 
 use crate::data::Context;
 use crate::judge::pairwise::CompareResult;
-use crate::rank::Rate;
+use crate::judge::ScoreRun;
+use crate::rank::{ranks_from_scores, Rate};
 
 /// Characters of a candidate's first line shown in the table.
 const TEXT_WIDTH: usize = 60;
@@ -132,9 +134,110 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
     text
 }
 
+/// `score`'s ranked table per context, best first (rank, score, candidate, the start of
+/// its text), as `compare` prints its own: the same columns, ranks from the scores.
+pub fn format_score_tables(run: &ScoreRun, contexts: &[Context]) -> String {
+    let mut text = String::new();
+    let mut start = 0;
+    while start < run.candidates.len() {
+        let context_id = &run.candidates[start].context_id;
+        let end = run.candidates[start..]
+            .iter()
+            .position(|c| &c.context_id != context_id)
+            .map_or(run.candidates.len(), |k| start + k);
+        let here = &run.candidates[start..end];
+        let scores: Vec<f64> = here.iter().map(|c| c.score).collect();
+        let ranks = ranks_from_scores(&scores);
+        let source = contexts.iter().find(|c| &c.id == context_id);
+        let text_of = |id: &str| {
+            source
+                .and_then(|c| c.candidates.iter().find(|k| k.id == id))
+                .map(|k| first_line(&k.text, TEXT_WIDTH))
+                .unwrap_or_default()
+        };
+        let id_width = here
+            .iter()
+            .map(|c| c.candidate_id.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("candidate".len());
+        let _ = writeln!(text, "context {context_id}:");
+        let _ = writeln!(
+            text,
+            "  {:>5}  {:>8}  {:<id_width$}  text",
+            "rank", "score", "candidate"
+        );
+        let mut order: Vec<usize> = (0..here.len()).collect();
+        order.sort_by(|&a, &b| ranks[a].total_cmp(&ranks[b]).then(a.cmp(&b)));
+        for k in order {
+            let id = &here[k].candidate_id;
+            let _ = writeln!(
+                text,
+                "  {:>5}  {:>8}  {:<id_width$}  {}",
+                ranks[k],
+                fixed(here[k].score, 4),
+                id,
+                text_of(id)
+            );
+        }
+        start = end;
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn score_tables_rank_each_context_best_first() {
+        use crate::data::Candidate;
+        use crate::judge::scoring::ScoredCandidate;
+        let scored = |context: &str, id: &str, score: f64| ScoredCandidate {
+            context_id: context.into(),
+            candidate_id: id.into(),
+            system_id: None,
+            score,
+            distribution: None,
+            human: Default::default(),
+        };
+        let run = ScoreRun {
+            candidates: vec![
+                scored("d1", "a", 2.5),
+                scored("d1", "bb", 4.0),
+                scored("d2", "c", 1.0),
+            ],
+            method: crate::judge::ResolvedMethod::Gptscore {
+                task: crate::judge::Task::Summary,
+                attribute: crate::judge::Attribute::named("coherence").unwrap(),
+            },
+            computed: 0,
+            cached: 0,
+            diagnostics: Default::default(),
+        };
+        let candidate = |id: &str, text: &str| Candidate {
+            id: id.into(),
+            text: text.into(),
+            reference: None,
+            scores: Default::default(),
+            system_id: None,
+            metadata: Default::default(),
+            source: None,
+        };
+        let contexts = vec![Context {
+            id: "d1".into(),
+            text: String::new(),
+            candidates: vec![candidate("a", "First text."), candidate("bb", "Second.")],
+        }];
+        let table = format_score_tables(&run, &contexts);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "context d1:");
+        assert_eq!(lines[1], "   rank     score  candidate  text");
+        assert_eq!(lines[2], "      1    4.0000  bb         Second.");
+        assert_eq!(lines[3], "      2    2.5000  a          First text.");
+        assert_eq!(lines[4], "context d2:");
+        assert_eq!(lines[6], "      1    1.0000  c          ");
+    }
 
     #[test]
     fn first_lines_are_cut_with_an_ellipsis() {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
+use super::outputs::PlannedPaths;
 use crate::data::{self, limit_contexts, summeval, topicalchat, webnlg, write_records};
 
 /// The shared data sets `convert` reads.
@@ -52,6 +53,9 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: ConvertArgs) -> Result<()> {
+    PlannedPaths::new()
+        .output("--output", Some(&args.output))
+        .check()?;
     let records = (|| -> Result<_> {
         Ok(match args.dataset {
             Dataset::Summeval => summeval::read(&args.data_dir)?,

@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 use super::cache_args::CacheArgs;
 use super::compare::write_file;
 use super::model_args::ModelArgs;
+use super::outputs::PlannedPaths;
 use crate::data;
 use crate::dhp::items::{load_items, ItemSource};
 use crate::dhp::llm::LlmEditor;
@@ -185,6 +186,13 @@ pub fn run(args: DhpArgs) -> Result<()> {
 }
 
 fn perturb(args: PerturbArgs) -> Result<()> {
+    // The output is appended to (a rerun resumes), so it may exist; it must not be the
+    // input or the cache.
+    PlannedPaths::new()
+        .maybe_input("--input", args.input.as_deref())
+        .cache(&args.cache)
+        .output("--output", Some(&args.output))
+        .check()?;
     let items = load_items(
         args.task,
         &ItemSource {
@@ -255,6 +263,11 @@ fn perturb(args: PerturbArgs) -> Result<()> {
 
 fn score(args: ScoreArgs) -> Result<()> {
     let (rows, task) = (|| -> Result<_> {
+        PlannedPaths::new()
+            .input("--input", &args.input)
+            .cache(&args.cache)
+            .output("--output", Some(&args.output))
+            .check()?;
         let rows = read_existing(&args.input)?;
         let task = rows
             .first()
@@ -318,11 +331,14 @@ fn load_weights(args: &AnalyzeArgs) -> Result<Option<Weights>> {
 }
 
 fn analyze_command(args: AnalyzeArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.scores)
-        .with_context(|| format!("cannot read {}", args.scores.display()))?;
-    let rows = parse_score_rows(&text, &args.scores.display().to_string())?;
-    let weights = load_weights(&args)?;
-    let analysis = analyze(&rows, weights.as_ref())?;
+    let (analysis, weights) = (|| -> Result<_> {
+        let text = std::fs::read_to_string(&args.scores)
+            .with_context(|| format!("cannot read {}", args.scores.display()))?;
+        let rows = parse_score_rows(&text, &args.scores.display().to_string())?;
+        let weights = load_weights(&args)?;
+        Ok((analyze(&rows, weights.as_ref())?, weights))
+    })()
+    .map_err(super::input_error)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -346,28 +362,41 @@ fn read_analysis(path: &Path) -> Result<Analysis> {
 }
 
 fn report_command(args: ReportArgs) -> Result<()> {
-    let mut runs = Vec::new();
-    for spec in &args.runs {
-        let (label, path) = spec
-            .split_once('=')
-            .with_context(|| format!("--run {spec}: expected LABEL=FILE"))?;
-        runs.push(ReportRun {
-            label: label.to_string(),
-            analysis: read_analysis(Path::new(path))?,
-        });
-    }
-    let mut markdown = report::markdown(&args.title, &runs);
-    for path in &args.perturbed {
-        let rows = read_existing(path)?;
-        markdown.push_str(&format!(
-            "\nPerturbed texts in {}:\n\n{}",
-            path.file_name().map_or_else(
-                || path.display().to_string(),
-                |n| n.to_string_lossy().to_string()
-            ),
-            report::status_table(&rows)
-        ));
-    }
+    let (runs, markdown) = (|| -> Result<_> {
+        let mut runs = Vec::new();
+        let mut files = Vec::new();
+        for spec in &args.runs {
+            let (label, path) = spec
+                .split_once('=')
+                .with_context(|| format!("--run {spec}: expected LABEL=FILE"))?;
+            files.push(Path::new(path));
+            runs.push(ReportRun {
+                label: label.to_string(),
+                analysis: read_analysis(Path::new(path))?,
+            });
+        }
+        PlannedPaths::new()
+            .inputs("--run", files)
+            .inputs("--perturbed", args.perturbed.iter().map(PathBuf::as_path))
+            .output("--output", args.output.as_deref())
+            .output("--figure", args.figure.as_deref())
+            .output("--report", args.report.as_deref())
+            .check()?;
+        let mut markdown = report::markdown(&args.title, &runs);
+        for path in &args.perturbed {
+            let rows = read_existing(path)?;
+            markdown.push_str(&format!(
+                "\nPerturbed texts in {}:\n\n{}",
+                path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().to_string()
+                ),
+                report::status_table(&rows)
+            ));
+        }
+        Ok((runs, markdown))
+    })()
+    .map_err(super::input_error)?;
     match &args.output {
         Some(path) => write_file(path, |out| Ok(out.write_all(markdown.as_bytes())?))?,
         None => print!("{markdown}"),

@@ -63,7 +63,8 @@ struct LabelsOut {
 
 pub fn run(args: LabelsArgs) -> Result<()> {
     let user = std::fs::read_to_string(&args.prompt_file)
-        .with_context(|| format!("cannot read prompt file {}", args.prompt_file.display()))?;
+        .with_context(|| format!("cannot read prompt file {}", args.prompt_file.display()))
+        .map_err(super::input_error)?;
     let text = TextPrompt {
         system: args.system.clone(),
         user,

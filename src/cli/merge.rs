@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::compare::write_file;
+use super::outputs::PlannedPaths;
 use crate::data::read_single_contexts;
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::{merge_outputs, ShardOutput, ShardSidecar};
@@ -48,6 +49,11 @@ struct Merged {
 }
 
 fn merge(args: &MergeArgs) -> Result<Merged> {
+    PlannedPaths::new()
+        .input("--input", &args.input)
+        .inputs("--outputs", args.outputs.iter().map(PathBuf::as_path))
+        .output("--output", Some(&args.output))
+        .check()?;
     let contexts = read_single_contexts(&args.input)?;
     let ids: Vec<String> = contexts.into_iter().map(|c| c.id).collect();
     let input_sha256 = file_sha256(&args.input)?;

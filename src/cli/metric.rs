@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::compare::write_file;
+use super::outputs::PlannedPaths;
 use crate::metrics::{corpus_bleu, corpus_chrf, Aggregation, ChrfConfig, LexicalOptions};
 use crate::pararef::metric_table::{expand_references, score_rows, write_lines, MetricSelection};
 use crate::pararef::{read_metric_rows, read_paraphrases};
@@ -60,6 +61,11 @@ pub struct MetricArgs {
 pub fn run(args: MetricArgs) -> Result<()> {
     // Options and input files: a failure here is the user's to fix (exit code 2).
     let (selection, options, rows, paraphrases) = (|| -> Result<_> {
+        PlannedPaths::new()
+            .input("--input", &args.input)
+            .maybe_input("--paraphrases", args.paraphrases.as_deref())
+            .output("--output", args.output.as_deref())
+            .check()?;
         let selection = MetricSelection::parse(&args.metric)?;
         let options = LexicalOptions {
             aggregation: args.agg.parse::<Aggregation>()?,

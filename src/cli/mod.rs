@@ -17,6 +17,7 @@ pub mod merge;
 pub mod metric;
 pub mod model_args;
 pub mod models;
+pub mod outputs;
 pub mod paraphrase;
 pub mod pararef;
 pub mod pararef_report;
@@ -76,12 +77,14 @@ pub enum Command {
     /// The Para-Ref experiment: metrics against one reference, its paraphrases and all
     /// human references, correlated with human scores (WMT22, SummEval).
     Pararef(pararef::PararefArgs),
-    /// Reference-based metrics (BLEU, chrF, chrF++, ROUGE-1/2/L) of every candidate,
-    /// optionally against its references' paraphrases too.
+    /// Reference-based metrics (BLEU, chrF, chrF++, ROUGE-1/2/L, BERTScore) of every
+    /// candidate, optionally against its references' paraphrases too.
     Metric(metric::MetricArgs),
 }
 
-/// Log to stderr; the level comes from `-v` unless RUST_LOG is set.
+/// Log to stderr; the level comes from `-v` unless RUST_LOG is set. Colour only where
+/// stderr is a terminal and `NO_COLOR` is unset (or empty), so logs kept in a file or
+/// read through a pipe carry no escape codes.
 pub fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -93,7 +96,15 @@ pub fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .try_init();
+}
+
+/// Whether what goes to stderr may be coloured: a terminal, and no `NO_COLOR` with a
+/// value (<https://no-color.org>).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// An error in what the user gave (options, input files): the command exits with 2, as
@@ -127,8 +138,9 @@ pub fn data_error(error: anyhow::Error, dir: &std::path::Path, flag: &str) -> an
 /// The exit code for `error`: 2 for input and usage errors (including a request the
 /// model cannot take), 1 for failures.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
-    let input = error.chain().any(|cause| cause.is::<InputError>())
-        || crate::engine::error_kind(error) == crate::engine::ErrorKind::BadRequest;
+    let input = error.chain().any(|cause| {
+        cause.is::<InputError>() || cause.is::<crate::runtime::resolve::UnknownModel>()
+    }) || crate::engine::error_kind(error) == crate::engine::ErrorKind::BadRequest;
     if input {
         2
     } else {

@@ -328,7 +328,7 @@ impl ModelArgs {
         if let Some(url) = &self.backend.backend {
             return Ok(Box::new(self.connect(url)?));
         }
-        if let Some(mock) = MockScorer::from_spec(&self.model)? {
+        if let Some(mock) = MockScorer::from_spec(&self.model).map_err(super::input_error)? {
             return Ok(Box::new(mock));
         }
         load_scorer(&self.model, &self.load_options()?)

@@ -94,13 +94,17 @@ pub fn run(args: ModelsArgs) -> Result<()> {
     }
 }
 
+/// The card `name`; an unknown name is the user's to fix (exit 2).
 fn find<'a>(catalog: &'a CardCatalog, name: &str) -> Result<&'a ModelCard> {
-    catalog.get(name).with_context(|| {
-        format!(
-            "no model card named '{name}' (known: {})",
-            catalog.names().join(", ")
-        )
-    })
+    catalog
+        .get(name)
+        .with_context(|| {
+            format!(
+                "no model card named '{name}' (known: {})",
+                catalog.names().join(", ")
+            )
+        })
+        .map_err(super::input_error)
 }
 
 fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {

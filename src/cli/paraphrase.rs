@@ -9,6 +9,7 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare::write_file;
 use super::model_args::ModelArgs;
+use super::outputs::PlannedPaths;
 use crate::pararef::{paraphrase_references, read_metric_rows, ParaphraseOptions, PromptSet};
 
 /// Arguments of `nlg-judge paraphrase`.
@@ -71,6 +72,11 @@ pub struct ParaphraseArgs {
 }
 
 pub fn run(args: ParaphraseArgs) -> Result<()> {
+    PlannedPaths::new()
+        .input("--input", &args.input)
+        .cache(&args.cache)
+        .output("--output", Some(&args.output))
+        .check()?;
     let rows = read_metric_rows(&args.input).map_err(super::input_error)?;
     let mut references: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use clap::Args;
 
+use super::outputs::PlannedPaths;
+
 use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
 use crate::pararef::experiment::{load_datasets, paraphrase_dataset, Paraphrased, Selection};
@@ -85,6 +87,9 @@ pub fn run(args: PararefArgs) -> Result<()> {
     if args.redraw {
         return crate::cli::pararef_report::redraw(&args.out_dir);
     }
+    PlannedPaths::new()
+        .folder("--out-dir", &args.out_dir)
+        .check()?;
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
     let selection = Selection {

@@ -58,7 +58,7 @@ impl ProgressSink for Bars {
         } else {
             let bar = ProgressBar::new(total);
             let template = format!(
-                "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}, {{per_sec}}, ETA {{eta}}"
+                "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}, {{per_sec}}, ETA {{eta}}{{msg}}"
             );
             if let Ok(style) = ProgressStyle::with_template(&template) {
                 bar.set_style(style.progress_chars("=> "));
@@ -80,6 +80,19 @@ impl ProgressSink for Bars {
                     eprintln!("{line}");
                 }
             }
+            None => {}
+        });
+    }
+
+    fn found_in_cache(&self, steps: u64) {
+        self.with_current(|current| match current {
+            Some(Shown::Bar(bar)) => {
+                bar.inc(steps);
+                // The rate and ETA from the steps computed from here on only.
+                bar.reset_eta();
+                bar.set_message(format!(" ({} from the cache)", bar.position()));
+            }
+            Some(Shown::Lines(lines)) => lines.found_in_cache(steps),
             None => {}
         });
     }

@@ -7,6 +7,8 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
+use super::outputs::PlannedPaths;
+
 use super::cache_args::CacheArgs;
 use super::model_args::ModelArgs;
 use crate::data::DEFAULT_DATA_DIR;
@@ -118,6 +120,14 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         }
         return Ok(());
     }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reproduction").join(args.experiment.name()));
+    PlannedPaths::new()
+        .folder("--out", &out)
+        .output("--report", args.report.as_deref())
+        .check()?;
     let loaded = args
         .experiment
         .load(
@@ -152,10 +162,6 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     });
     options.progress = super::progress::bars("reproduce");
     options.command = command_line();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("reproduction").join(args.experiment.name()));
     let cache = args.cache.open()?;
     let loading = Instant::now();
     let mut scorer = args.model.load()?;

@@ -8,11 +8,14 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
-use super::compare::{write_diagnostics, write_file};
+use super::compare::{diagnostics_path, write_diagnostics, write_file};
+use super::compare_table::format_score_tables;
 use super::model_args::ModelArgs;
+use super::outputs::PlannedPaths;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
-use crate::data::{find_human_key, human_keys, read_single_contexts};
+use crate::data::{empty_candidates_warning, human_key_for, human_keys, read_single_contexts};
 use crate::judge::attribute::builtin_attribute_list;
+use crate::judge::attribute::score_keys;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::Criteria;
 use crate::judge::geval::StepsOrigin;
@@ -46,8 +49,10 @@ pub struct ScoreArgs {
     #[arg(long, required_unless_present = "criteria_text", help = attribute_help())]
     pub attribute: Option<String>,
 
-    /// Prompt scoring and GPTScore: the adjective of an attribute that is not built in
-    /// ("empathetic"; "more empathetic" also reads). G-Eval takes --criteria-text.
+    /// GPTScore: the adjective of an attribute that is not built in ("empathetic"; "more
+    /// empathetic" also reads), for its instruction "... that is empathetic". Prompt
+    /// scoring needs none (its prompt names the attribute: "... measures the summary's
+    /// empathy"); G-Eval takes --criteria-text.
     #[arg(long, value_name = "PHRASE")]
     pub adjective: Option<String>,
 
@@ -146,8 +151,9 @@ fn attribute_help() -> String {
         .collect();
     format!(
         "Attribute to judge. G-Eval's built-in criteria: {}; any other with --criteria or \
-         --criteria-text (with --criteria-text it defaults to the criterion's name). Prompt \
-         scoring and GPTScore: built-in {}; any other with --adjective",
+         --criteria-text (with --criteria-text it defaults to the criterion's name). \
+         GPTScore: built-in {}; any other with --adjective. Prompt scoring: any name (its \
+         prompt names the attribute)",
         geval.join("; "),
         builtin_attribute_list()
     )
@@ -225,15 +231,36 @@ fn summary(run: &ScoreRun) -> String {
 pub fn run(args: ScoreArgs) -> Result<()> {
     // Decided from the options and the input before any model is loaded: a failure
     // here is the user's to fix (exit code 2).
-    let (options, shard, contexts) = (|| -> Result<_> {
+    let (options, shard, contexts, human_key) = (|| -> Result<_> {
         let options = options(&args)?;
         let shard = args.shard.resolve()?;
         check_output(shard, args.output.as_deref())?;
+        let diagnostics = args.output.as_deref().map(diagnostics_path);
+        PlannedPaths::new()
+            .input("--input", &args.input)
+            .maybe_input("--criteria", args.criteria.as_deref())
+            .maybe_input("--steps", args.steps.as_deref())
+            .cache(&args.cache)
+            .output("--output", args.output.as_deref())
+            .output("--output's diagnostics", diagnostics.as_deref())
+            .output("--report", args.report.as_deref())
+            .output("--steps-out", args.steps_out.as_deref())
+            .check()?;
         let contexts = take_shard(read_single_contexts(&args.input)?, shard);
-        Ok((options, shard, contexts))
+        // The human scores are read now: a bad one is refused before any model call.
+        let human_key = human_key_for(
+            &contexts,
+            args.human_key.as_deref(),
+            &score_keys(&options.attribute),
+        )?;
+        Ok((options, shard, contexts, human_key))
     })()
     .map_err(super::input_error)?;
+    if let Some(warning) = empty_candidates_warning(&contexts) {
+        eprintln!("{warning}");
+    }
     let cache = args.cache.open()?;
+    let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;
     let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;
     if let ResolvedMethod::Geval {
@@ -266,9 +293,9 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         &options.progress,
         cache.as_ref(),
     )?;
-    let mut report = summary(&run);
+    let mut report = format_score_tables(&run, &contexts);
+    report.push_str(&summary(&run));
     let wanted = args.human_key.clone().unwrap_or(options.attribute.clone());
-    let human_key = find_human_key(&contexts, &wanted)?;
     if let Some(path) = &args.report {
         let (name, score) = match &method {
             ResolvedMethod::Prompt { attribute, .. } => {
@@ -346,10 +373,18 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             ))
         }
     }
+    let cached_line = match &cache_path {
+        Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),
+        None => "results: nothing cached (--no-cache)\n".to_string(),
+    };
     match &args.output {
         Some(path) => {
             write_file(path, |out| write_scored(&run.candidates, out))?;
             let sidecar = write_diagnostics(path, &run.diagnostics)?;
+            report.push_str(&format!(
+                "results: scores (context_id, candidate_id, score, distribution): {}\n",
+                path.display()
+            ));
             report.push_str(&format!(
                 "results: judge diagnostics: {}\n",
                 sidecar.display()
@@ -374,6 +409,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
                 print.insert("input_sha256".into(), file_sha256(&args.input)?);
                 write_sidecar(path, spec, print, &contexts)?;
             }
+            report.push_str(&cached_line);
             print!("{report}");
         }
         None => {
@@ -381,6 +417,11 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             let mut out = stdout.lock();
             write_scored(&run.candidates, &mut out)?;
             out.flush()?;
+            report.push_str(
+                "results: scores (context_id, candidate_id, score, distribution): standard \
+                 output, as JSONL\n",
+            );
+            report.push_str(&cached_line);
             eprint!("{report}");
         }
     }

@@ -96,6 +96,73 @@ pub fn find_human_key(contexts: &[Context], wanted: &str) -> Result<Option<Strin
     Ok(Some(key))
 }
 
+/// [`find_human_key`] for the first of `names` that the input has (a key given by the
+/// user, or every spelling of an attribute: `judge::attribute::score_keys`).
+pub fn find_human_key_among(contexts: &[Context], names: &[String]) -> Result<Option<String>> {
+    for name in names {
+        if let Some(key) = find_human_key(contexts, name)? {
+            return Ok(Some(key));
+        }
+    }
+    Ok(None)
+}
+
+/// The human-score key of a run: `given` (`--human-key`), which must then exist, else the
+/// first of `attribute_names` (every spelling of the attribute) the input has, or none.
+/// A score under it that is not a number is an error naming the line.
+pub fn human_key_for(
+    contexts: &[Context],
+    given: Option<&str>,
+    attribute_names: &[String],
+) -> Result<Option<String>> {
+    let Some(given) = given else {
+        return find_human_key_among(contexts, attribute_names);
+    };
+    match find_human_key(contexts, given)? {
+        Some(key) => Ok(Some(key)),
+        None => bail!(
+            "no candidate has the human score `{given}` given by --human-key; the human scores \
+             are: {}",
+            match human_keys(contexts) {
+                keys if keys.is_empty() => "none".to_string(),
+                keys => keys.join(", "),
+            }
+        ),
+    }
+}
+
+/// The warning for candidates whose text is empty (or only white space), if any: the
+/// judge reads nothing of them, yet they are ranked like the others. Names the first
+/// few by id, context and `file:line`.
+pub fn empty_candidates_warning(contexts: &[Context]) -> Option<String> {
+    const NAMED: usize = 3;
+    let empty: Vec<String> = contexts
+        .iter()
+        .flat_map(|context| {
+            context
+                .candidates
+                .iter()
+                .filter(|c| c.text.trim().is_empty())
+                .map(move |c| match &c.source {
+                    Some(at) => format!("`{}` of context `{}` ({at})", c.id, context.id),
+                    None => format!("`{}` of context `{}`", c.id, context.id),
+                })
+        })
+        .collect();
+    let named = match empty.len() {
+        0 => return None,
+        n if n <= NAMED => empty.join(", "),
+        n => format!("{}, and {} more", empty[..NAMED].join(", "), n - NAMED),
+    };
+    Some(format!(
+        "warning: {} candidate{} empty: {named}; the judge reads nothing of {}, yet it is \
+         ranked like the others",
+        empty.len(),
+        if empty.len() == 1 { " is" } else { "s are" },
+        if empty.len() == 1 { "it" } else { "them" },
+    ))
+}
+
 /// Every numeric human-score key in `contexts`, sorted.
 pub fn human_keys(contexts: &[Context]) -> Vec<String> {
     let keys: std::collections::BTreeSet<&String> = contexts
@@ -371,6 +438,24 @@ mod tests {
 {"context_id": "d1", "context": "doc one", "candidate_id": "b", "candidate": "z", "system_id": "S"}
 {"context_id": 2, "context": "doc two", "candidate_id": "b", "candidate": "w", "reference": "r"}
 "#;
+
+    #[test]
+    fn empty_candidates_are_named_with_their_lines() {
+        let file = write_temp(GOOD);
+        assert_eq!(
+            empty_candidates_warning(&read_contexts(file.path()).unwrap()),
+            None
+        );
+        let text = GOOD.replace(r#""candidate": "z""#, r#""candidate": "  ""#);
+        let file = write_temp(&text);
+        let warning = empty_candidates_warning(&read_contexts(file.path()).unwrap()).unwrap();
+        let at = format!("{}:4", file.path().display());
+        assert!(
+            warning.starts_with("warning: 1 candidate is empty: `b` of context `d1` (")
+                && warning.contains(&at),
+            "{warning}"
+        );
+    }
 
     #[test]
     fn groups_by_context_in_order_of_first_appearance() {

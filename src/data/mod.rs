@@ -10,8 +10,9 @@ pub mod webnlg;
 use std::path::{Path, PathBuf};
 
 pub use jsonl::{
-    contexts_from_rows, find_human_key, group_contexts, human_keys, read_contexts, read_records,
-    read_single_contexts, write_records, Candidate, CandidateRecord, Context,
+    contexts_from_rows, empty_candidates_warning, find_human_key, find_human_key_among,
+    group_contexts, human_key_for, human_keys, read_contexts, read_records, read_single_contexts,
+    write_records, Candidate, CandidateRecord, Context,
 };
 
 /// Where the shared human-judgement data lives, relative to the repository root.

@@ -173,6 +173,26 @@ pub fn builtin_attribute_list() -> String {
         .join(", ")
 }
 
+/// The names under which an input's human scores of attribute `name` may be kept, in the
+/// order they are looked for: the name as given, then for a built-in attribute its
+/// canonical name and its other spellings (`engagement` finds `Engagement` and
+/// `engagingness`). The one lookup every command uses (`compare`, `score`, the service).
+pub fn score_keys(name: &str) -> Vec<String> {
+    let mut keys = vec![name.trim().to_string()];
+    if let Some(builtin) = Attribute::builtin(name) {
+        keys.push(builtin.name.clone());
+        keys.extend(
+            ALIASES
+                .iter()
+                .filter(|(_, canonical)| *canonical == builtin.name)
+                .map(|(alias, _)| alias.to_string()),
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    keys.retain(|k| seen.insert(k.to_ascii_lowercase()));
+    keys
+}
+
 impl Attribute {
     /// The attribute called `name` (case-insensitive, aliases accepted).
     pub fn named(name: &str) -> Result<Self> {
@@ -195,6 +215,17 @@ impl Attribute {
                 comparative: None,
                 question: None,
             })
+    }
+
+    /// The attribute as prompt scoring names it ("... measures the summary's {name}"):
+    /// a built-in one under its canonical name, any other under its own; no adjective
+    /// is needed (the prompt uses none).
+    pub fn for_prompt_scoring(name: &str) -> Result<Self> {
+        let lower = name.trim().to_ascii_lowercase();
+        if lower.is_empty() {
+            bail!("the attribute name is empty");
+        }
+        Ok(Self::builtin(name).unwrap_or_else(|| Self::custom(&lower, None)))
     }
 
     /// Whether `name` is a built-in attribute (or another spelling of one).

@@ -8,11 +8,18 @@
 //!
 //! | check | value | warns when | remedy |
 //! |---|---|---|---|
-//! | `positional_bias` | share of comparisons the first candidate wins at p > 0.5 | outside [0.3, 0.7] | `--debias threshold`, `--rank poe` |
+//! | `positional_bias` | share of comparisons the first candidate wins at p > 0.5 | outside [0.3, 0.7] | `--debias threshold`, `--rank poe`, both orders |
 //! | `order_consistency` | share of pairs whose two orders agree | below 0.5 | `--rank poe`, a larger model |
-//! | `ties` | share of candidates tied with another of their context | above 0.5 | `--rank poe`, `--debias threshold` |
+//! | `ties` | share of candidates tied with another of their context | above 0.5 | `--rank poe` or `bradley-terry`, `--debias threshold`, a larger model |
 //! | `label_mass` | mean probability on the answer labels (min in the message) | below 0.5 | a larger model, `--show-prompt` |
 //! | `steps` (G-Eval) | most times one sentence of the evaluation steps repeats | above 2, or under 8 letters | `--steps FILE`, a larger model |
+//!
+//! A remedy names only what would change this run's result, in the words of whoever
+//! reads it ([`Audience`]: a flag on the command line, a request field of the service, a
+//! keyword in Python), never a choice already in effect; and a check is `ok` only where
+//! the run's result is actually corrected (a positional bias under `--debias threshold`
+//! for decisions, or under Product of Experts over both orders, where a constant bias
+//! cancels; PoE ignores a threshold there, so the threshold is not offered).
 //!
 //! Pure functions over results; the front ends show the [`Diagnostics`] (terminal block,
 //! `--output`'s `.diagnostics.json` sidecar, the HTML report, Python, the service).
@@ -40,6 +47,111 @@ pub const LABEL_MASS_MIN: f64 = 0.5;
 pub const STEP_REPEATS_MAX: usize = 2;
 /// G-Eval steps with fewer letters than this are degenerate (nearly empty).
 pub const STEPS_MIN_LETTERS: usize = 8;
+
+/// Who reads the remedies: each names what that reader can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Audience {
+    /// Command-line flags (`--rank poe`).
+    #[default]
+    CommandLine,
+    /// The service's request fields (`"rank": "poe"`).
+    Service,
+    /// The Python package's keywords (`rank="poe"`).
+    Python,
+}
+
+/// Something a user can change about a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Decide at the run's balanced threshold.
+    DebiasThreshold,
+    /// Rank by Product of Experts.
+    RankPoe,
+    /// Rank by Product of Experts or Bradley-Terry (the probabilities, not decisions).
+    RankProbabilities,
+    /// Compare each pair in both orders.
+    BothOrders,
+    /// Another, larger model.
+    LargerModel,
+    /// Look at the prompt the model reads.
+    ShowPrompt,
+    /// Give the G-Eval steps.
+    StepsFile,
+    /// Compare the candidates pairwise instead of scoring them.
+    ComparePairwise,
+}
+
+impl Action {
+    /// The action in `audience`'s words; `None` where that reader cannot take it.
+    fn phrase(self, audience: Audience) -> Option<&'static str> {
+        use Audience::*;
+        Some(match (self, audience) {
+            (Action::DebiasThreshold, CommandLine) => {
+                "--debias threshold (decide at the run's balanced threshold)"
+            }
+            (Action::DebiasThreshold, Service) => {
+                "\"debias\": \"threshold\" (decide at the request's balanced threshold)"
+            }
+            (Action::DebiasThreshold, Python) => {
+                "debias=\"threshold\" (decide at the run's balanced threshold)"
+            }
+            (Action::RankPoe, CommandLine) => "--rank poe (reads both orders' probabilities)",
+            (Action::RankPoe, Service) => "\"rank\": \"poe\" (reads both orders' probabilities)",
+            (Action::RankPoe, Python) => "rank=\"poe\" (reads both orders' probabilities)",
+            (Action::RankProbabilities, CommandLine) => {
+                "--rank poe or --rank bradley-terry (read the probabilities)"
+            }
+            (Action::RankProbabilities, Service) => {
+                "\"rank\": \"poe\" or \"bradley-terry\" (read the probabilities)"
+            }
+            (Action::RankProbabilities, Python) => {
+                "rank=\"poe\" or rank=\"bradley-terry\" (read the probabilities)"
+            }
+            (Action::BothOrders, CommandLine) => {
+                "--design full or symmetric (both orders of each pair, so that a constant bias \
+                 cancels)"
+            }
+            (Action::BothOrders, Python) => {
+                "design=\"full\" or \"symmetric\" (both orders of each pair, so that a \
+                 constant bias cancels)"
+            }
+            (Action::BothOrders, Service) => return None,
+            (Action::LargerModel, CommandLine) => "a larger model (--model)",
+            (Action::LargerModel, Service) => "a larger model (serve one with --model)",
+            (Action::LargerModel, Python) => "a larger model (Judge(model=...))",
+            (Action::ShowPrompt, CommandLine) => "check the prompt with --show-prompt",
+            (Action::ShowPrompt, _) => return None,
+            (Action::StepsFile, CommandLine) => {
+                "write the evaluation steps yourself (--steps FILE)"
+            }
+            (Action::StepsFile, Service) => "write the evaluation steps yourself (field \"steps\")",
+            (Action::StepsFile, Python) => "write the evaluation steps yourself (steps=...)",
+            (Action::ComparePairwise, CommandLine) => "compare them pairwise (nlg-judge compare)",
+            (Action::ComparePairwise, Service) => "compare them pairwise (/v1/compare)",
+            (Action::ComparePairwise, Python) => "compare them pairwise (Judge.compare)",
+        })
+    }
+}
+
+/// The choice of ranking `method` (as `--rank` names it: `win-ratio`) in `audience`'s
+/// words: `--rank win-ratio`, `"rank": "win-ratio"`, `rank="win-ratio"`.
+pub fn rank_choice(method: &str, audience: Audience) -> String {
+    match audience {
+        Audience::CommandLine => format!("--rank {method}"),
+        Audience::Service => format!("\"rank\": \"{method}\""),
+        Audience::Python => format!("rank=\"{method}\""),
+    }
+}
+
+/// `why`, then the actions `audience` can take, joined: "why: use A, or B".
+fn remedy(why: &str, actions: &[Action], audience: Audience) -> String {
+    let phrases: Vec<&str> = actions.iter().filter_map(|a| a.phrase(audience)).collect();
+    match phrases.as_slice() {
+        [] => why.to_string(),
+        [one] => format!("{why}: use {one}"),
+        [rest @ .., last] => format!("{why}: use {}, or {last}", rest.join(", ")),
+    }
+}
 
 /// Whether a check passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -165,14 +277,45 @@ impl Diagnostics {
     }
 }
 
+/// What a compare run chose that decides which remedies can change its result: the
+/// ranking in effect (after any fallback), the debiasing, whether each pair is compared
+/// in both orders, and who reads the remedies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunChoices {
+    pub rank: RankMethod,
+    pub debias: Debias,
+    pub both_orders: bool,
+    pub audience: Audience,
+}
+
+impl RunChoices {
+    /// Whether a constant positional bias cancels in the ranking: Product of Experts
+    /// fits logit differences, and a constant added to every logit cancels between a
+    /// pair's two orders (the threshold's reweighting is such a constant).
+    fn ranking_cancels_bias(self) -> bool {
+        self.rank == RankMethod::Poe && self.both_orders
+    }
+}
+
 /// Positional bias from the share of comparisons the first candidate won at p > 0.5 and
-/// the mean p(A). `corrected`: the run decided at a balanced threshold, which removes it.
+/// the mean p(A), under the run's `choices`: corrected (ok) where the run's ranking
+/// removes it, else a warning whose remedy names only what would change the result.
 pub fn positional_bias(
     first_wins: f64,
     mean_p_a: f64,
     comparisons: usize,
-    corrected: bool,
+    choices: RunChoices,
 ) -> Check {
+    let mut actions = Vec::new();
+    if choices.debias == Debias::None && !choices.ranking_cancels_bias() {
+        actions.push(Action::DebiasThreshold);
+    }
+    if choices.rank != RankMethod::Poe && choices.both_orders {
+        actions.push(Action::RankPoe);
+    }
+    if !choices.both_orders {
+        actions.push(Action::BothOrders);
+    }
     let mut check = Check::new(
         "positional_bias",
         first_wins,
@@ -182,27 +325,49 @@ pub fn positional_bias(
             "the first candidate won {first_wins:.3} of {comparisons} decided comparisons \
              (mean P(A) {mean_p_a:.3}; 0.5 is unbiased)"
         ),
-        "the judge prefers a position: use --debias threshold (decide at the run's balanced \
-         threshold) or --rank poe (cancels a constant bias over both orders)",
+        &remedy("the judge prefers a position", &actions, choices.audience),
     );
-    if corrected && check.is_warning() {
-        check.status = Status::Ok;
-        check.remedy = None;
-        check.message.push_str("; corrected by --debias threshold");
+    if check.is_warning() {
+        let corrected = if choices.ranking_cancels_bias() {
+            Some("; cancelled in the ranking (Product of Experts over both orders)")
+        } else if choices.debias == Debias::Threshold {
+            Some(match choices.audience {
+                Audience::CommandLine => "; corrected by --debias threshold",
+                Audience::Service => "; corrected by \"debias\": \"threshold\"",
+                Audience::Python => "; corrected by debias=\"threshold\"",
+            })
+        } else {
+            None
+        };
+        if let Some(note) = corrected {
+            check.status = Status::Ok;
+            check.remedy = None;
+            check.message.push_str(note);
+        }
     }
     check
 }
 
 /// Order consistency: the share of pairs compared in both orders whose decisions agree.
-pub fn order_consistency(agree: f64, pairs: usize) -> Check {
+/// A property of the judge: no ranking corrects it; Product of Experts (where not in
+/// effect) at least reads both orders' probabilities.
+pub fn order_consistency(agree: f64, pairs: usize, choices: RunChoices) -> Check {
+    let mut actions = Vec::new();
+    if choices.rank != RankMethod::Poe {
+        actions.push(Action::RankPoe);
+    }
+    actions.push(Action::LargerModel);
     Check::new(
         "order_consistency",
         agree,
         CONSISTENCY_MIN,
         WarnWhen::Below,
         format!("both orders agreed on {agree:.3} of {pairs} pairs"),
-        "the answers follow the order more than the texts: use --rank poe (reads both \
-         orders' probabilities) or a larger model (--model)",
+        &remedy(
+            "the answers follow the order more than the texts",
+            &actions,
+            choices.audience,
+        ),
     )
 }
 
@@ -244,7 +409,7 @@ pub fn ties(scores: &[&[f64]], remedy: &str) -> Option<Check> {
 
 /// Label mass: the mean (and in the message the least) probability the answer labels
 /// received.
-pub fn label_mass(masses: &[f64], labels: &str) -> Option<Check> {
+pub fn label_mass(masses: &[f64], labels: &str, audience: Audience) -> Option<Check> {
     if masses.is_empty() {
         return None;
     }
@@ -260,8 +425,11 @@ pub fn label_mass(masses: &[f64], labels: &str) -> Option<Check> {
              over {} answers",
             masses.len()
         ),
-        "the model mostly wants to answer something else: check the prompt with \
-         --show-prompt, or use a larger instruction-tuned model (--model)",
+        &remedy(
+            "the model mostly wants to answer something else",
+            &[Action::ShowPrompt, Action::LargerModel],
+            audience,
+        ),
     ))
 }
 
@@ -309,7 +477,7 @@ pub fn most_repeated_sentence(text: &str) -> Option<(String, usize)> {
 }
 
 /// The check of G-Eval's evaluation steps: the most repeated sentence's count.
-pub fn steps(text: &str) -> Check {
+pub fn steps(text: &str, audience: Audience) -> Check {
     let repeats = most_repeated_sentence(text).map_or(0, |(_, n)| n);
     let problem = steps_problem(text);
     let mut check = Check::new(
@@ -329,23 +497,34 @@ pub fn steps(text: &str) -> Check {
         check.status = Status::Warn;
     }
     if check.is_warning() {
-        check.remedy = Some(
-            "write the evaluation steps yourself and pass --steps FILE, or use a larger model \
-             (--model)"
-                .to_string(),
-        );
+        check.remedy = Some(remedy(
+            "the evaluation steps say little",
+            &[Action::StepsFile, Action::LargerModel],
+            audience,
+        ));
     }
     check
 }
 
-/// The remedy for ties under `rank`.
-fn ties_remedy(rank: RankMethod) -> &'static str {
-    match rank {
+/// The remedy for ties under the run's `choices`.
+fn ties_remedy(choices: RunChoices) -> String {
+    match choices.rank {
         RankMethod::WinRatio => {
-            "the 0.5 decisions cannot separate the candidates: use --rank poe or --rank \
-             bradley-terry (read the probabilities), or --debias threshold"
+            let mut actions = vec![Action::RankProbabilities];
+            if choices.debias == Debias::None {
+                actions.push(Action::DebiasThreshold);
+            }
+            remedy(
+                "the decisions cannot separate the candidates",
+                &actions,
+                choices.audience,
+            )
         }
-        _ => "the judge does not separate the candidates: use a larger model (--model)",
+        _ => remedy(
+            "the judge does not separate the candidates",
+            &[Action::LargerModel],
+            choices.audience,
+        ),
     }
 }
 
@@ -355,8 +534,15 @@ pub fn both_orders(design: Design) -> bool {
     matches!(design, Design::Full | Design::Symmetric)
 }
 
-/// The diagnostics of a compare run (its rank and debias choices name the remedies).
+/// The diagnostics of a compare run (its rank in effect, debias and design choices name
+/// the remedies).
 pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnostics {
+    let choices = RunChoices {
+        rank: result.rank,
+        debias: options.debias,
+        both_orders: both_orders(options.design),
+        audience: options.audience,
+    };
     let comparisons: Vec<_> = result
         .contexts
         .iter()
@@ -373,33 +559,28 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
         } else {
             wins as f64 / (wins + losses) as f64
         };
-        checks.push(positional_bias(
-            share,
-            mean_p,
-            wins + losses,
-            options.debias == Debias::Threshold,
-        ));
+        checks.push(positional_bias(share, mean_p, wins + losses, choices));
     }
     if let Some(agree) = result.consistency.value() {
-        checks.push(order_consistency(agree, result.consistency.total));
+        checks.push(order_consistency(agree, result.consistency.total, choices));
     }
     let scores: Vec<&[f64]> = result
         .contexts
         .iter()
         .map(|c| c.scores.as_slice())
         .collect();
-    checks.extend(ties(&scores, ties_remedy(result.rank)));
+    checks.extend(ties(&scores, &ties_remedy(choices)));
     let masses: Vec<f64> = comparisons.iter().map(|c| c.label_mass).collect();
-    checks.extend(label_mass(&masses, "labels A and B"));
+    checks.extend(label_mass(&masses, "labels A and B", choices.audience));
     Diagnostics::new(checks)
 }
 
 /// The diagnostics of a scoring run: label mass and ties for prompt scoring and G-Eval,
 /// the evaluation steps for G-Eval (GPTScore has none of these).
-pub fn for_scores(run: &ScoreRun) -> Diagnostics {
+pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
     let mut checks = Vec::new();
     if let ResolvedMethod::Geval { steps: s, .. } = &run.method {
-        checks.push(steps(&s.text));
+        checks.push(steps(&s.text, audience));
     }
     if !matches!(run.method, ResolvedMethod::Gptscore { .. }) {
         let masses: Vec<f64> = run
@@ -407,7 +588,7 @@ pub fn for_scores(run: &ScoreRun) -> Diagnostics {
             .iter()
             .filter_map(|c| c.distribution.as_ref().map(|d| d.mass))
             .collect();
-        checks.extend(label_mass(&masses, "score labels"));
+        checks.extend(label_mass(&masses, "score labels", audience));
         let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
         for candidate in &run.candidates {
             match groups.last_mut() {
@@ -418,8 +599,11 @@ pub fn for_scores(run: &ScoreRun) -> Diagnostics {
         let scores: Vec<&[f64]> = groups.iter().map(|(_, s)| s.as_slice()).collect();
         checks.extend(ties(
             &scores,
-            "the judge gives the candidates the same score: use a larger model (--model), \
-             or compare them pairwise (nlg-judge compare)",
+            &remedy(
+                "the judge gives the candidates the same score",
+                &[Action::LargerModel, Action::ComparePairwise],
+                audience,
+            ),
         ));
     }
     Diagnostics::new(checks)
@@ -429,37 +613,140 @@ pub fn for_scores(run: &ScoreRun) -> Diagnostics {
 mod tests {
     use super::*;
 
+    /// Win ratio over both orders, no debiasing, on the command line: the default run
+    /// before any fallback.
+    fn plain() -> RunChoices {
+        RunChoices {
+            rank: RankMethod::WinRatio,
+            debias: Debias::None,
+            both_orders: true,
+            audience: Audience::CommandLine,
+        }
+    }
+
     #[test]
     fn positional_bias_warns_outside_the_band_unless_corrected() {
-        let biased = positional_bias(0.92, 0.78, 240, false);
+        let biased = positional_bias(0.92, 0.78, 240, plain());
         assert_eq!(biased.status, Status::Warn);
-        assert!(biased
-            .remedy
-            .as_deref()
-            .unwrap()
-            .contains("--debias threshold"));
+        let remedy = biased.remedy.as_deref().unwrap();
+        assert!(
+            remedy.contains("--debias threshold") && remedy.contains("--rank poe"),
+            "{remedy}"
+        );
         assert!(
             biased.message.contains("0.920 of 240 decided"),
             "{}",
             biased.message
         );
-        assert_eq!(positional_bias(0.25, 0.3, 10, false).status, Status::Warn);
-        assert_eq!(positional_bias(0.7, 0.6, 10, false).status, Status::Ok);
-        assert_eq!(positional_bias(0.3, 0.4, 10, false).status, Status::Ok);
-        let corrected = positional_bias(0.92, 0.78, 240, true);
+        assert_eq!(positional_bias(0.25, 0.3, 10, plain()).status, Status::Warn);
+        assert_eq!(positional_bias(0.7, 0.6, 10, plain()).status, Status::Ok);
+        assert_eq!(positional_bias(0.3, 0.4, 10, plain()).status, Status::Ok);
+        let threshold = RunChoices {
+            debias: Debias::Threshold,
+            ..plain()
+        };
+        let corrected = positional_bias(0.92, 0.78, 240, threshold);
         assert_eq!(corrected.status, Status::Ok);
         assert!(corrected.remedy.is_none());
         assert!(corrected
             .message
             .ends_with("corrected by --debias threshold"));
+        let poe = RunChoices {
+            rank: RankMethod::Poe,
+            ..plain()
+        };
+        let cancelled = positional_bias(0.92, 0.78, 240, poe);
+        assert_eq!(cancelled.status, Status::Ok);
+        assert!(cancelled.message.contains("cancelled in the ranking"));
+        // Product of Experts over one order only: the bias stays; the threshold or both
+        // orders would change the result, PoE is already in effect.
+        let one_order = RunChoices {
+            both_orders: false,
+            ..poe
+        };
+        let check = positional_bias(0.92, 0.78, 240, one_order);
+        let remedy = check.remedy.as_deref().unwrap();
+        assert!(check.is_warning());
+        assert!(remedy.contains("--debias threshold") && remedy.contains("--design full"));
+        assert!(!remedy.contains("--rank"), "{remedy}");
+    }
+
+    /// No remedy names a choice already in effect, for any combination of rank,
+    /// debiasing and design, in any audience's words.
+    #[test]
+    fn a_remedy_never_names_a_choice_in_effect() {
+        let ranks = [
+            RankMethod::WinRatio,
+            RankMethod::Soft,
+            RankMethod::BradleyTerry,
+            RankMethod::Poe,
+        ];
+        for rank in ranks {
+            for debias in [Debias::None, Debias::Threshold] {
+                for both_orders in [true, false] {
+                    for audience in [Audience::CommandLine, Audience::Service, Audience::Python] {
+                        let choices = RunChoices {
+                            rank,
+                            debias,
+                            both_orders,
+                            audience,
+                        };
+                        let remedies: Vec<String> = [
+                            positional_bias(0.95, 0.9, 100, choices).remedy,
+                            order_consistency(0.1, 50, choices).remedy,
+                            Some(ties_remedy(choices)),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                        for remedy in remedies {
+                            let said = |words: [&str; 3]| {
+                                let word = match audience {
+                                    Audience::CommandLine => words[0],
+                                    Audience::Service => words[1],
+                                    Audience::Python => words[2],
+                                };
+                                remedy.contains(word)
+                            };
+                            let case = format!("{choices:?}: {remedy}");
+                            if rank == RankMethod::Poe {
+                                assert!(
+                                    !said(["--rank poe", "\"rank\": \"poe\"", "rank=\"poe\""]),
+                                    "{case}"
+                                );
+                            }
+                            if debias == Debias::Threshold {
+                                assert!(!said(["--debias", "\"debias\"", "debias="]), "{case}");
+                            }
+                            if both_orders {
+                                assert!(!said(["--design", "\"design\"", "design="]), "{case}");
+                            }
+                            if audience != Audience::CommandLine {
+                                assert!(!remedy.contains("--rank"), "{case}");
+                                assert!(!remedy.contains("--debias"), "{case}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
     fn consistency_warns_below_one_half() {
-        let check = order_consistency(0.1, 120);
+        let check = order_consistency(0.1, 120, plain());
         assert!(check.is_warning());
         assert!(check.remedy.as_deref().unwrap().contains("--rank poe"));
-        assert!(!order_consistency(0.5, 120).is_warning());
+        assert!(!order_consistency(0.5, 120, plain()).is_warning());
+        let poe = RunChoices {
+            rank: RankMethod::Poe,
+            ..plain()
+        };
+        let remedy = order_consistency(0.1, 120, poe).remedy.unwrap();
+        assert_eq!(
+            remedy,
+            "the answers follow the order more than the texts: use a larger model (--model)"
+        );
     }
 
     #[test]
@@ -483,12 +770,18 @@ mod tests {
 
     #[test]
     fn label_mass_warns_below_one_half_and_names_the_least() {
-        let check = label_mass(&[0.05, 0.18, 0.1], "score labels").unwrap();
+        let check = label_mass(&[0.05, 0.18, 0.1], "score labels", Audience::CommandLine).unwrap();
         assert!(check.is_warning());
         assert!((check.value - 0.11).abs() < 1e-12);
         assert!(check.message.contains("least 0.050"), "{}", check.message);
-        assert!(!label_mass(&[0.8, 0.6], "labels").unwrap().is_warning());
-        assert!(label_mass(&[], "labels").is_none());
+        let cli = Audience::CommandLine;
+        assert!(!label_mass(&[0.8, 0.6], "labels", cli).unwrap().is_warning());
+        assert!(label_mass(&[], "labels", cli).is_none());
+        let served = label_mass(&[0.1], "labels", Audience::Service).unwrap();
+        assert_eq!(
+            served.remedy.as_deref(),
+            Some("the model mostly wants to answer something else: use a larger model (serve one with --model)")
+        );
     }
 
     #[test]
@@ -502,14 +795,14 @@ mod tests {
         assert!(steps_problem(repeated)
             .unwrap()
             .contains("repeated 3 times"));
-        let check = steps(repeated);
+        let check = steps(repeated, Audience::CommandLine);
         assert!(check.is_warning());
         assert!(check.remedy.as_deref().unwrap().contains("--steps FILE"));
         assert!(steps_problem("1.").unwrap().contains("nearly empty"));
-        assert!(steps("1. Ok.").is_warning());
+        assert!(steps("1. Ok.", Audience::CommandLine).is_warning());
         let good = "1. Read the article.\n2. Read the summary.\n3. Rate the coherence.";
         assert_eq!(steps_problem(good), None);
-        let check = steps(good);
+        let check = steps(good, Audience::CommandLine);
         assert!(!check.is_warning() && check.value == 1.0);
         // Twice is allowed.
         assert_eq!(
@@ -521,8 +814,8 @@ mod tests {
     #[test]
     fn the_block_puts_warnings_first_with_their_remedies() {
         let mut diagnostics = Diagnostics::new(vec![
-            order_consistency(0.9, 10),
-            positional_bias(1.0, 0.8, 10, false),
+            order_consistency(0.9, 10, plain()),
+            positional_bias(1.0, 0.8, 10, plain()),
         ]);
         diagnostics.adjusted = Some("ranked by poe".into());
         assert_eq!(diagnostics.warnings, 1);

@@ -117,7 +117,20 @@ impl ScoreRequest {
         };
         // The attribute is checked now, before a caller loads a model for it.
         match self.method {
-            ScoreMethod::Prompt | ScoreMethod::Gptscore => {
+            // The prompt names the attribute itself ("... measures the summary's
+            // surprise"): any name reads, and an adjective would change nothing.
+            ScoreMethod::Prompt => {
+                if self.adjective.is_some() {
+                    bail!(
+                        "--adjective does not apply to --method prompt: its prompt names the \
+                         attribute itself (\"... measures the summary's {}\"); it applies to \
+                         --method gptscore (and to compare)",
+                        Attribute::for_prompt_scoring(&attribute)?.name
+                    );
+                }
+                Attribute::for_prompt_scoring(&attribute)?;
+            }
+            ScoreMethod::Gptscore => {
                 Attribute::resolve_adjective(&attribute, self.adjective.as_deref())?;
             }
             ScoreMethod::Geval if self.criteria.is_none() && from_text.is_none() => {
@@ -192,7 +205,19 @@ mod tests {
 
     #[test]
     fn unknown_attributes_are_refused_before_any_model() {
-        let request = ScoreRequest::new(ScoreMethod::Prompt, Some("wit"));
+        // Prompt scoring names the attribute in its prompt: any name reads, and an
+        // adjective would do nothing, so it is refused.
+        let request = ScoreRequest::new(ScoreMethod::Prompt, Some("surprise"));
+        assert!(request.options(Progress::none()).is_ok());
+        let mut request = ScoreRequest::new(ScoreMethod::Prompt, Some("surprise"));
+        request.adjective = Some("banana-like".into());
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(
+            error.contains("does not apply to --method prompt")
+                && error.contains("measures the summary's surprise"),
+            "{error}"
+        );
+        let request = ScoreRequest::new(ScoreMethod::Gptscore, Some("wit"));
         let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
         assert!(
             error.contains("--adjective") && !error.contains("--question"),

@@ -197,10 +197,7 @@ pub fn resolve_method(
     Ok(match options.method {
         ScoreMethod::Prompt => ResolvedMethod::Prompt {
             task: options.task,
-            attribute: Attribute::resolve_adjective(
-                &options.attribute,
-                options.adjective.as_deref(),
-            )?,
+            attribute: Attribute::for_prompt_scoring(&options.attribute)?,
             scale: options.scale.unwrap_or(absolute::DEFAULT_SCALE),
         },
         ScoreMethod::Gptscore => ResolvedMethod::Gptscore {
@@ -357,7 +354,8 @@ pub fn run_scoring(
                     run.candidates
                         .push(scored(context, candidate, likelihood.mean_logprob));
                 }
-                bar.step(requests.len() as u64)?;
+                bar.found_in_cache((requests.len() - computed) as u64);
+                bar.step(computed as u64)?;
             }
         }
         ResolvedMethod::Prompt { .. } | ResolvedMethod::Geval { .. } => {
@@ -372,7 +370,7 @@ pub fn run_scoring(
                 run.cached += plan.lookup(cache)?;
                 plans.push(plan);
             }
-            bar.advance(run.cached as u64);
+            bar.found_in_cache(run.cached as u64);
             let asked: usize = plans.iter().map(LabelPlan::len).sum();
             run.computed += fill_together(&mut plans, scorer, cache, &mut |_| bar.step(1))
                 .with_context(|| {
@@ -401,7 +399,7 @@ pub fn run_scoring(
         }
     }
     drop(bar);
-    run.diagnostics = diagnostics::for_scores(&run);
+    run.diagnostics = diagnostics::for_scores(&run, diagnostics::Audience::CommandLine);
     Ok(run)
 }
 

@@ -99,6 +99,8 @@ pub struct CorrelationView {
     pub pearson: CoefficientView,
     pub resamples: usize,
     pub confidence: f64,
+    /// Why there are no intervals (too few contexts), as the terminal says it.
+    pub no_interval: Option<String>,
 }
 
 /// What kind of judgement a run is.
@@ -254,6 +256,7 @@ pub fn correlation(items: &[Item], key: &str) -> Option<CorrelationView> {
         pearson: view(Coefficient::Pearson, result.correlations.pearson),
         resamples: RESAMPLES,
         confidence: 0.95,
+        no_interval: ci.as_ref().and_then(|ci| ci.withheld.clone()),
     })
 }
 

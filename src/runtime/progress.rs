@@ -70,6 +70,9 @@ pub struct PlainLines {
     /// 0: unknown.
     total: u64,
     position: u64,
+    /// Of `position`, the steps found done already (answers from a cache): counted in
+    /// the amount, not in the rate.
+    cached: u64,
     started: Instant,
     last_line: Instant,
     interval: Duration,
@@ -94,6 +97,7 @@ impl PlainLines {
             unit,
             total,
             position: 0,
+            cached: 0,
             started: now,
             last_line: now,
             interval,
@@ -118,6 +122,12 @@ impl PlainLines {
         Some(self.render(now.duration_since(self.started), false))
     }
 
+    /// `steps` found done already: counted, never a line of their own, never in the rate.
+    pub fn found_in_cache(&mut self, steps: u64) {
+        self.position = self.position.saturating_add(steps);
+        self.cached = self.cached.saturating_add(steps);
+    }
+
     /// The task is over: its last line (once; none for a counted task that had nothing
     /// to do).
     pub fn finish(&mut self) -> Option<String> {
@@ -139,8 +149,9 @@ impl PlainLines {
                 false => format!("{label}: {} so far", duration(elapsed)),
             };
         }
+        let computed = self.position.saturating_sub(self.cached);
         let rate = if seconds > 0.0 {
-            self.position as f64 / seconds
+            computed as f64 / seconds
         } else {
             0.0
         };
@@ -165,7 +176,12 @@ impl PlainLines {
                     0 => format!("{} {noun}", self.position),
                     total => format!("{}/{total} {noun}", self.position),
                 };
-                (amount, format!("{}/s", number(rate)))
+                let rate_text = match (computed, self.cached) {
+                    (_, 0) => format!("{}/s", number(rate)),
+                    (0, _) => "all from the cache".to_string(),
+                    (_, cached) => format!("{}/s, {cached} from the cache", number(rate)),
+                };
+                (amount, rate_text)
             }
             Unit::Nothing => unreachable!("handled above"),
         };
@@ -378,6 +394,27 @@ mod tests {
         assert!(stalled
             .render(Duration::ZERO, false)
             .ends_with("(0%), 0.00/s, ETA unknown"));
+    }
+
+    /// Answers found in the cache count toward the amount and share, never the rate:
+    /// a run served wholly from the cache says so instead of a rate of millions per
+    /// second, and a mixed one gives the rate of what it computed.
+    #[test]
+    fn cached_steps_are_counted_but_not_in_the_rate() {
+        let unit = || Unit::Count("comparisons".into());
+        let mut all = lines(240, unit(), 0);
+        all.found_in_cache(240);
+        assert_eq!(
+            all.render(Duration::from_millis(3), true),
+            "compare: 240/240 comparisons (100%) in 0 s, all from the cache"
+        );
+        let mut mixed = lines(240, unit(), 0);
+        mixed.found_in_cache(120);
+        assert_eq!(mixed.advance(60), None);
+        assert_eq!(
+            mixed.render(Duration::from_secs(20), false),
+            "compare: 180/240 comparisons (75%), 3.0/s, 120 from the cache, ETA 20 s"
+        );
     }
 
     #[test]

@@ -86,6 +86,13 @@ impl ResolvedModel {
 
 /// Resolve a `--model` argument: a card name, a `.gguf` file, or a checkpoint directory.
 /// A bare name that is a card is taken as the card even if a same-named path exists.
+/// `--model` names no model: no card of that name, no such file or folder, or a card
+/// with no weights. The user's to fix (the command line exits 2; the service answers
+/// 4xx), unlike files that exist but cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UnknownModel(pub String);
+
 pub fn resolve_model(spec: &str, options: &ResolveOptions) -> Result<ResolvedModel> {
     let looks_like_path = spec.contains(['/', '\\']) || spec.ends_with(".gguf");
     if !looks_like_path {
@@ -102,18 +109,23 @@ pub fn resolve_model(spec: &str, options: &ResolveOptions) -> Result<ResolvedMod
         return resolve_dir(path, &options.fetch, Weights::Required);
     }
     if looks_like_path {
-        bail!("model path {spec} does not exist");
+        return Err(UnknownModel(format!("model path {spec} does not exist")).into());
     }
-    bail!(
+    Err(UnknownModel(format!(
         "unknown model '{spec}': no model card of that name (known: {}) and no such file or directory",
         options.catalog.names().join(", ")
-    )
+    ))
+    .into())
 }
 
 /// Fetch and verify a card's files and describe the model.
 pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<ResolvedModel> {
     if card.format == WeightFormat::TokenizerOnly {
-        bail!("card '{}' ships only a tokenizer, not a model", card.name);
+        return Err(UnknownModel(format!(
+            "card '{}' ships only a tokenizer, not a model",
+            card.name
+        ))
+        .into());
     }
     let files = fetch_card(card, options)?;
     let with_role = |role: FileRole| files.iter().filter(move |f| f.role == role);

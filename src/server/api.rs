@@ -16,10 +16,11 @@ use serde_json::Value;
 
 use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
-use crate::judge::diagnostics::{self, label_mass, Diagnostics};
+use crate::judge::diagnostics::{self, label_mass, Audience, Diagnostics};
 use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
-use crate::judge::pairwise::{CompareOptions, PairwiseTemplate};
+use crate::judge::pairwise::{CompareOptions, CompareRequest, Debias};
 use crate::judge::{absolute, Attribute, Nouns, ScoreDistribution, ScoreScale, Task};
+use crate::progress::Progress;
 use crate::rank::RankMethod;
 
 pub use crate::judge::geval::free_text::DEFAULT_INTRODUCTION;
@@ -96,7 +97,8 @@ pub struct ScoreBody {
     pub output: String,
     pub context: Option<String>,
     pub attribute: String,
-    /// The adjective of an attribute that is not built in ("empathetic").
+    /// Refused when given: prompt scoring names the attribute itself (kept so that the
+    /// refusal names the field rather than calling it unknown).
     pub adjective: Option<String>,
     pub task: Option<Task>,
     pub scale: Option<ScoreScale>,
@@ -128,8 +130,12 @@ pub struct CompareBody {
     pub context_label: Option<String>,
     /// `c1` (default) or `c2`.
     pub template: Option<String>,
-    /// How comparisons become scores (default win-ratio).
+    /// How comparisons become scores: as `compare --rank` (default: win ratio, and
+    /// Product of Experts where the judge's answers cannot be ranked by it; the
+    /// diagnostics' `adjusted` says so).
     pub rank: Option<RankMethod>,
+    /// `none` (default) or `threshold`: as `compare --debias`.
+    pub debias: Option<Debias>,
 }
 
 /// Scores and their probabilities, serialised as an object in score order
@@ -188,11 +194,12 @@ impl ScoreResponse {
                     .collect(),
             )
         };
-        let mut checks: Vec<_> = label_mass(&[distribution.mass], "score labels")
-            .into_iter()
-            .collect();
+        let mut checks: Vec<_> =
+            label_mass(&[distribution.mass], "score labels", Audience::Service)
+                .into_iter()
+                .collect();
         if let Some(text) = &steps {
-            checks.insert(0, diagnostics::steps(text));
+            checks.insert(0, diagnostics::steps(text, Audience::Service));
         }
         Self {
             diagnostics: Diagnostics::new(checks),
@@ -226,6 +233,9 @@ pub struct CompareResponse {
     /// In request order.
     pub candidates: Vec<RankedCandidate>,
     pub comparisons: usize,
+    /// The ranking the scores come from (`win-ratio`, `soft`, `bradley-terry`, `poe`):
+    /// the one asked for, or the fallback the diagnostics' `adjusted` explains.
+    pub rank: RankMethod,
     /// Whether the judge was judging: positional bias, order consistency, ties, label
     /// mass (see `judge::diagnostics`).
     pub diagnostics: Diagnostics,
@@ -334,8 +344,16 @@ pub fn geval_task(body: GevalBody) -> Result<(LabelTask, CriteriaReading)> {
 /// The worker task of a prompt-scoring request.
 pub fn score_task(body: ScoreBody) -> Result<LabelTask> {
     non_empty("output", &body.output)?;
-    let attribute = Attribute::resolve_adjective(&body.attribute, body.adjective.as_deref())
-        .context("field `attribute` (an attribute of your own needs `adjective`)")?;
+    // As `score --method prompt`: the prompt names the attribute itself, so any name
+    // reads and an adjective, which it would not use, is refused.
+    if body.adjective.is_some() {
+        bail!(
+            "field `adjective` does not apply to prompt scoring: its prompt names the attribute \
+             itself (\"... measures the summary's {}\")",
+            body.attribute.trim()
+        );
+    }
+    let attribute = Attribute::for_prompt_scoring(&body.attribute).context("field `attribute`")?;
     Ok(LabelTask::Score {
         task: body.task.unwrap_or(Task::Summary),
         attribute,
@@ -372,26 +390,38 @@ pub fn compare_job(
         )));
     }
     let task = body.task.unwrap_or(Task::Summary);
-    let attribute = Attribute::resolve(
+    // The checks and defaults of `compare`: one rule for both (the ranking's fallback
+    // included).
+    Attribute::resolve(
         &body.attribute,
         body.adjective.as_deref(),
         body.question.as_deref(),
     )
     .context("field `attribute` (an attribute of your own needs `adjective` or `question`)")
     .map_err(invalid)?;
-    let nouns = Nouns::resolve(task, body.item.as_deref(), body.context_label.as_deref())
+    Nouns::resolve(task, body.item.as_deref(), body.context_label.as_deref())
         .context("fields `item` and `context_label`")
         .map_err(invalid)?;
     let template_name = body.template.as_deref().unwrap_or("c1");
     // Only the built-in templates: a request must not name files on the server.
-    let template = match template_name {
-        "c1" | "c2" => PairwiseTemplate::builtin(template_name, task).map_err(invalid)?,
-        other => {
-            return Err(invalid(anyhow::anyhow!(
-                "field `template`: `{other}` is not a built-in template (c1, c2)"
-            )))
-        }
+    if !matches!(template_name, "c1" | "c2") {
+        return Err(invalid(anyhow::anyhow!(
+            "field `template`: `{template_name}` is not a built-in template (c1, c2)"
+        )));
+    }
+    let request = CompareRequest {
+        adjective: body.adjective.clone(),
+        question: body.question.clone(),
+        template: template_name.to_string(),
+        task,
+        item: body.item.clone(),
+        context_label: body.context_label.clone(),
+        rank: body.rank,
+        debias: body.debias.unwrap_or(Debias::None),
+        ..CompareRequest::new(&body.attribute)
     };
+    let mut options = request.options(Progress::none()).map_err(invalid)?;
+    options.audience = Audience::Service;
     let mut seen = HashSet::new();
     let mut candidates = Vec::with_capacity(n);
     for (index, candidate) in body.candidates.into_iter().enumerate() {
@@ -424,11 +454,6 @@ pub fn compare_job(
         text: body.context,
         candidates,
     };
-    let mut options = CompareOptions::new(task, attribute, template);
-    options.nouns = nouns;
-    if let Some(rank) = body.rank {
-        options.rank = rank;
-    }
     Ok((context, options))
 }
 

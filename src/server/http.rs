@@ -493,6 +493,7 @@ async fn compare(
     Ok(Json(CompareResponse {
         candidates,
         comparisons: context.comparisons.len(),
+        rank: result.rank,
         diagnostics: result.diagnostics.clone(),
     }))
 }

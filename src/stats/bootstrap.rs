@@ -11,6 +11,16 @@ use super::correlation::Coefficient;
 use super::input::{check_finite, cmp_finite};
 use super::meta::{Item, Level, SkipRule, Table};
 
+/// The fewest groups (contexts, documents) a bootstrap interval is given for. Below it
+/// the resamples are too few and too alike for a percentile interval to mean its level:
+/// with one group every resample is the data itself (an interval of width 0), with two
+/// the interval only spans the two groups' own values, and a percentile interval of a
+/// mean over n groups is too narrow by about sqrt((n-1)/n) and by the normal quantile
+/// standing in for Student's (1.96 against 2.26 at n = 10, 2.78 at n = 5): a nominal
+/// 95% interval covers about 90% at n = 10 and about 80% at n = 5. So below 10 no
+/// interval is shown, and every front end says why (docs/results.md, "Intervals").
+pub const MIN_BOOTSTRAP_GROUPS: usize = 10;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BootstrapOptions {
     /// Number of resamples.
@@ -47,6 +57,9 @@ pub struct BootstrapResult {
     pub confidence: f64,
     pub resamples: usize,
     pub seed: u64,
+    /// Why no interval was computed ([`MIN_BOOTSTRAP_GROUPS`]); `None` when the
+    /// intervals were.
+    pub withheld: Option<String>,
     pub pearson: CoefficientInterval,
     pub spearman: CoefficientInterval,
     pub kendall: CoefficientInterval,
@@ -69,11 +82,33 @@ impl BootstrapResult {
 /// group skipped, constant means, fewer than two systems) leaves that coefficient out;
 /// `n_defined` says how many remained. `on_resample` is called after each resample
 /// (for progress reporting).
+///
+/// With fewer than [`MIN_BOOTSTRAP_GROUPS`] groups at `level`, nothing is resampled:
+/// every interval is `None` and `withheld` says why.
 pub fn bootstrap_ci(
     items: &[Item],
     level: Level,
     skip: SkipRule,
     options: &BootstrapOptions,
+    on_resample: impl FnMut(),
+) -> Result<BootstrapResult> {
+    bootstrap_with_least(
+        items,
+        level,
+        skip,
+        options,
+        MIN_BOOTSTRAP_GROUPS,
+        on_resample,
+    )
+}
+
+/// [`bootstrap_ci`] with `least` groups needed for an interval.
+fn bootstrap_with_least(
+    items: &[Item],
+    level: Level,
+    skip: SkipRule,
+    options: &BootstrapOptions,
+    least: usize,
     mut on_resample: impl FnMut(),
 ) -> Result<BootstrapResult> {
     ensure!(
@@ -82,6 +117,22 @@ pub fn bootstrap_ci(
     );
     check_confidence(options.confidence)?;
     let table = Table::from_items(items)?;
+    let groups = table.evaluate(level, skip).n_groups;
+    if groups < least {
+        let none = CoefficientInterval {
+            interval: None,
+            n_defined: 0,
+        };
+        return Ok(BootstrapResult {
+            confidence: options.confidence,
+            resamples: options.resamples,
+            seed: options.seed,
+            withheld: Some(too_few_groups(groups)),
+            pearson: none,
+            spearman: none,
+            kendall: none,
+        });
+    }
 
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); table.n_groups];
     for (index, &group) in table.group.iter().enumerate() {
@@ -110,10 +161,24 @@ pub fn bootstrap_ci(
         confidence: options.confidence,
         resamples: options.resamples,
         seed: options.seed,
+        withheld: None,
         pearson,
         spearman,
         kendall,
     })
+}
+
+/// Why no interval is given for `groups` groups.
+fn too_few_groups(groups: usize) -> String {
+    let counted = match groups {
+        0 => "no group (context) could be used".to_string(),
+        1 => "one group (context) only".to_string(),
+        n => format!("{n} groups (contexts) only"),
+    };
+    format!(
+        "no interval: {counted}; a bootstrap over fewer than {MIN_BOOTSTRAP_GROUPS} cannot \
+         give an interval that holds its confidence level"
+    )
 }
 
 /// Fills `out` with the items of `members.len()` groups drawn with replacement; the
@@ -270,11 +335,55 @@ mod tests {
         }
     }
 
+    /// Below the fewest groups, no interval and no resample, with the reason; at it, the
+    /// intervals are computed.
+    #[test]
+    fn too_few_groups_give_no_interval_and_say_why() {
+        let items = noisy_items();
+        for (groups, expect) in [(1, "one group"), (2, "2 groups"), (9, "9 groups")] {
+            let some: Vec<Item> = items
+                .iter()
+                .filter(|item| item.group[1..].parse::<usize>().unwrap() < groups)
+                .cloned()
+                .collect();
+            for level in [Level::Summary, Level::System, Level::Pooled] {
+                let mut calls = 0;
+                let ci = bootstrap_ci(&some, level, SkipRule::Authors, &options(1), || calls += 1)
+                    .unwrap();
+                assert_eq!(calls, 0);
+                let why = ci.withheld.as_deref().expect("withheld");
+                assert!(
+                    why.contains(expect) && why.contains("fewer than 10"),
+                    "{why}"
+                );
+                assert!(Coefficient::ALL
+                    .iter()
+                    .all(|&c| ci.get(c).interval.is_none()));
+            }
+        }
+        let ten: Vec<Item> = items
+            .iter()
+            .filter(|item| item.group[1..].parse::<usize>().unwrap() < MIN_BOOTSTRAP_GROUPS)
+            .cloned()
+            .collect();
+        let ci = bootstrap_ci(&ten, Level::Summary, SkipRule::Authors, &options(1), || {}).unwrap();
+        assert_eq!(ci.withheld, None);
+        assert!(ci.spearman.interval.is_some());
+    }
+
     #[test]
     fn resamples_with_every_group_skipped_are_left_out() {
         // Two of four groups are usable; a resample drawing only the others is undefined.
         let items = constructed_items();
-        let ci = bootstrap_ci(&items, Level::Summary, SkipRule::Geval, &options(3), || {}).unwrap();
+        let ci = bootstrap_with_least(
+            &items,
+            Level::Summary,
+            SkipRule::Geval,
+            &options(3),
+            1,
+            || {},
+        )
+        .unwrap();
         let defined = ci.pearson.n_defined;
         assert!(defined < 300 && defined > 200, "n_defined = {defined}");
         assert_eq!(ci.kendall.n_defined, defined);

@@ -77,6 +77,10 @@ pub struct LevelResult {
     pub n_groups_skipped: usize,
     /// System level: systems correlated; `None` at the other levels.
     pub n_systems: Option<usize>,
+    /// Summary level: of the skipped groups, those holding a single item (nothing can
+    /// vary within them); 0 at the other levels.
+    #[serde(skip)]
+    pub n_single_item_groups: usize,
 }
 
 /// Meta-evaluates `items` at `level` (`skip` applies to the summary level only).
@@ -184,6 +188,7 @@ impl Table {
                 n_items: self.pred.len(),
                 n_groups_skipped: 0,
                 n_systems: None,
+                n_single_item_groups: 0,
             },
         }
     }
@@ -202,8 +207,11 @@ impl Table {
             members[group].push(index);
         }
         let mut per_group = Vec::new();
-        let (mut n_items, mut n_skipped) = (0, 0);
+        let (mut n_items, mut n_skipped, mut n_single) = (0, 0, 0);
         for indices in members.iter().filter(|indices| !indices.is_empty()) {
+            if indices.len() == 1 {
+                n_single += 1;
+            }
             let pred: Vec<f64> = indices.iter().map(|&i| self.pred[i]).collect();
             let human: Vec<f64> = indices.iter().map(|&i| self.human[i]).collect();
             let kept = match (skip, is_constant(&human), is_constant(&pred)) {
@@ -234,6 +242,7 @@ impl Table {
             n_items,
             n_groups_skipped: n_skipped,
             n_systems: None,
+            n_single_item_groups: n_single,
         }
     }
 
@@ -257,6 +266,7 @@ impl Table {
             n_items: self.pred.len(),
             n_groups_skipped: 0,
             n_systems: Some(pred_means.len()),
+            n_single_item_groups: 0,
         }
     }
 }

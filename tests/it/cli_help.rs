@@ -123,7 +123,7 @@ fn option_errors_name_only_flags_of_their_command() {
         format!("{:#}", request.options(Progress::none()).unwrap_err())
     };
     let score_errors = [
-        score(&|_| {}),
+        score(&|r| r.adjective = Some("witty".into())),
         score(&|r| r.method = ScoreMethod::Gptscore),
         score(&|r| r.method = ScoreMethod::Geval),
         score(&|r| {
@@ -201,20 +201,16 @@ fn built_in_attribute_lists_in_help_are_the_errors_lists() {
     assert_eq!(shown, told);
     assert!(shown.split(", ").count() >= 11, "{shown}");
 
-    // score: the same list for prompt scoring and GPTScore ...
+    // score: the same list for GPTScore (prompt scoring takes any name) ...
     let help = arg_help("score", "attribute");
     let error = format!(
         "{:#}",
-        ScoreRequest::new(ScoreMethod::Prompt, Some("wit"))
+        ScoreRequest::new(ScoreMethod::Gptscore, Some("wit"))
             .options(Progress::none())
             .unwrap_err()
     );
     assert_eq!(
-        between(
-            &help,
-            "Prompt scoring and GPTScore: built-in ",
-            &["; any other"]
-        ),
+        between(&help, "GPTScore: built-in ", &["; any other"]),
         between(&error, "built-in attributes: ", &["\n"])
     );
     // ... and G-Eval's criteria of each task.
@@ -304,26 +300,44 @@ fn score_on_own_attributes_says_which_nouns_it_uses() {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     };
-    let (code, stderr) = run(&["--attribute", "wit", "--adjective", "more witty"]);
+    // Prompt scoring names the attribute in its prompt: an attribute of one's own needs
+    // nothing more ...
+    let (code, stderr) = run(&["--attribute", "wit"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("generic nouns of --task custom"),
         "{stderr}"
     );
-    let (code, stderr) = run(&[
-        "--attribute",
-        "wit",
-        "--adjective",
-        "witty",
-        "--task",
-        "summary",
-    ]);
+    let (code, stderr) = run(&["--attribute", "wit", "--task", "summary"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stderr.contains("--task custom"), "{stderr}");
-    // An attribute of one's own without --adjective is an input error, refused before the
-    // model loads, and points to the flag `score` has.
-    let (code, stderr) = run(&["--attribute", "wit"]);
+    // ... and an adjective, which it would not use, is an input error refused before the
+    // model loads.
+    let (code, stderr) = run(&["--attribute", "wit", "--adjective", "witty"]);
     assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--adjective does not apply to --method prompt")
+            && !stderr.contains("--question"),
+        "{stderr}"
+    );
+    // GPTScore does use it: without one, an attribute of one's own is refused, naming
+    // the flag `score` has.
+    let output = nlg_judge()
+        .args([
+            "score",
+            "--model",
+            "mock",
+            "--no-cache",
+            "--method",
+            "gptscore",
+        ])
+        .arg("--input")
+        .arg(&input)
+        .args(["--attribute", "wit"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("--adjective") && !stderr.contains("--question"),
         "{stderr}"

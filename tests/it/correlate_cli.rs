@@ -61,6 +61,21 @@ const CONSTRUCTED: [&str; 12] = [
     r#"{"context_id": "g4", "system_id": "s3", "m": {"score": 2.5}, "human": {"coh": 4}}"#,
 ];
 
+/// 12 contexts of 3 systems with a prediction that follows the human score with
+/// deterministic noise: enough contexts for bootstrap intervals (10 at least).
+fn many_contexts() -> Vec<String> {
+    (0..36)
+        .map(|k| {
+            let (group, system) = (k / 3, k % 3);
+            let human = ((group * 7 + system * 3) % 5) as f64 + 1.0;
+            let pred = human + ((k * 37 % 11) as f64 - 5.0) / 4.0;
+            format!(
+                r#"{{"context_id": "g{group}", "system_id": "s{system}", "m": {{"score": {pred}}}, "human": {{"coh": {human}}}}}"#
+            )
+        })
+        .collect()
+}
+
 fn assert_coefficients(report: &Value, expected: [f64; 3]) {
     for (name, want) in ["pearson", "spearman", "kendall"].into_iter().zip(expected) {
         let got = report[name]
@@ -147,7 +162,8 @@ fn undefined_coefficients_are_null() {
 
 #[test]
 fn bootstrap_is_reproducible_and_reported() {
-    let file = jsonl(&CONSTRUCTED);
+    let lines = many_contexts();
+    let file = jsonl(&lines.iter().map(String::as_str).collect::<Vec<_>>());
     let run = |seed: &str| {
         json_output(&nlg_judge(&[
             "correlate",
@@ -201,8 +217,34 @@ fn text_table_lists_coefficients_and_interval() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("summary (skip rule: authors)"), "{text}");
     assert!(text.contains("3 used, 1 skipped"), "{text}");
+    // Three contexts are too few for an interval: none is printed, and the table says why.
+    assert!(
+        text.contains("no interval: 3 groups (contexts) only; a bootstrap over fewer than 10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pearson      -0.1303\n") && !text.contains('['),
+        "{text}"
+    );
+
+    let lines = many_contexts();
+    let file = jsonl(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+    let output = nlg_judge(&[
+        "correlate",
+        "--input",
+        path_of(&file),
+        "--pred",
+        "m.score",
+        "--human",
+        "human.coh",
+        "--bootstrap",
+        "50",
+    ]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("12 used, 0 skipped"), "{text}");
     assert!(text.contains("95% CI (50 resamples, seed 0)"), "{text}");
-    assert!(text.contains("pearson      -0.1303   ["), "{text}");
+    assert!(text.contains("   ["), "{text}");
 }
 
 #[test]

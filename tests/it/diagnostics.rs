@@ -60,8 +60,18 @@ fn a_judge_that_always_answers_a_is_flagged_and_ranked_by_poe_by_default() {
     let result = run_compare(&mut mock, &data, &options, None).unwrap();
     let d = &result.diagnostics;
     let status = |name: &str| d.get(name).unwrap().status;
-    assert_eq!(status("positional_bias"), Status::Warn);
-    assert_eq!(d.get("positional_bias").unwrap().value, 1.0);
+    // The bias is total, and said; Product of Experts over both orders (chosen for this
+    // judge) cancels it in the ranking, so the check is ok and offers no remedy.
+    let bias = d.get("positional_bias").unwrap();
+    assert_eq!(bias.value, 1.0);
+    assert_eq!(bias.status, Status::Ok);
+    assert!(bias.remedy.is_none());
+    assert!(
+        bias.message
+            .ends_with("cancelled in the ranking (Product of Experts over both orders)"),
+        "{}",
+        bias.message
+    );
     assert_eq!(status("order_consistency"), Status::Warn);
     assert_eq!(d.get("order_consistency").unwrap().value, 0.0);
     assert_eq!(status("label_mass"), Status::Warn);
@@ -69,7 +79,7 @@ fn a_judge_that_always_answers_a_is_flagged_and_ranked_by_poe_by_default() {
     // Product of Experts cancels the constant bias: the qualities' order, no ties.
     assert_eq!(result.rank, RankMethod::Poe);
     assert_eq!(status("ties"), Status::Ok);
-    assert_eq!(d.warnings, 3);
+    assert_eq!(d.warnings, 2);
     for (context, qualities) in result.contexts.iter().zip(&data) {
         let truth: Vec<f64> = qualities
             .candidates
@@ -91,11 +101,18 @@ fn a_judge_that_always_answers_a_is_flagged_and_ranked_by_poe_by_default() {
     );
     let table = nlg_judge::cli::compare_table::format_tables(&result, &data);
     assert!(
-        table.contains("\njudge diagnostics: 3 warnings\n"),
+        table.contains("\njudge diagnostics: 2 warnings\n"),
         "{table}"
     );
-    assert!(table.contains("  WARNING positional_bias: the first candidate won 1.000 of 36"));
-    assert!(table.contains("    remedy: the judge prefers a position: use --debias threshold"));
+    assert!(table.contains("  ok positional_bias: the first candidate won 1.000 of 36"));
+    // Product of Experts is in effect: the consistency remedy does not offer it again.
+    assert!(
+        table.contains(
+            "    remedy: the answers follow the order more than the texts: use a larger model \
+             (--model)"
+        ),
+        "{table}"
+    );
     assert!(table.contains("  ok ties: 0 of 12 candidates"), "{table}");
     assert!(table.contains("  note: the scores are Product of Experts"));
     let json = serde_json::to_value(&result).unwrap();
@@ -378,12 +395,31 @@ fn smollm2_prefers_the_first_position_and_is_told_so() {
     eprintln!("{}", result.diagnostics.text());
     let bias = result.diagnostics.get("positional_bias").unwrap();
     assert_eq!(bias.value, first as f64 / 12.0);
-    assert_eq!(bias.status, Status::Warn, "{}", bias.message);
-    assert!(bias
-        .remedy
-        .as_deref()
-        .unwrap()
-        .contains("--debias threshold"));
+    // Ranked by Product of Experts (chosen for this judge): the bias is said and cancelled.
+    assert_eq!(result.rank, RankMethod::Poe);
+    assert_eq!(bias.status, Status::Ok, "{}", bias.message);
+    assert!(
+        bias.message.contains("cancelled in the ranking"),
+        "{}",
+        bias.message
+    );
     let consistency = result.diagnostics.get("order_consistency").unwrap();
     assert_eq!(consistency.status, Status::Warn, "{}", consistency.message);
+    // With the win ratio asked for, the same answers warn and name both remedies.
+    let mut asked = CompareRequest::new("coherence");
+    asked.rank = Some(RankMethod::WinRatio);
+    let options = asked.options(Progress::none()).unwrap();
+    let comparisons = result
+        .contexts
+        .iter()
+        .map(|c| c.comparisons.clone())
+        .collect();
+    let again = nlg_judge::judge::pairwise::summarise(&data, comparisons, &options).unwrap();
+    let bias = again.diagnostics.get("positional_bias").unwrap();
+    assert_eq!(bias.status, Status::Warn, "{}", bias.message);
+    let remedy = bias.remedy.as_deref().unwrap();
+    assert!(
+        remedy.contains("--debias threshold") && remedy.contains("--rank poe"),
+        "{remedy}"
+    );
 }

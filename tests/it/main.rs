@@ -3,6 +3,7 @@
 //! process-wide environment variables live in `tests/process_env/`, apart.
 
 mod archs;
+mod bad_invocations;
 mod batched_generation;
 mod bertscore_parity;
 mod cache_faults;

@@ -475,11 +475,18 @@ fn gptscore_is_the_mean_token_logprob_and_is_cached() {
 #[test]
 fn unknown_attributes_and_criteria_are_named() {
     let mut mock = MockScorer::new();
-    let options = ScoreOptions::new(ScoreMethod::Prompt, Task::Summary, "funniness");
+    // GPTScore needs the adjective of an attribute of one's own; prompt scoring names the
+    // attribute in its prompt and takes any.
+    let options = ScoreOptions::new(ScoreMethod::Gptscore, Task::Summary, "funniness");
     let error = resolve_method(&mut mock, &options, None)
         .unwrap_err()
         .to_string();
     assert!(error.contains("`funniness`"), "{error}");
+    let options = ScoreOptions::new(ScoreMethod::Prompt, Task::Summary, "funniness");
+    match resolve_method(&mut mock, &options, None).unwrap() {
+        ResolvedMethod::Prompt { attribute, .. } => assert_eq!(attribute.name, "funniness"),
+        other => panic!("{other:?}"),
+    }
     let options = ScoreOptions::new(ScoreMethod::Geval, Task::Dialogue, "relevance");
     let error = resolve_method(&mut mock, &options, None)
         .unwrap_err()

@@ -164,14 +164,26 @@ async fn malformed_and_invalid_bodies_are_400_naming_the_problem() {
     assert_eq!(body["criteria_name"], "Score");
     assert_eq!(body["scale_source"], "default");
 
+    // Prompt scoring names the attribute in its prompt: any name is scored, and an
+    // adjective, which the prompt would not use, is refused naming the field.
     let (status, body) = post(
         server.addr,
         "/v1/score",
         &json!({"output": "x", "attribute": "funniness"}),
     )
     .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        server.addr,
+        "/v1/score",
+        &json!({"output": "x", "attribute": "funniness", "adjective": "funny"}),
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(error_of(&body).contains("`funniness`"), "{body}");
+    assert!(
+        error_of(&body).contains("field `adjective` does not apply to prompt scoring"),
+        "{body}"
+    );
 
     let (status, _) = http(server.addr, "GET", "/v1/nothing", &[], b"").await;
     assert_eq!(status, 404);
@@ -618,5 +630,95 @@ async fn a_request_the_model_cannot_take_is_422_and_a_model_failure_500() {
     .await;
     assert_eq!(status, 500, "{body}");
     assert!(error_of(&body).contains("the device was lost"), "{body}");
+    server.shutdown().await;
+}
+
+/// `/v1/compare` ranks as `compare` does, by the one rule of the library: a judge whose
+/// answers all go to the first position ties every candidate under the win ratio, so
+/// both switch to Product of Experts and say so; the answer names the method, accepts
+/// `debias` as the command line does, and its remedies name request fields, not flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_ranks_as_the_command_line_and_its_remedies_name_request_fields() {
+    // p(A) = sigmoid(0.1 (digit A - digit B) + 2): A always wins, the digit decides by how
+    // much.
+    let biased = || {
+        MockScorer::new().with_labels(|prompt, _| {
+            let digit = |tag: &str| {
+                let at = prompt.find(tag).unwrap() + tag.len();
+                prompt[at..at + 1].parse::<f64>().unwrap()
+            };
+            let logit = 0.1 * (digit("Summary A: ") - digit("Summary B: ")) + 2.0;
+            let p = 1.0 / (1.0 + (-logit).exp());
+            Ok(vec![p.ln(), (1.0 - p).ln()])
+        })
+    };
+    let texts = ["2 mid", "9 top", "0 low"];
+    let server = Running::start(biased(), ServerConfig::default()).await;
+    let (status, body) = post(
+        server.addr,
+        "/v1/compare",
+        &json!({"context": "Doc.", "attribute": "coherence", "candidates": texts}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rank"], "poe", "{body}");
+    let served: Vec<f64> = body["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["score"].as_f64().unwrap())
+        .collect();
+
+    // The command line's route: its request's defaults, on the same candidates.
+    let context = common::contexts::context_of(
+        "request",
+        "Doc.",
+        &texts
+            .iter()
+            .enumerate()
+            .map(|(k, text)| (k.to_string(), text.to_string()))
+            .collect::<Vec<_>>(),
+    );
+    let options = nlg_judge::judge::pairwise::CompareRequest::new("coherence")
+        .options(nlg_judge::progress::Progress::none())
+        .unwrap();
+    let mut judge = biased();
+    let local =
+        nlg_judge::judge::pairwise::run_compare(&mut judge, &[context], &options, None).unwrap();
+    assert_eq!(local.rank, nlg_judge::rank::RankMethod::Poe);
+    for (served, local) in served.iter().zip(&local.contexts[0].scores) {
+        assert!((served - local).abs() < 1e-12, "{served} vs {local}");
+    }
+    let ranks: Vec<f64> = body["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["rank"].as_f64().unwrap())
+        .collect();
+    assert_eq!(ranks, [2.0, 1.0, 3.0]);
+    let adjusted = body["diagnostics"]["adjusted"].as_str().unwrap();
+    assert!(adjusted.contains("\"rank\": \"win-ratio\""), "{adjusted}");
+
+    // `debias` is a field as on the command line; no remedy names a flag.
+    let (status, body) = post(
+        server.addr,
+        "/v1/compare",
+        &json!({"context": "Doc.", "attribute": "coherence", "candidates": texts,
+                "debias": "threshold", "rank": "win-ratio"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rank"], "win-ratio");
+    for check in body["diagnostics"]["checks"].as_array().unwrap() {
+        let remedy = check["remedy"].as_str().unwrap_or_default();
+        assert!(
+            !remedy.contains("--rank") && !remedy.contains("--debias"),
+            "{remedy}"
+        );
+        assert!(
+            !remedy.contains("\"debias\""),
+            "threshold in effect: {remedy}"
+        );
+    }
     server.shutdown().await;
 }

@@ -17,7 +17,7 @@ pub use adaptive::{AdaptiveSelector, AdaptiveSettings, Ending, StopRule};
 pub use design::Design;
 pub use request::CompareRequest;
 pub use run::{
-    run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions, CompareResult,
-    Comparison, ContextResult, Debias,
+    run_compare, show_first_prompt, summarise, write_comparisons, write_scores, CompareOptions,
+    CompareResult, Comparison, ContextResult, Debias,
 };
 pub use template::{first_wins, Fill, PairwiseTemplate};

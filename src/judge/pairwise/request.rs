@@ -115,6 +115,7 @@ impl CompareRequest {
             debias: self.debias,
             score_field: self.human_key.clone(),
             progress,
+            audience: Default::default(),
         })
     }
 }

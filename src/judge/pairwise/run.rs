@@ -21,7 +21,7 @@ use serde_json::json;
 use super::adaptive::{AdaptiveSelector, AdaptiveSettings, Ending};
 use super::design::{context_rng, Design};
 use super::template::{first_wins, Fill, PairwiseTemplate};
-use crate::data::{find_human_key, human_keys, Context};
+use crate::data::{find_human_key_among, human_keys, Context};
 use crate::engine::runner::{fill_together, plan_labels, LabelPlan, PlannedLabel};
 use crate::engine::{Conventions, Label, LabelRequest, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Nouns, Task};
@@ -71,6 +71,8 @@ pub struct CompareOptions {
     pub score_field: Option<String>,
     /// Where to report progress (comparisons done).
     pub progress: Progress,
+    /// Whose words the diagnostics' remedies use.
+    pub audience: crate::judge::diagnostics::Audience,
 }
 
 impl CompareOptions {
@@ -90,6 +92,7 @@ impl CompareOptions {
             debias: Debias::None,
             score_field: None,
             progress: Progress::none(),
+            audience: Default::default(),
         }
     }
 }
@@ -303,7 +306,7 @@ pub fn prefetch_comparisons(
         per_context.push(distinct);
     }
     let bar = progress.task(total as u64, "comparisons");
-    bar.advance(cached as u64);
+    bar.found_in_cache(cached as u64);
     let missing = total - cached;
     fill_together(&mut per_context, scorer, Some(cache), &mut |_| bar.step(1)).with_context(
         || {
@@ -341,7 +344,7 @@ pub fn run_compare(
     }
     let total: usize = plans.iter().map(|p| p.pairs.len()).sum();
     let bar = options.progress.task(total as u64, "comparisons");
-    bar.advance(cached as u64);
+    bar.found_in_cache(cached as u64);
     let missing = total - cached;
     let computed = fill_together(
         plans.iter_mut().map(|plan| &mut plan.labels),
@@ -447,7 +450,7 @@ fn run_adaptive(
         }
         let found = plan.lookup(cache)?;
         cached += found;
-        bar.advance(found as u64);
+        bar.found_in_cache(found as u64);
         let asked = plan.len();
         computed += plan
             .fill(scorer, cache, &mut |_| bar.step(1))
@@ -513,7 +516,11 @@ pub fn summarise(
         .score_field
         .clone()
         .unwrap_or_else(|| options.attribute.name.clone());
-    let matched = find_human_key(contexts, &wanted)?;
+    let names = match &options.score_field {
+        Some(key) => vec![key.clone()],
+        None => crate::judge::attribute::score_keys(&options.attribute.name),
+    };
+    let matched = find_human_key_among(contexts, &names)?;
     if matched.is_none() && options.score_field.is_some() {
         bail!(
             "no candidate has the human score `{wanted}`; the human scores are: {}",
@@ -629,11 +636,11 @@ fn fall_back(
     out.diagnostics = diagnostics::for_compare(out, options);
     out.diagnostics.adjusted = Some(format!(
         "the scores are {} instead of the default {}, which this judge's answers cannot \
-         rank (a constant positional bias cancels over both orders); --rank {} gives the \
-         papers' ranking",
+         rank (a constant positional bias cancels over both orders); {} gives the papers' \
+         ranking",
         method_name(fallback),
         method_name(asked),
-        flag_name(asked)
+        diagnostics::rank_choice(flag_name(asked), options.audience)
     ));
     Ok(())
 }

@@ -338,7 +338,7 @@
     }
     const C = R.correlation;
     if (C) {
-      const ci = (c) => (C.groups < 2 ? "one context: no interval" : c.ci ? `95% CI [${fmt(c.ci[0], 3)}, ${fmt(c.ci[1], 3)}]` : "no interval");
+      const ci = (c) => (C.no_interval ? C.no_interval : c.ci ? `95% CI [${fmt(c.ci[0], 3)}, ${fmt(c.ci[1], 3)}]` : "no interval");
       kpis.append(kpi("Spearman ρ", fmt(C.spearman.value, 3), ci(C.spearman)));
       kpis.append(kpi("Kendall τ", fmt(C.kendall.value, 3), ci(C.kendall)));
       kpis.append(kpi("Pearson r", fmt(C.pearson.value, 3), ci(C.pearson)));
@@ -346,7 +346,7 @@
     page.push(h("div", { class: "grid top" },
       h("section", { class: "card" }, h("h2", { text: "The run" }), facts),
       h("section", { class: "card" }, h("h2", { text: "Key numbers" }), kpis,
-        C ? h("p", { class: "caption", text: `Agreement with the human scores "${C.key}": correlation within each context, averaged over ${C.groups} context(s)${C.groups_skipped ? ` (${C.groups_skipped} skipped: equal human scores)` : ""}; intervals from ${C.resamples} bootstrap resamples of the contexts.` }) : null)));
+        C ? h("p", { class: "caption", text: `Agreement with the human scores "${C.key}": correlation within each context, averaged over ${C.groups} context(s)${C.groups_skipped ? ` (${C.groups_skipped} skipped: equal human scores)` : ""}; ${C.no_interval ? "" : `intervals from ${C.resamples} bootstrap resamples of the contexts.`}` }) : null)));
     const charts = h("div", { class: "grid" });
     page.push(charts);
     page.push(contextsTable());

@@ -32,6 +32,26 @@ pub fn scored_contexts(qualities: &[&[f64]]) -> Vec<Context> {
         .collect()
 }
 
+/// A context `id` with text `text` and candidates `(id, text)`, without human scores.
+pub fn context_of(id: &str, text: &str, candidates: &[(String, String)]) -> Context {
+    Context {
+        id: id.to_string(),
+        text: text.to_string(),
+        candidates: candidates
+            .iter()
+            .map(|(id, text)| Candidate {
+                id: id.clone(),
+                text: text.clone(),
+                reference: None,
+                scores: BTreeMap::new(),
+                system_id: None,
+                metadata: Default::default(),
+                source: None,
+            })
+            .collect(),
+    }
+}
+
 /// The logistic function, the mock judges' P(A) from a quality difference.
 pub fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
