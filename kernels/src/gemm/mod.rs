@@ -3,9 +3,11 @@
 //!
 //! Each kernel picks its instruction path at run time ([`Isa`], from
 //! [`crate::cpu::CpuFeatures::get`]) and has a portable path that gives the same numbers
-//! bit for bit; tiles run in parallel on rayon's pool and the
-//! result does not depend on the number of threads (see `tiles`).
+//! bit for bit (AMX's bf16 tiles excepted: they sum in another order, see [`amx`]);
+//! tiles run in parallel on rayon's pool and the result does not depend on the number of
+//! threads (see `tiles`).
 
+pub mod amx;
 pub mod bf16;
 pub mod int8;
 mod tiles;
