@@ -1,6 +1,7 @@
 //! AMX tile products: the model of the instructions on hand-picked values, the tile driver
 //! (packing, blocking, tails, threads) through the model against f64 and the vector
-//! paths on odd shapes.
+//! paths on odd shapes, and, on a CPU with AMX, the real tiles against the model. Where
+//! the CPU or the OS has no tiles, those tests print a `skipped:` line naming why.
 //!
 //! Bounds (derived, not fitted), for bf16 tiles against the f64 product of the
 //! bf16-rounded operands, `Σ|p|` the sum of the products' magnitudes and `u = 2^-24`:
@@ -18,7 +19,7 @@ mod common;
 
 use common::{reference, rounded, with_threads, Random, U};
 use nlg_judge_kernels::gemm::amx::model::{Fault, TileConfig, TileModel};
-use nlg_judge_kernels::gemm::amx::{Unit, STEP_PAIRS};
+use nlg_judge_kernels::gemm::amx::{self, Unit, STEP_PAIRS};
 use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
 
 /// (m, n, k): one row, rows below, at and above one 32-row block and not multiples of
@@ -359,22 +360,139 @@ fn tile_results_do_not_depend_on_the_number_of_threads() {
     let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
     let split = bf16_matrix.clone().split_activations(true);
     let int8_matrix = Int8Matrix::from_f32(&w, n, k);
-    let unit = Unit::Model;
-    let run = |threads| {
-        with_threads(threads, || {
-            (
-                tiles_bf16(&bf16_matrix, unit, &x, m),
-                tiles_bf16(&split, unit, &x, m),
-                tiles_int8(&int8_matrix, unit, &x, m),
-            )
-        })
-    };
-    let (one, three) = (run(1), run(3));
-    assert!(one
-        .0
-        .iter()
-        .chain(&one.1)
-        .chain(&one.2)
-        .all(|v| v.is_finite()));
-    assert_eq!(one, three, "{unit:?}");
+    let mut units = vec![Unit::Model];
+    if amx::status().bf16 && amx::status().int8 {
+        units.push(Unit::Hardware);
+    }
+    for unit in units {
+        let run = |threads| {
+            with_threads(threads, || {
+                (
+                    tiles_bf16(&bf16_matrix, unit, &x, m),
+                    tiles_bf16(&split, unit, &x, m),
+                    tiles_int8(&int8_matrix, unit, &x, m),
+                )
+            })
+        };
+        let (one, three) = (run(1), run(3));
+        assert!(one
+            .0
+            .iter()
+            .chain(&one.1)
+            .chain(&one.2)
+            .all(|v| v.is_finite()));
+        assert_eq!(one, three, "{unit:?}");
+    }
+}
+
+/// Whether the real tiles run here; prints the skip line when not.
+fn hardware_or_skip(what: &str, available: bool) -> bool {
+    if !available {
+        let reason = amx::status().reason.clone().unwrap_or_default();
+        eprintln!("skipped: no AMX ({what}) on this CPU: {reason}");
+    }
+    available
+}
+
+#[test]
+fn hardware_bf16_tiles_equal_the_model() {
+    if !hardware_or_skip("amx_bf16", amx::status().bf16) {
+        return;
+    }
+    let mut random = Random(0x5eed_a111_0004);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        for split in [false, true] {
+            let matrix = Bf16Matrix::from_f32(&w, n, k).split_activations(split);
+            let model = tiles_bf16(&matrix, Unit::Model, &x, m);
+            let hardware = tiles_bf16(&matrix, Unit::Hardware, &x, m);
+            let differing: Vec<(f32, f32)> = model
+                .iter()
+                .zip(&hardware)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .map(|(a, b)| (*a, *b))
+                .collect();
+            assert!(
+                differing.is_empty(),
+                "{m}x{n}x{k} split {split}: {} of {} values differ from the model (the \
+                 hardware does not add in the SDM's order), e.g. model {:?} hardware {:?}",
+                differing.len(),
+                model.len(),
+                differing.first().map(|d| d.0),
+                differing.first().map(|d| d.1),
+            );
+        }
+    }
+}
+
+#[test]
+fn hardware_int8_tiles_equal_the_vector_paths() {
+    if !hardware_or_skip("amx_int8", amx::status().int8) {
+        return;
+    }
+    let mut random = Random(0x5eed_a111_0005);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        let matrix = Int8Matrix::from_f32(&w, n, k);
+        let mut portable = vec![f32::NAN; m * n];
+        matrix.matmul_on(Isa::Portable, &x, m, &mut portable);
+        assert_eq!(
+            tiles_int8(&matrix, Unit::Hardware, &x, m),
+            portable,
+            "{m}x{n}x{k}"
+        );
+    }
+}
+
+/// The default product takes the tiles from [`amx::MIN_ROWS`] rows where they run, the
+/// vector path below; adding into the output adds exactly the product.
+#[test]
+fn matmul_takes_the_tiles_from_enough_rows() {
+    let below = Bf16Matrix::isa_for_rows(amx::MIN_ROWS - 1);
+    assert_ne!(below, Isa::Amx);
+    assert_ne!(Int8Matrix::isa_for_rows(1), Isa::Amx);
+    let at = Bf16Matrix::isa_for_rows(amx::MIN_ROWS);
+    assert_eq!(
+        at == Isa::Amx,
+        amx::status().bf16,
+        "{at:?} {:?}",
+        amx::status()
+    );
+    assert_eq!(
+        Int8Matrix::isa_for_rows(amx::MIN_ROWS) == Isa::Amx,
+        amx::status().int8
+    );
+    if !hardware_or_skip("amx_bf16", amx::status().bf16) {
+        return;
+    }
+    let mut random = Random(0x5eed_a111_0006);
+    let (m, n, k) = (amx::MIN_ROWS + 5, 70, 96);
+    let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+    let matrix = Bf16Matrix::from_f32(&w, n, k);
+    let residual = random.matrix(m * n);
+    let mut added = residual.clone();
+    matrix.matmul_add(&x, m, &mut added);
+    let product = tiles_bf16(&matrix, Unit::Hardware, &x, m);
+    for ((a, r), p) in added.iter().zip(&residual).zip(&product) {
+        assert_eq!(*a, r + p);
+    }
+}
+
+#[test]
+fn the_status_explains_missing_tiles() {
+    let status = amx::status();
+    assert_eq!(status, amx::status(), "asked once");
+    let cpu = nlg_judge_kernels::cpu::CpuFeatures::get();
+    if !cpu.amx_tile {
+        assert!(!status.bf16 && !status.int8);
+        let reason = status.reason.as_deref().unwrap_or("");
+        assert!(
+            reason.contains("AMX") || reason.contains("tile"),
+            "{reason}"
+        );
+    }
+    if status.bf16 {
+        assert!(cpu.amx_tile && cpu.amx_bf16);
+        amx::peak_rounds(1000);
+    }
 }

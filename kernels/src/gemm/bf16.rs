@@ -180,27 +180,41 @@ impl Bf16Matrix {
     /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
     /// instruction path this machine has.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Overwrite)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Overwrite)
     }
 
     /// `out += x W^T` (a residual connection added in place), on the best path.
     pub fn matmul_add(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Add)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Add)
     }
 
-    /// [`Self::matmul`] on AMX tiles: for now only their portable model (tests run it on
-    /// any machine).
+    /// [`Self::matmul`] on AMX tiles, the real ones or their portable model (tests run
+    /// the model on any machine).
     ///
     /// # Panics
-    /// If the shapes disagree.
+    /// If the shapes disagree, or `unit` is the hardware and it is not available here.
     pub fn matmul_tiles(&self, unit: Unit, x: &[f32], m: usize, out: &mut [f32]) {
         self.check_input(x, m);
         amx::bf16_product(unit, self, x, m, out, Store::Overwrite)
     }
 
-    /// The path [`Self::matmul`] takes on this machine.
+    /// The path [`Self::matmul`] takes on this machine for `m` rows: AMX tiles from
+    /// [`amx::MIN_ROWS`] rows where they run, else [`Self::best_vector_isa`].
+    pub fn isa_for_rows(m: usize) -> Isa {
+        match Self::best_isa() {
+            Isa::Amx if m < amx::MIN_ROWS => Self::best_vector_isa(),
+            best => best,
+        }
+    }
+
+    /// The widest path this machine runs: AMX tiles where they run, else
+    /// [`Self::best_vector_isa`].
     pub fn best_isa() -> Isa {
-        Self::best_vector_isa()
+        if amx::status().bf16 {
+            Isa::Amx
+        } else {
+            Self::best_vector_isa()
+        }
     }
 
     /// The widest vector (not tile) path on this machine.
@@ -222,6 +236,7 @@ impl Bf16Matrix {
         let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
+            Isa::Amx => amx::status().bf16,
             Isa::Avx512 => cpu.avx512f && cpu.avx512bf16,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
             Isa::Neon => cpu.neon,
@@ -255,6 +270,9 @@ impl Bf16Matrix {
             "{isa:?} bf16 products are not available here"
         );
         self.check_input(x, m);
+        if isa == Isa::Amx {
+            return amx::bf16_product(Unit::Hardware, self, x, m, out, store);
+        }
         // The rounded activations live in a buffer the calling thread keeps from call to
         // call (a fresh one per product cost page zeroing); a nested call, should one
         // ever happen while the buffer is in use, gets a fresh one.

@@ -19,6 +19,9 @@ pub use tiles::Store;
 /// The instruction path a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
+    /// AMX tiles (`tdpbf16ps` for bf16, `tdpbssd` for int8), see [`amx`]; the default
+    /// paths take it for products of at least [`amx::MIN_ROWS`] rows.
+    Amx,
     /// AVX-512 with the kernel's extension (AVX512-BF16 for bf16, AVX512-VNNI for int8).
     Avx512,
     /// 256-bit AVX-VNNI (int8 only).
@@ -36,7 +39,8 @@ pub enum Isa {
 
 impl Isa {
     /// Every path, widest first (x86-64's, then aarch64's).
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
+        Isa::Amx,
         Isa::Avx512,
         Isa::AvxVnni,
         Isa::Avx2,
@@ -48,6 +52,7 @@ impl Isa {
     /// The path's name in benchmark output.
     pub fn name(self) -> &'static str {
         match self {
+            Isa::Amx => "amx",
             Isa::Avx512 => "avx512",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx2 => "avx2",
