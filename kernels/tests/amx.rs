@@ -287,6 +287,33 @@ fn the_model_faults_where_the_hardware_would() {
     assert!(model.config().is_none() && model.tdpbssd(0, 2, 3).is_err());
 }
 
+/// The f64 product of the bf16 weights with the activations as the products see them
+/// (one bf16 part, or two when `split`), and `Σ|p|` over the products actually formed
+/// (each part separately).
+fn bf16_reference(
+    x: &[f32],
+    w: &[f32],
+    (m, n, k): (usize, usize, usize),
+    split: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let (hi, w) = (rounded(x), rounded(w));
+    let lo: Vec<f32> = if split {
+        let remainders: Vec<f32> = x.iter().zip(&hi).map(|(v, h)| v - h).collect();
+        rounded(&remainders)
+    } else {
+        vec![0.0; x.len()]
+    };
+    let parts: Vec<f32> = hi.iter().zip(&lo).map(|(h, l)| h + l).collect();
+    let (exact, _) = reference(&parts, &w, m, n, k);
+    let (_, mut magnitude) = reference(&hi, &w, m, n, k);
+    let (_, lo_magnitude) = reference(&lo, &w, m, n, k);
+    magnitude
+        .iter_mut()
+        .zip(lo_magnitude)
+        .for_each(|(a, b)| *a += b);
+    (exact, magnitude)
+}
+
 #[test]
 fn bf16_tiles_stay_within_the_bound_of_f64_and_of_the_vector_path() {
     let mut random = Random(0x5eed_a111_0001);
@@ -296,28 +323,7 @@ fn bf16_tiles_stay_within_the_bound_of_f64_and_of_the_vector_path() {
             let matrix = Bf16Matrix::from_f32(&w, n, k).split_activations(split);
             let tiles = tiles_bf16(&matrix, Unit::Model, &x, m);
             let vector = vector_bf16(&matrix, &x, m);
-            // The activations as the products see them: one bf16 part, or two.
-            let hi = rounded(&x);
-            let parts: Vec<f32> = if split {
-                let remainders: Vec<f32> = x.iter().zip(&hi).map(|(v, h)| v - h).collect();
-                hi.iter()
-                    .zip(rounded(&remainders))
-                    .map(|(h, l)| h + l)
-                    .collect()
-            } else {
-                hi.clone()
-            };
-            let (exact, _) = reference(&parts, &rounded(&w), m, n, k);
-            // Σ|p| over the products actually formed (each part separately).
-            let (_, mut magnitude) = reference(&hi, &rounded(&w), m, n, k);
-            if split {
-                let lo: Vec<f32> = parts.iter().zip(&hi).map(|(p, h)| p - h).collect();
-                let (_, lo_magnitude) = reference(&lo, &rounded(&w), m, n, k);
-                magnitude
-                    .iter_mut()
-                    .zip(lo_magnitude)
-                    .for_each(|(a, b)| *a += b);
-            }
+            let (exact, magnitude) = bf16_reference(&x, &w, (m, n, k), split);
             let tile_bound = gamma(tile_depth(k, split));
             let vector_bound = gamma(if split { 2 * k + 1 } else { k + 1 });
             for i in 0..m * n {
@@ -421,6 +427,38 @@ fn hardware_bf16_tiles_equal_the_model() {
                 differing.first().map(|d| d.0),
                 differing.first().map(|d| d.1),
             );
+        }
+    }
+}
+
+/// Whatever order the hardware adds in, each product reaches the result through at most
+/// one rounding per addition: `k` products, two chains' sum and one addition into `C`
+/// per step (twice the steps when split), so `γ(k + 1 + 2 T)` (the model's order stays
+/// within a tighter bound, `tile_depth`). A hardware that fails the test above but passes
+/// this one adds in another order than the SDM's; one that fails this is wrong.
+#[test]
+fn hardware_bf16_tiles_stay_within_the_bound_of_any_order() {
+    if !hardware_or_skip("amx_bf16", amx::status().bf16) {
+        return;
+    }
+    let mut random = Random(0x5eed_a111_0007);
+    for &(m, n, k) in SHAPES {
+        let (x, w) = (random.matrix(m * k), random.matrix(n * k));
+        for split in [false, true] {
+            let matrix = Bf16Matrix::from_f32(&w, n, k).split_activations(split);
+            let hardware = tiles_bf16(&matrix, Unit::Hardware, &x, m);
+            let (exact, magnitude) = bf16_reference(&x, &w, (m, n, k), split);
+            let steps = k.div_ceil(2).div_ceil(STEP_PAIRS) * if split { 2 } else { 1 };
+            let parts = if split { 2 } else { 1 };
+            let bound = gamma(parts * k + 1 + 2 * steps);
+            for i in 0..m * n {
+                let error = (hardware[i] as f64 - exact[i]).abs();
+                assert!(
+                    error <= bound * magnitude[i],
+                    "{m}x{n}x{k} split {split} [{i}]: {error} > {}",
+                    bound * magnitude[i]
+                );
+            }
         }
     }
 }

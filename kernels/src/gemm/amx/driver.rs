@@ -33,8 +33,14 @@
 //!
 //! Threads: the blocks run in parallel through `tiles::for_each_tile`, each block summing
 //! its whole inner dimension in one order, so results do not depend on the number of
-//! threads. Each thread loads a configuration once and again only when it needs the
-//! other one (`ldtilecfg` zeroes the tiles, so never inside a block).
+//! threads. The tile configuration is per thread, and this process may hold other users
+//! of it: candle's quantized Q4K products configure the tiles once per thread and then
+//! trust them (their configuration happens to equal [`INT8_CONFIG`]), oneDNN under
+//! Python's torch has its own. So each block reads the thread's configuration
+//! (`sttilecfg`, a 64-byte store), loads its own only when it differs (`ldtilecfg` zeroes
+//! the tiles, so never inside a block), and afterwards loads back the one it found, if
+//! any: the tiles are given back as found. A thread that runs only our products loads
+//! its configuration once.
 
 use super::model::{TileConfig, TileModel};
 use crate::gemm::bf16::{activation_pairs, PairRows};
@@ -76,6 +82,17 @@ pub enum Product {
     Int8,
 }
 
+/// Where a step reads its tiles: `A` rows from `a`, `a_stride` bytes apart (the second
+/// `A` tile 16 rows on); `B` rows from `b`, `b_stride` bytes apart (the second `B` tile 64
+/// bytes on).
+#[derive(Debug, Clone, Copy)]
+pub struct Operands {
+    pub a: *const u8,
+    pub a_stride: usize,
+    pub b: *const u8,
+    pub b_stride: usize,
+}
+
 /// The driver's groups of tile instructions, on the registers of the module
 /// documentation. Implemented by the model and by the hardware.
 ///
@@ -88,8 +105,11 @@ pub unsafe trait TileUnit {
     /// Run `body` on this thread's unit.
     fn with_this_thread<R>(body: impl FnOnce(&mut Self) -> R) -> R;
 
-    /// `ldtilecfg config`, unless this thread's tiles hold `config` already.
-    unsafe fn configure(&mut self, config: &TileConfig);
+    /// `sttilecfg`: the configuration this thread's tiles hold (palette 0 when none).
+    unsafe fn current_config(&mut self) -> TileConfig;
+
+    /// `ldtilecfg config`.
+    unsafe fn load_config(&mut self, config: &TileConfig);
 
     /// `tilezero` of `tmm0`-`tmm3`.
     unsafe fn zero_c(&mut self);
@@ -98,14 +118,7 @@ pub unsafe trait TileUnit {
     /// `tileloadd tmm6, [b]` and `tmm7, [b + 64]` (stride `b_stride`); then the four
     /// products `tmm0 += tmm4 tmm6`, `tmm1 += tmm4 tmm7`, `tmm2 += tmm5 tmm6`,
     /// `tmm3 += tmm5 tmm7`, each `tdpbf16ps` or `tdpbssd` as `product` says.
-    unsafe fn step(
-        &mut self,
-        product: Product,
-        a: *const u8,
-        a_stride: usize,
-        b: *const u8,
-        b_stride: usize,
-    );
+    unsafe fn step(&mut self, product: Product, operands: Operands);
 
     /// `tilestored [c], tmm0`; `[c + 64], tmm1`; `[c + 16 stride], tmm2`;
     /// `[c + 16 stride + 64], tmm3` (stride `c_stride`).
@@ -127,11 +140,13 @@ unsafe impl TileUnit for TileModel {
         crate::reuse::with_reused(&MODEL, body)
     }
 
-    unsafe fn configure(&mut self, config: &TileConfig) {
-        if self.config() != Some(config) {
-            self.ldtilecfg(config)
-                .unwrap_or_else(|fault| panic!("{fault}"));
-        }
+    unsafe fn current_config(&mut self) -> TileConfig {
+        self.sttilecfg()
+    }
+
+    unsafe fn load_config(&mut self, config: &TileConfig) {
+        self.ldtilecfg(config)
+            .unwrap_or_else(|fault| panic!("{fault}"));
     }
 
     unsafe fn zero_c(&mut self) {
@@ -140,14 +155,13 @@ unsafe impl TileUnit for TileModel {
         }
     }
 
-    unsafe fn step(
-        &mut self,
-        product: Product,
-        a: *const u8,
-        a_stride: usize,
-        b: *const u8,
-        b_stride: usize,
-    ) {
+    unsafe fn step(&mut self, product: Product, operands: Operands) {
+        let Operands {
+            a,
+            a_stride,
+            b,
+            b_stride,
+        } = operands;
         // SAFETY: the caller's promise covers these rows.
         let loads = unsafe {
             [
@@ -179,6 +193,28 @@ unsafe impl TileUnit for TileModel {
             unsafe { self.tilestored(t, base, c_stride) }.unwrap_or_else(|fault| panic!("{fault}"));
         }
     }
+}
+
+/// `body` with `config` loaded in `unit`'s tiles, which are given back as found: a
+/// configuration loaded before (another user's) is loaded again afterwards; released
+/// tiles keep `config`, so the next block finds it and loads nothing.
+///
+/// # Safety
+/// `U`'s instructions must be available on this machine.
+pub unsafe fn with_config<U: TileUnit, R>(
+    unit: &mut U,
+    config: &TileConfig,
+    body: impl FnOnce(&mut U) -> R,
+) -> R {
+    let found = unit.current_config();
+    if found != *config {
+        unit.load_config(config);
+    }
+    let result = body(unit);
+    if found != *config && found.palette() != 0 {
+        unit.load_config(&found);
+    }
+    result
 }
 
 /// `out = x W^T` (or `+=`, per `store`) for the bf16 `matrix` on the tiles of `U`.
@@ -243,34 +279,27 @@ unsafe fn bf16_block<U: TileUnit>(
     let (full, tail) = (pairs / STEP_PAIRS, pairs % STEP_PAIRS);
     let mut last = [0u32; STEP_PAIRS * NR];
     last[..tail * NR].copy_from_slice(&panel[full * STEP_PAIRS * NR..pairs * NR]);
-    unit.configure(&BF16_CONFIG);
-    unit.zero_c();
-    for s in 0..full + usize::from(tail > 0) {
-        let b = if s < full {
-            panel[s * STEP_PAIRS * NR..].as_ptr()
-        } else {
-            last.as_ptr()
-        };
-        let k0 = s * STEP_PAIRS;
-        unit.step(
-            Product::Bf16,
-            hi.add(k0).cast(),
-            a_stride,
-            b.cast(),
-            PANEL_STRIDE,
-        );
-        if let Some(lo) = lo {
-            unit.step(
-                Product::Bf16,
-                lo.add(k0).cast(),
-                a_stride,
-                b.cast(),
-                PANEL_STRIDE,
-            );
-        }
-    }
     let mut c = [[0f32; NR]; BLOCK_ROWS];
-    unit.store_c(c.as_mut_ptr().cast(), 4 * NR);
+    with_config(unit, &BF16_CONFIG, |unit| {
+        unit.zero_c();
+        for s in 0..full + usize::from(tail > 0) {
+            let b = if s < full {
+                panel[s * STEP_PAIRS * NR..].as_ptr()
+            } else {
+                last.as_ptr()
+            };
+            for a in std::iter::once(hi).chain(lo) {
+                let operands = Operands {
+                    a: a.add(s * STEP_PAIRS).cast(),
+                    a_stride,
+                    b: b.cast(),
+                    b_stride: PANEL_STRIDE,
+                };
+                unit.step(Product::Bf16, operands);
+            }
+        }
+        unit.store_c(c.as_mut_ptr().cast(), 4 * NR);
+    });
     c
 }
 
@@ -338,22 +367,44 @@ impl Int8Block<'_> {
         assert!(self.a_scales.len() >= self.rows * self.blocks);
         let mut out = [[0f32; NR]; BLOCK_ROWS];
         let mut sums = [[0i32; NR]; BLOCK_ROWS];
-        unit.configure(&INT8_CONFIG);
-        for b in 0..self.blocks {
-            let k0 = b * BLOCK_QUADS;
-            let (a, w) = (self.a[k0..].as_ptr(), self.w[k0 * NR..].as_ptr());
-            unit.zero_c();
-            unit.step(Product::Int8, a.cast(), 4 * quads, w.cast(), PANEL_STRIDE);
-            unit.store_c(sums.as_mut_ptr().cast(), 4 * NR);
-            let w_scales = &self.w_scales[b * NR..(b + 1) * NR];
-            for (r, (out_row, sums_row)) in out.iter_mut().zip(&sums).enumerate() {
-                if r < self.rows {
-                    let a_scale = self.a_scales[r * self.blocks + b];
-                    scale_row(out_row, sums_row, w_scales, a_scale, self.fma);
-                }
+        with_config(unit, &INT8_CONFIG, |unit| {
+            for b in 0..self.blocks {
+                self.block(unit, b, &mut sums, &mut out);
+            }
+        });
+        out
+    }
+
+    /// Inner block `b`: its exact sums on the tiles (into `sums`), scaled into `out`.
+    ///
+    /// # Safety
+    /// `U`'s instructions must be available on this machine, configured as
+    /// [`INT8_CONFIG`].
+    unsafe fn block<U: TileUnit>(
+        &self,
+        unit: &mut U,
+        b: usize,
+        sums: &mut [[i32; NR]; BLOCK_ROWS],
+        out: &mut [[f32; NR]; BLOCK_ROWS],
+    ) {
+        let quads = self.blocks * BLOCK_QUADS;
+        let k0 = b * BLOCK_QUADS;
+        let operands = Operands {
+            a: self.a[k0..].as_ptr().cast(),
+            a_stride: 4 * quads,
+            b: self.w[k0 * NR..].as_ptr().cast(),
+            b_stride: PANEL_STRIDE,
+        };
+        unit.zero_c();
+        unit.step(Product::Int8, operands);
+        unit.store_c(sums.as_mut_ptr().cast(), 4 * NR);
+        let w_scales = &self.w_scales[b * NR..(b + 1) * NR];
+        for (r, (out_row, sums_row)) in out.iter_mut().zip(sums.iter()).enumerate() {
+            if r < self.rows {
+                let a_scale = self.a_scales[r * self.blocks + b];
+                scale_row(out_row, sums_row, w_scales, a_scale, self.fma);
             }
         }
-        out
     }
 }
 
@@ -377,4 +428,58 @@ fn scale_row(out: &mut [f32; NR], sums: &[i32; NR], w_scales: &[f32], a_scale: f
     }
     let _ = fma;
     body(out, sums, w_scales, a_scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another user's configuration: two small tiles.
+    fn foreign() -> TileConfig {
+        let mut shapes = [(0, 0); 8];
+        shapes[0] = (2, 8);
+        shapes[1] = (2, 8);
+        TileConfig::palette1(shapes)
+    }
+
+    #[test]
+    fn blocks_give_the_tiles_back_as_found() {
+        // Three output columns, 40 inner values (20 pairs: one whole step and a tail).
+        let matrix = Bf16Matrix::from_f32(&[0.5; 3 * 40], 3, 40);
+        let layout = PairRows {
+            m: BLOCK_ROWS,
+            pairs: 20,
+            stride: 32,
+            rows: BLOCK_ROWS,
+        };
+        // bf16 1.0 in every pair, padding included: the tail's zeroed weights cancel it.
+        let ones = vec![0x3f80_3f80u32; layout.len()];
+        let run = |model: &mut TileModel| {
+            // SAFETY: the model runs anywhere.
+            unsafe { bf16_block(model, &ones, &[], layout, 0, matrix.panel(0)) }
+        };
+        let mut model = TileModel::new();
+        model.ldtilecfg(&foreign()).expect("valid");
+        let c = run(&mut model);
+        assert!(c
+            .iter()
+            .all(|row| row[..3] == [20.0; 3] && row[3..] == [0.0; 29]));
+        assert_eq!(
+            model.config(),
+            Some(&foreign()),
+            "the other user's tiles back"
+        );
+        // Released tiles keep ours: the next block loads nothing.
+        model.tilerelease();
+        assert_eq!(run(&mut model), c);
+        assert_eq!(model.config(), Some(&BF16_CONFIG));
+        // Found as needed: not loaded again (loading would zero the tiles' data).
+        model.ldtilecfg(&INT8_CONFIG).expect("valid");
+        let row = [7u8; 64];
+        // SAFETY: tmm7 is 8 rows of 64 bytes, all read from `row` (stride 0).
+        unsafe { model.tileloadd(7, row.as_ptr(), 0) }.expect("load");
+        // SAFETY: the model runs anywhere.
+        unsafe { with_config(&mut model, &INT8_CONFIG, |_| ()) };
+        assert_eq!(model.row(7, 3), &row);
+    }
 }

@@ -76,6 +76,11 @@ impl TileConfig {
         &self.0
     }
 
+    /// The palette (0: no configuration, the tiles released).
+    pub fn palette(&self) -> u8 {
+        self.0[0]
+    }
+
     /// Rows of tile `t`.
     pub fn rows(&self, t: usize) -> usize {
         self.0[48 + t] as usize
@@ -181,6 +186,11 @@ impl TileModel {
         self.config = Some(*config);
         self.tiles = [[[0; ROW_BYTES]; MAX_ROWS]; TILES];
         Ok(())
+    }
+
+    /// `sttilecfg`: the configuration loaded, or 64 zero bytes when the tiles are released.
+    pub fn sttilecfg(&self) -> TileConfig {
+        self.config.unwrap_or(TileConfig([0; 64]))
     }
 
     /// `tilerelease`: back to the released state.
