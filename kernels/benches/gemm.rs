@@ -3,7 +3,8 @@
 //!
 //! `cargo bench -p nlg-judge-kernels --bench gemm`; criterion reports time per product,
 //! and the element throughput it prints is multiply-adds (`m n k`), so GFLOP/s is twice
-//! the reported Gelem/s.
+//! the reported Gelem/s. Each bf16 and int8 benchmark is named after the path the
+//! default product takes for its rows (`bf16-amx/512` on AMX tiles, `bf16-avx512/1`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gemm::Parallelism;
@@ -85,10 +86,12 @@ fn products(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("f32-gemm", m), |b| {
                 b.iter(|| f32_gemm(&x, &w, &mut out, m, n, k))
             });
-            group.bench_function(BenchmarkId::new("bf16", m), |b| {
+            let bf16_path = format!("bf16-{}", Bf16Matrix::isa_for_rows(m).name());
+            group.bench_function(BenchmarkId::new(bf16_path, m), |b| {
                 b.iter(|| bf16.matmul(&x, m, &mut out))
             });
-            group.bench_function(BenchmarkId::new("int8", m), |b| {
+            let int8_path = format!("int8-{}", Int8Matrix::isa_for_rows(m).name());
+            group.bench_function(BenchmarkId::new(int8_path, m), |b| {
                 b.iter(|| int8.matmul(&x, m, &mut out))
             });
         }

@@ -6,12 +6,12 @@
 //! with AVX2 the rate of the int8 products' core instruction pair (`vpmaddwd` then
 //! `vpaddd`: sixteen 16-bit products summed in pairs into eight 32-bit sums), in
 //! multiply-adds per second next to f32's FMA, the bound on whether int8 can beat f32
-//! on this CPU.
+//! on this CPU; last, the AMX tiles' bf16 ceiling, or why it cannot be measured here.
 
 use std::time::Instant;
 
 use nlg_judge_kernels::cpu::CpuFeatures;
-use nlg_judge_kernels::peak::{measure_path, FmaPath};
+use nlg_judge_kernels::peak::{measure_amx, measure_path, FmaPath};
 
 fn main() {
     let cpu = CpuFeatures::detected();
@@ -44,6 +44,7 @@ fn main() {
             all.gflops_per_thread
         );
     }
+    print_amx_peak();
     #[cfg(target_arch = "x86_64")]
     if cpu.avx2 {
         let fma = rayon::ThreadPoolBuilder::new()
@@ -134,4 +135,26 @@ unsafe fn fma128_chains(steps: usize) -> f32 {
         }
     }
     acc.iter().map(|v| _mm_cvtss_f32(*v)).sum()
+}
+
+/// The AMX line: tile bf16 GFLOP/s on one thread and on all, or why there are none.
+fn print_amx_peak() {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of one thread")
+        .install(measure_amx);
+    match (one, measure_amx()) {
+        (Some(one), Some(all)) => println!(
+            "amx tdpbf16ps: 1 thread {:.1} GFLOP/s, {} threads {:.1} GFLOP/s",
+            one.gflops, all.threads, all.gflops
+        ),
+        _ => println!(
+            "amx tdpbf16ps: not measured ({})",
+            nlg_judge_kernels::gemm::amx::status()
+                .reason
+                .as_deref()
+                .unwrap_or("no tiles")
+        ),
+    }
 }

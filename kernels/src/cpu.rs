@@ -10,7 +10,8 @@
 //! | value      | kernels see                                                    |
 //! |------------|----------------------------------------------------------------|
 //! | `native`   | everything detected (the default)                              |
-//! | `avx512`   | everything detected; an error if AVX-512F is missing           |
+//! | `amx`      | everything detected; an error if AMX (tile, BF16, INT8) is missing |
+//! | `avx512`   | everything but AMX; an error if AVX-512F is missing            |
 //! | `avx512f`  | AVX-512F/BW/VL, AVX2, FMA, F16C: no BF16/VNNI extensions       |
 //! | `avxvnni`  | AVX2, FMA, F16C, AVX-VNNI: no AVX-512                          |
 //! | `avx2`     | AVX2, FMA, F16C: no AVX-512, no AVX-VNNI                       |
@@ -57,12 +58,20 @@ pub struct CpuFeatures {
     pub bf16: bool,
     /// aarch64 int8 matrix multiply (FEAT_I8MM): detected, not used.
     pub i8mm: bool,
+    /// x86-64 AMX tile registers (CPUID.(7,0):EDX[24]). Whether the operating system lets
+    /// this process use them is asked separately (`gemm::amx::status`).
+    pub amx_tile: bool,
+    /// AMX `tdpbf16ps` (CPUID.(7,0):EDX[22]).
+    pub amx_bf16: bool,
+    /// AMX `tdpbssd` and its kin (CPUID.(7,0):EDX[25]).
+    pub amx_int8: bool,
 }
 
 /// A level `NLG_JUDGE_CPU` can ask for (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
     Native,
+    Amx,
     Avx512,
     Avx512f,
     AvxVnni,
@@ -74,8 +83,9 @@ pub enum Level {
 
 impl Level {
     /// Every level, widest first (x86-64's, then aarch64's).
-    pub const ALL: [Level; 8] = [
+    pub const ALL: [Level; 9] = [
         Level::Native,
+        Level::Amx,
         Level::Avx512,
         Level::Avx512f,
         Level::AvxVnni,
@@ -89,6 +99,7 @@ impl Level {
     pub fn name(self) -> &'static str {
         match self {
             Level::Native => "native",
+            Level::Amx => "amx",
             Level::Avx512 => "avx512",
             Level::Avx512f => "avx512f",
             Level::AvxVnni => "avxvnni",
@@ -119,7 +130,13 @@ impl Level {
             ..none
         };
         match self {
-            Level::Native | Level::Avx512 => features,
+            Level::Native | Level::Amx => features,
+            Level::Avx512 => CpuFeatures {
+                amx_tile: false,
+                amx_bf16: false,
+                amx_int8: false,
+                ..features
+            },
             Level::Avx512f => CpuFeatures {
                 avx512f: features.avx512f,
                 avx512bw: features.avx512bw,
@@ -145,6 +162,12 @@ impl Level {
         let avx2 = features.avx2 && features.fma;
         match self {
             Level::Native | Level::Portable => true,
+            Level::Amx => {
+                avx2 && features.avx512f
+                    && features.amx_tile
+                    && features.amx_bf16
+                    && features.amx_int8
+            }
             Level::Avx512 | Level::Avx512f => avx2 && features.avx512f,
             Level::AvxVnni => avx2 && features.avxvnni,
             Level::Avx2 => avx2,
@@ -247,7 +270,7 @@ impl CpuFeatures {
             avx512bf16: has!("avx512bf16"),
             avx512vnni: has!("avx512vnni"),
             avxvnni: has!("avxvnni"),
-            ..CpuFeatures::default()
+            ..amx_bits()
         }
     }
 
@@ -286,11 +309,39 @@ impl CpuFeatures {
             ("dotprod", self.dotprod),
             ("bf16", self.bf16),
             ("i8mm", self.i8mm),
+            ("amx_tile", self.amx_tile),
+            ("amx_bf16", self.amx_bf16),
+            ("amx_int8", self.amx_int8),
         ];
         all.iter()
             .filter(|(_, present)| *present)
             .map(|(name, _)| *name)
             .collect()
+    }
+}
+
+/// The AMX bits of CPUID leaf 7, subleaf 0 (EDX bits 22, 24, 25), the rest of the record
+/// empty. The tile extensions count only with the tile registers themselves.
+#[cfg(target_arch = "x86_64")]
+fn amx_bits() -> CpuFeatures {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU; leaf 7 is read only when leaf 0
+    // says it exists. Both only read registers. (The intrinsics are safe on recent
+    // toolchains, `unsafe` on older ones within rust-version.)
+    #[allow(unused_unsafe)]
+    let edx = unsafe {
+        if __cpuid(0).eax < 7 {
+            return CpuFeatures::default();
+        }
+        __cpuid_count(7, 0).edx
+    };
+    let bit = |n: u32| edx >> n & 1 == 1;
+    let tile = bit(24);
+    CpuFeatures {
+        amx_tile: tile,
+        amx_bf16: tile && bit(22),
+        amx_int8: tile && bit(25),
+        ..CpuFeatures::default()
     }
 }
 
@@ -344,7 +395,8 @@ fn cpuid_vendor_string() -> String {
 /// The instruction path each kernel family takes with the features of
 /// [`CpuFeatures::get`]: `("attention", ...)` (segment attention and the pointwise
 /// kernels, f32), `("bf16", ...)` and `("int8", ...)` (the reduced-precision products),
-/// each `avx512`, `avxvnni`, `avx2`, `dotprod`, `neon` or `portable`.
+/// each `amx` (tiles for calls with enough rows, the best vector path below that),
+/// `avx512`, `avxvnni`, `avx2`, `dotprod`, `neon` or `portable`.
 pub fn paths() -> [(&'static str, &'static str); 3] {
     use crate::attention::SimdPath;
     use crate::gemm::{Bf16Matrix, Int8Matrix};
@@ -401,6 +453,17 @@ mod tests {
         dotprod: false,
         bf16: false,
         i8mm: false,
+        amx_tile: false,
+        amx_bf16: false,
+        amx_int8: false,
+    };
+
+    /// An Intel Sapphire Rapids Xeon: Zen 5's vector extensions and AMX.
+    const SAPPHIRE_RAPIDS: CpuFeatures = CpuFeatures {
+        amx_tile: true,
+        amx_bf16: true,
+        amx_int8: true,
+        ..ZEN5
     };
 
     /// An Arm Neoverse V1/V2 (Graviton 3/4) or Apple M2 and later.
@@ -445,6 +508,20 @@ mod tests {
             features.neon,
             "NEON is part of every aarch64 target we build for"
         );
+        if features.amx_bf16 || features.amx_int8 {
+            assert!(features.amx_tile, "{features:?}");
+        }
+        // Linux lists the AMX flags only where CPUID has them (and the kernel supports
+        // them): every listed flag must have been detected.
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        if let Some(flags) = cpuinfo.lines().find(|l| l.starts_with("flags")) {
+            let listed: Vec<&str> = flags.split_whitespace().collect();
+            for name in ["amx_tile", "amx_bf16", "amx_int8"] {
+                if listed.contains(&name) {
+                    assert!(features.names().contains(&name), "{name}: {features:?}");
+                }
+            }
+        }
         assert_eq!(features, CpuFeatures::detected(), "detection is cached");
         assert_eq!(CpuFeatures::get(), CpuFeatures::get(), "masking is cached");
         assert!(paths_used().starts_with("attention "), "{}", paths_used());
@@ -472,6 +549,13 @@ mod tests {
         assert_eq!(Level::Neon.mask(NEOVERSE), A72);
         assert_eq!(Level::Neon.mask(A72), A72);
         assert_eq!(Level::Portable.mask(NEOVERSE), CpuFeatures::default());
+        // `native` and `amx` keep the tiles, `avx512` and below hide them.
+        assert_eq!(Level::Amx.mask(SAPPHIRE_RAPIDS), SAPPHIRE_RAPIDS);
+        assert_eq!(Level::Native.mask(SAPPHIRE_RAPIDS), SAPPHIRE_RAPIDS);
+        assert_eq!(Level::Avx512.mask(SAPPHIRE_RAPIDS), ZEN5);
+        assert_eq!(Level::Avx512.mask(ZEN5), ZEN5);
+        assert_eq!(Level::Avx2.mask(SAPPHIRE_RAPIDS), ZEN2);
+        assert!(!Level::Avx512f.mask(SAPPHIRE_RAPIDS).amx_tile);
         // A level of the other architecture hides everything.
         assert_eq!(Level::Avx2.mask(NEOVERSE), CpuFeatures::default());
         assert_eq!(Level::Neon.mask(ZEN5), CpuFeatures::default());
@@ -482,6 +566,9 @@ mod tests {
         assert_eq!(check_level(" AVX2 ", ZEN2), Ok(Some(Level::Avx2)));
         assert_eq!(check_level("portable", ZEN2), Ok(Some(Level::Portable)));
         assert_eq!(check_level("avx512", ZEN5), Ok(Some(Level::Avx512)));
+        assert_eq!(check_level("amx", SAPPHIRE_RAPIDS), Ok(Some(Level::Amx)));
+        let no_tiles = check_level("AMX", ZEN5).unwrap_err();
+        assert!(no_tiles.to_string().contains("avx512bf16"), "{no_tiles}");
         let refused = check_level("avx512", ZEN2).unwrap_err();
         assert!(
             refused.to_string().contains("lacks") && refused.to_string().contains("avx2"),

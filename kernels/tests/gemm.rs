@@ -13,33 +13,15 @@
 //!   within `(4 + blocks) u Σ|terms|`.
 //! - int8 against the original operands: rounding to the nearest step errs at most half a
 //!   step per operand (steps per row and block of 32): `Σ (|a| s_w / 2 + |w_q| s_a / 2)`.
+//!
+//! bf16 on AMX tiles adds in another order, with its own bound: `amx.rs` tests it. Its
+//! int8 tiles give the portable numbers and are tested here with the other paths.
 
+mod common;
+
+use common::{reference, rounded, with_threads, Random, U};
 use nlg_judge_kernels::gemm::int8::BLOCK;
 use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
-
-const U: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// Deterministic uniform values in [-1, 1) with a few larger outliers, like activations.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        let unit = (self.0 >> 40) as f32 / (1u64 << 24) as f32;
-        let value = 2.0 * unit - 1.0;
-        if self.0.is_multiple_of(97) {
-            value * 20.0
-        } else {
-            value
-        }
-    }
-
-    fn matrix(&mut self, len: usize) -> Vec<f32> {
-        (0..len).map(|_| self.next()).collect()
-    }
-}
 
 /// (m, n, k): ragged everything, below and above one tile, odd and non-multiple-of-4
 /// inner dimensions, and one real shape (SmolLM2's fused query/key/value projection).
@@ -55,26 +37,11 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (37, 960, 576),
 ];
 
-fn reference(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut y = vec![0f64; m * n];
-    let mut magnitude = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            for p in 0..k {
-                let product = x[i * k + p] as f64 * w[j * k + p] as f64;
-                y[i * n + j] += product;
-                magnitude[i * n + j] += product.abs();
-            }
-        }
-    }
-    (y, magnitude)
-}
-
-fn rounded(values: &[f32]) -> Vec<f32> {
-    values
-        .iter()
-        .map(|&v| bf16::widen(bf16::round_to_bf16(v)))
-        .collect()
+/// The bf16 paths this machine runs that add in the portable order (all but AMX tiles).
+fn bf16_vector_paths() -> impl Iterator<Item = Isa> {
+    Isa::ALL
+        .into_iter()
+        .filter(|&isa| isa != Isa::Amx && Bf16Matrix::supports(isa))
 }
 
 fn run_bf16(matrix: &Bf16Matrix, isa: Isa, x: &[f32], m: usize) -> Vec<f32> {
@@ -89,14 +56,6 @@ fn run_int8(matrix: &Int8Matrix, isa: Isa, x: &[f32], m: usize) -> Vec<f32> {
     out
 }
 
-fn with_threads<T: Send>(threads: usize, work: impl FnOnce() -> T + Send) -> T {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool")
-        .install(work)
-}
-
 #[test]
 fn bf16_matches_the_f64_product_of_rounded_and_original_operands() {
     let mut random = Random(0x5eed_1234_abcd_0001);
@@ -106,10 +65,7 @@ fn bf16_matches_the_f64_product_of_rounded_and_original_operands() {
         assert_eq!(matrix.to_f32(), rounded(&w), "{m}x{n}x{k}: stored weight");
         let (exact, magnitude) = reference(&rounded(&x), &rounded(&w), m, n, k);
         let (original, original_magnitude) = reference(&x, &w, m, n, k);
-        for isa in Isa::ALL
-            .into_iter()
-            .filter(|&isa| Bf16Matrix::supports(isa))
-        {
+        for isa in bf16_vector_paths() {
             let y = run_bf16(&matrix, isa, &x, m);
             for i in 0..m * n {
                 let bound = (k + 1) as f64 * U * magnitude[i];
@@ -202,11 +158,9 @@ fn every_instruction_path_gives_the_portable_numbers() {
         let (x, w) = (random.matrix(m * k), random.matrix(n * k));
         let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
         let portable = run_bf16(&bf16_matrix, Isa::Portable, &x, m);
-        for isa in Isa::ALL {
-            if Bf16Matrix::supports(isa) {
-                let y = run_bf16(&bf16_matrix, isa, &x, m);
-                assert_eq!(y, portable, "bf16 {isa:?} {m}x{n}x{k}");
-            }
+        for isa in bf16_vector_paths() {
+            let y = run_bf16(&bf16_matrix, isa, &x, m);
+            assert_eq!(y, portable, "bf16 {isa:?} {m}x{n}x{k}");
         }
         let int8_matrix = Int8Matrix::from_f32(&w, n, k);
         let portable = run_int8(&int8_matrix, Isa::Portable, &x, m);
@@ -331,8 +285,8 @@ fn adding_products_equals_product_plus_the_old_output() {
         let bf16_matrix = Bf16Matrix::from_f32(&w, n, k);
         let int8_matrix = Int8Matrix::from_f32(&w, n, k);
         let products = [
-            run_bf16(&bf16_matrix, Bf16Matrix::best_isa(), &x, m),
-            run_int8(&int8_matrix, Int8Matrix::best_isa(), &x, m),
+            run_bf16(&bf16_matrix, Bf16Matrix::isa_for_rows(m), &x, m),
+            run_int8(&int8_matrix, Int8Matrix::isa_for_rows(m), &x, m),
         ];
         let mut added = [residual.clone(), residual.clone()];
         bf16_matrix.matmul_add(&x, m, &mut added[0]);
@@ -358,10 +312,7 @@ fn split_activations_keep_sixteen_bits() {
         let split = Bf16Matrix::from_f32(&w, n, k).split_activations(true);
         assert!(split.splits_activations());
         let portable = run_bf16(&split, Isa::Portable, &x, m);
-        for isa in Isa::ALL
-            .into_iter()
-            .filter(|&isa| Bf16Matrix::supports(isa))
-        {
+        for isa in bf16_vector_paths() {
             assert_eq!(
                 run_bf16(&split, isa, &x, m),
                 portable,
@@ -409,10 +360,7 @@ fn extreme_magnitudes_give_the_portable_numbers_on_every_path() {
         for split in [false, true] {
             let matrix = Bf16Matrix::from_f32(&w, n, k).split_activations(split);
             let portable = run_bf16(&matrix, Isa::Portable, &x, m);
-            for isa in Isa::ALL
-                .into_iter()
-                .filter(|&isa| Bf16Matrix::supports(isa))
-            {
+            for isa in bf16_vector_paths() {
                 let y = run_bf16(&matrix, isa, &x, m);
                 let same = y
                     .iter()

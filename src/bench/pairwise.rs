@@ -90,6 +90,9 @@ pub struct FmaPeakReport {
     pub threads: usize,
     pub gflops: f64,
     pub gflops_per_thread: f64,
+    /// The AMX tiles' bf16 ceiling (`tdpbf16ps` on resident tiles) on the same threads,
+    /// where the CPU has them and the OS grants them; `None` elsewhere.
+    pub amx_gflops: Option<f64>,
 }
 
 impl FmaPeakReport {
@@ -102,6 +105,7 @@ impl FmaPeakReport {
             threads: peak.threads,
             gflops: peak.gflops,
             gflops_per_thread: peak.gflops_per_thread,
+            amx_gflops: nlg_judge_kernels::peak::measure_amx().map(|amx| amx.gflops),
         }
     }
 }

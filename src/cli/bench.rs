@@ -197,6 +197,8 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         summary["cpu_features"] =
             serde_json::json!(nlg_judge_kernels::cpu::CpuFeatures::detected().names());
         summary["cpu_level"] = serde_json::json!(std::env::var(nlg_judge_kernels::cpu::ENV).ok());
+        summary["amx_unavailable"] =
+            serde_json::json!(nlg_judge_kernels::gemm::amx::status().reason);
         summary["agreement"] = serde_json::to_value(&compared)?;
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -276,6 +278,7 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "peak_fma_gflops": result.fma_peak.as_ref().map(|p| p.gflops),
         "peak_fma_path": result.fma_peak.as_ref().map(|p| p.path.clone()),
         "peak_fma_threads": result.fma_peak.as_ref().map(|p| p.threads),
+        "peak_amx_gflops": result.fma_peak.as_ref().and_then(|p| p.amx_gflops),
         "fraction_of_peak_tree": tree.zip(result.fma_peak.as_ref()).map(|(r, p)| r.achieved_gflops / p.gflops),
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
@@ -317,8 +320,13 @@ fn table(result: &PairwiseBench, model: &str) -> String {
         result.model_shapes.gflops,
         match &result.fma_peak {
             Some(peak) => format!(
-                "multiply-add peak ({}, {} threads): {:.1} GFLOP/s; '+attn' counts attention's products too, '% FMA' is that of the peak\n",
-                peak.path, peak.threads, peak.gflops
+                "multiply-add peak ({}, {} threads): {:.1} GFLOP/s{}; '+attn' counts attention's products too, '% FMA' is that of the peak\n",
+                peak.path,
+                peak.threads,
+                peak.gflops,
+                peak.amx_gflops
+                    .map(|amx| format!(" (AMX bf16 tiles: {amx:.1} GFLOP/s)"))
+                    .unwrap_or_default()
             ),
             None => String::new(),
         },
@@ -405,6 +413,7 @@ mod tests {
                 threads: 2,
                 gflops: 32.0,
                 gflops_per_thread: 16.0,
+                amx_gflops: Some(6400.0),
             }),
             model_shapes: ShapeCalibration {
                 rows: 25,
@@ -436,9 +445,13 @@ mod tests {
         assert_eq!(json["peak_fma_gflops"], 32.0);
         assert_eq!(json["peak_fma_path"], "avx2 fma (256-bit)");
         assert_eq!(json["fraction_of_peak_tree"], 0.25);
+        assert_eq!(json["peak_amx_gflops"], 6400.0);
         let text = table(&result, "m");
         assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
-        assert!(text.contains("multiply-add peak (avx2 fma (256-bit), 2 threads): 32.0 GFLOP/s"));
+        assert!(text.contains(
+            "multiply-add peak (avx2 fma (256-bit), 2 threads): 32.0 GFLOP/s (AMX bf16 tiles: \
+             6400.0 GFLOP/s)"
+        ));
         let tree_row = text
             .lines()
             .find(|l| l.starts_with("tree "))

@@ -28,6 +28,7 @@
 //! so it too gives the portable numbers bit for bit. (The BF16 extension's `bfdot` and
 //! `bfmmla` would not: they round and flush their sums differently.)
 
+use super::amx::{self, Unit};
 use super::tiles::{for_each_tile, panel_count, Store, MR, NR, WIDE_MR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
@@ -152,6 +153,16 @@ impl Bf16Matrix {
         self.cols
     }
 
+    /// Pairs of the inner dimension (`cols` rounded up to even, halved).
+    pub(super) fn pairs(&self) -> usize {
+        self.pairs
+    }
+
+    /// Weight panel `p`: `pairs` rows of [`NR`] pairs, one per output column.
+    pub(super) fn panel(&self, p: usize) -> &[u32] {
+        &self.packed[p * self.pairs * NR..(p + 1) * self.pairs * NR]
+    }
+
     /// The stored weight widened back to f32, row-major `(rows, cols)`.
     pub fn to_f32(&self) -> Vec<f32> {
         let mut weight = vec![0f32; self.rows * self.cols];
@@ -169,16 +180,45 @@ impl Bf16Matrix {
     /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
     /// instruction path this machine has.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Overwrite)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Overwrite)
     }
 
     /// `out += x W^T` (a residual connection added in place), on the best path.
     pub fn matmul_add(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Add)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Add)
     }
 
-    /// The path [`Self::matmul`] takes on this machine.
+    /// [`Self::matmul`] on AMX tiles, the real ones or their portable model (tests run
+    /// the model on any machine).
+    ///
+    /// # Panics
+    /// If the shapes disagree, or `unit` is the hardware and it is not available here.
+    pub fn matmul_tiles(&self, unit: Unit, x: &[f32], m: usize, out: &mut [f32]) {
+        self.check_input(x, m);
+        amx::bf16_product(unit, self, x, m, out, Store::Overwrite)
+    }
+
+    /// The path [`Self::matmul`] takes on this machine for `m` rows: AMX tiles from
+    /// [`amx::MIN_ROWS`] rows where they run, else [`Self::best_vector_isa`].
+    pub fn isa_for_rows(m: usize) -> Isa {
+        match Self::best_isa() {
+            Isa::Amx if m < amx::MIN_ROWS => Self::best_vector_isa(),
+            best => best,
+        }
+    }
+
+    /// The widest path this machine runs: AMX tiles where they run, else
+    /// [`Self::best_vector_isa`].
     pub fn best_isa() -> Isa {
+        if amx::status().bf16 {
+            Isa::Amx
+        } else {
+            Self::best_vector_isa()
+        }
+    }
+
+    /// The widest vector (not tile) path on this machine.
+    pub fn best_vector_isa() -> Isa {
         let cpu = CpuFeatures::get();
         if cpu.avx512f && cpu.avx512bf16 {
             Isa::Avx512
@@ -196,6 +236,7 @@ impl Bf16Matrix {
         let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
+            Isa::Amx => amx::status().bf16,
             Isa::Avx512 => cpu.avx512f && cpu.avx512bf16,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
             Isa::Neon => cpu.neon,
@@ -211,11 +252,9 @@ impl Bf16Matrix {
         self.product(isa, x, m, out, Store::Overwrite)
     }
 
-    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
-        assert!(
-            Self::supports(isa),
-            "{isa:?} bf16 products are not available here"
-        );
+    /// # Panics
+    /// If `x` does not hold `m` rows of [`Self::cols`].
+    fn check_input(&self, x: &[f32], m: usize) {
         assert_eq!(
             x.len(),
             m * self.cols,
@@ -223,12 +262,24 @@ impl Bf16Matrix {
             x.len(),
             self.cols
         );
+    }
+
+    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
+        assert!(
+            Self::supports(isa),
+            "{isa:?} bf16 products are not available here"
+        );
+        self.check_input(x, m);
+        if isa == Isa::Amx {
+            return amx::bf16_product(Unit::Hardware, self, x, m, out, store);
+        }
         // The rounded activations live in a buffer the calling thread keeps from call to
         // call (a fresh one per product cost page zeroing); a nested call, should one
         // ever happen while the buffer is in use, gets a fresh one.
         crate::reuse::with_reused(&ACTIVATIONS, |buffer| {
-            let len = m * self.pairs;
-            activation_pairs(x, m, self.cols, self.pairs, self.split, buffer);
+            let layout = PairRows::dense(m, self.pairs);
+            let len = layout.len();
+            activation_pairs(x, self.cols, layout, self.split, buffer);
             let (hi, lo) = buffer.split_at(len);
             let hi = &hi[..len];
             let lo = if self.split { &lo[..len] } else { &lo[..0] };
@@ -358,18 +409,53 @@ fn remainder(value: f32) -> f32 {
     }
 }
 
-/// `x` `(m, cols)` rounded to bf16 pairs into `packed[..m * pairs]`, the odd tail padded
-/// with zero (every value of that range is written); with `split`, the remainders of
-/// that rounding, rounded to bf16 in turn, into `packed[m * pairs..2 * m * pairs]`.
-fn activation_pairs(
+/// Where [`activation_pairs`] puts the rounded activations: `rows` rows (at least `m`)
+/// of `stride` pairs (at least `pairs`); the vector paths use `m` rows of `pairs`, the
+/// tiles pad both to whole tiles.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PairRows {
+    /// Rows of activations.
+    pub m: usize,
+    /// Pairs of one row (the inner dimension, rounded up to even, halved).
+    pub pairs: usize,
+    /// Pairs from one row to the next in the buffer.
+    pub stride: usize,
+    /// Rows in the buffer (the rows past `m` hold zeros).
+    pub rows: usize,
+}
+
+impl PairRows {
+    /// `m` rows of `pairs` pairs, no padding.
+    pub fn dense(m: usize, pairs: usize) -> PairRows {
+        PairRows {
+            m,
+            pairs,
+            stride: pairs,
+            rows: m,
+        }
+    }
+
+    /// Values in one part (`rows * stride`).
+    pub fn len(&self) -> usize {
+        self.rows * self.stride
+    }
+}
+
+/// `x` `(m, cols)` rounded to bf16 pairs into `packed[..layout.len()]` as `layout` says,
+/// the odd tail and all padding zero (every value of that range is written); with
+/// `split`, the remainders of that rounding, rounded to bf16 in turn, into the next
+/// `layout.len()` values.
+pub(super) fn activation_pairs(
     x: &[f32],
-    m: usize,
     cols: usize,
-    pairs: usize,
+    layout: PairRows,
     split: bool,
     packed: &mut Vec<u32>,
 ) {
-    let len = m * pairs;
+    let PairRows {
+        m, pairs, stride, ..
+    } = layout;
+    let len = layout.len();
     let needed = if split { 2 * len } else { len };
     if packed.len() < needed {
         packed.resize(needed, 0);
@@ -377,7 +463,11 @@ fn activation_pairs(
     let (hi, lo) = packed[..needed].split_at_mut(len);
     let part = |value: f32, second: bool| if second { remainder(value) } else { value };
     for (second, target) in [(false, hi), (true, lo)] {
-        for (row, target) in target.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
+        for (row, target) in target.chunks_exact_mut(stride.max(1)).enumerate() {
+            if row >= m {
+                target.fill(0);
+                continue;
+            }
             let source = &x[row * cols..(row + 1) * cols];
             let mut chunks = source.chunks_exact(2);
             for (slot, pair) in target.iter_mut().zip(&mut chunks) {
@@ -386,6 +476,7 @@ fn activation_pairs(
             if let [last] = chunks.remainder() {
                 target[pairs - 1] = pack_pair(part(*last, second), 0.0);
             }
+            target[pairs..].fill(0);
         }
     }
 }

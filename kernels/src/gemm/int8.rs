@@ -29,6 +29,7 @@
 //! every path, so AVX512-VNNI, AVX-VNNI, AVX2, NEON (with or without the dot product) and
 //! the portable path agree bit for bit.
 
+use super::amx::{self, Unit};
 use super::tiles::{for_each_tile, panel_count, Store, MR, NR};
 use super::Isa;
 use crate::cpu::CpuFeatures;
@@ -38,7 +39,7 @@ const QUAD: usize = 4;
 /// Inner-dimension values sharing one scale.
 pub const BLOCK: usize = 32;
 /// Quads per block.
-const BLOCK_QUADS: usize = BLOCK / QUAD;
+pub(super) const BLOCK_QUADS: usize = BLOCK / QUAD;
 
 /// A weight matrix `(rows, cols)` = `(out_features, in_features)` quantised to int8 per
 /// row and block.
@@ -107,6 +108,21 @@ impl Int8Matrix {
         self.cols
     }
 
+    /// Blocks of the inner dimension.
+    pub(super) fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    /// Weight panel `p`: its quads `(quad, column)` and its scales `(block, column)`, as
+    /// the packing stores them.
+    pub(super) fn panel(&self, p: usize) -> (&[u32], &[f32]) {
+        let (quads, blocks) = (self.blocks * BLOCK_QUADS, self.blocks);
+        (
+            &self.packed[p * quads * NR..(p + 1) * quads * NR],
+            &self.scales[p * blocks * NR..(p + 1) * blocks * NR],
+        )
+    }
+
     /// The stored weight dequantised to f32 (`s_w q_w`), row-major `(rows, cols)`.
     pub fn to_f32(&self) -> Vec<f32> {
         let quads = self.blocks * BLOCK_QUADS;
@@ -126,16 +142,45 @@ impl Int8Matrix {
     /// `out = x W^T` for row-major `x` `(m, cols)` and `out` `(m, rows)`, on the best
     /// instruction path this machine has.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Overwrite)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Overwrite)
     }
 
     /// `out += x W^T` (a residual connection added in place), on the best path.
     pub fn matmul_add(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.product(Self::best_isa(), x, m, out, Store::Add)
+        self.product(Self::isa_for_rows(m), x, m, out, Store::Add)
     }
 
-    /// The path [`Self::matmul`] takes on this machine.
+    /// [`Self::matmul`] on AMX tiles, the real ones or their portable model (tests run
+    /// the model on any machine).
+    ///
+    /// # Panics
+    /// If the shapes disagree, or `unit` is the hardware and it is not available here.
+    pub fn matmul_tiles(&self, unit: Unit, x: &[f32], m: usize, out: &mut [f32]) {
+        self.check_input(x, m);
+        amx::int8_product(unit, self, x, m, out, Store::Overwrite)
+    }
+
+    /// The path [`Self::matmul`] takes on this machine for `m` rows: AMX tiles from
+    /// [`amx::MIN_ROWS`] rows where they run, else [`Self::best_vector_isa`].
+    pub fn isa_for_rows(m: usize) -> Isa {
+        match Self::best_isa() {
+            Isa::Amx if m < amx::MIN_ROWS => Self::best_vector_isa(),
+            best => best,
+        }
+    }
+
+    /// The widest path this machine runs: AMX tiles where they run, else
+    /// [`Self::best_vector_isa`].
     pub fn best_isa() -> Isa {
+        if amx::status().int8 {
+            Isa::Amx
+        } else {
+            Self::best_vector_isa()
+        }
+    }
+
+    /// The widest vector (not tile) path on this machine.
+    pub fn best_vector_isa() -> Isa {
         let cpu = CpuFeatures::get();
         if cpu.avx512f && cpu.avx512vnni {
             Isa::Avx512
@@ -157,6 +202,7 @@ impl Int8Matrix {
         let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
+            Isa::Amx => amx::status().int8,
             Isa::Avx512 => cpu.avx512f && cpu.avx512vnni,
             Isa::AvxVnni => cpu.avx2 && cpu.fma && cpu.avxvnni,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
@@ -173,11 +219,9 @@ impl Int8Matrix {
         self.product(isa, x, m, out, Store::Overwrite)
     }
 
-    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
-        assert!(
-            Self::supports(isa),
-            "{isa:?} int8 products are not available here"
-        );
+    /// # Panics
+    /// If `x` does not hold `m` rows of [`Self::cols`].
+    fn check_input(&self, x: &[f32], m: usize) {
         assert_eq!(
             x.len(),
             m * self.cols,
@@ -185,6 +229,17 @@ impl Int8Matrix {
             x.len(),
             self.cols
         );
+    }
+
+    fn product(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32], store: Store) {
+        assert!(
+            Self::supports(isa),
+            "{isa:?} int8 products are not available here"
+        );
+        self.check_input(x, m);
+        if isa == Isa::Amx {
+            return amx::int8_product(Unit::Hardware, self, x, m, out, store);
+        }
         let activations = Activations::quantise(x, m, self.cols, self.blocks);
         let blocks = self.blocks;
         let quads = blocks * BLOCK_QUADS;
@@ -253,15 +308,15 @@ struct Operands<'a> {
 }
 
 /// Activations quantised per row and block.
-struct Activations {
+pub(super) struct Activations {
     /// `q + 128` bytes, four per u32, `(m, blocks * BLOCK_QUADS)`; padding holds 128.
     quads: Vec<u32>,
     /// `s_x`, `(m, blocks)`.
-    scales: Vec<f32>,
+    pub(super) scales: Vec<f32>,
 }
 
 impl Activations {
-    fn quantise(x: &[f32], m: usize, cols: usize, blocks: usize) -> Self {
+    pub(super) fn quantise(x: &[f32], m: usize, cols: usize, blocks: usize) -> Self {
         let quads_per_row = blocks * BLOCK_QUADS;
         let mut quads = vec![0x8080_8080u32; m * quads_per_row];
         let mut scales = vec![0f32; m * blocks];
@@ -297,7 +352,7 @@ impl Activations {
 
     /// The activations as signed bytes (`q`, not `q + 128`) for the NEON paths, four per
     /// u32 as in [`Self::quads`]; padding holds 0.
-    fn signed_quads(&self) -> Vec<u32> {
+    pub(super) fn signed_quads(&self) -> Vec<u32> {
         self.quads.iter().map(|&quad| quad ^ 0x8080_8080).collect()
     }
 }

@@ -3,9 +3,11 @@
 //!
 //! Each kernel picks its instruction path at run time ([`Isa`], from
 //! [`crate::cpu::CpuFeatures::get`]) and has a portable path that gives the same numbers
-//! bit for bit; tiles run in parallel on rayon's pool and the
-//! result does not depend on the number of threads (see `tiles`).
+//! bit for bit (AMX's bf16 tiles excepted: they sum in another order, see [`amx`]);
+//! tiles run in parallel on rayon's pool and the result does not depend on the number of
+//! threads (see `tiles`).
 
+pub mod amx;
 pub mod bf16;
 pub mod int8;
 mod tiles;
@@ -17,6 +19,9 @@ pub use tiles::Store;
 /// The instruction path a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
+    /// AMX tiles (`tdpbf16ps` for bf16, `tdpbssd` for int8), see [`amx`]; the default
+    /// paths take it for products of at least [`amx::MIN_ROWS`] rows.
+    Amx,
     /// AVX-512 with the kernel's extension (AVX512-BF16 for bf16, AVX512-VNNI for int8).
     Avx512,
     /// 256-bit AVX-VNNI (int8 only).
@@ -34,7 +39,8 @@ pub enum Isa {
 
 impl Isa {
     /// Every path, widest first (x86-64's, then aarch64's).
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
+        Isa::Amx,
         Isa::Avx512,
         Isa::AvxVnni,
         Isa::Avx2,
@@ -46,6 +52,7 @@ impl Isa {
     /// The path's name in benchmark output.
     pub fn name(self) -> &'static str {
         match self {
+            Isa::Amx => "amx",
             Isa::Avx512 => "avx512",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx2 => "avx2",
