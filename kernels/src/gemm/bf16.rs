@@ -9,7 +9,10 @@
 //! the odd product, then the even one, each addition rounded to f32 (products of two
 //! bf16 are exact in f32), and it flushes subnormal sums to zero as the instruction does.
 //! Subnormal inputs are flushed to zero when rounding to bf16, so both paths give
-//! bit-identical results.
+//! bit-identical results wherever the sums stay in f32's normal range. Where they do
+//! not, CPUs themselves disagree (an AMD Zen 4 rounds a sum just above the smallest
+//! normal one unit differently from a Zen 5, measured on `vdpbf16ps`): such calls run
+//! the portable tiles on every path, by the magnitude check the AVX2 path below uses.
 //!
 //! The AVX2 path (no bf16 arithmetic in the CPU) widens both operands to f32 in
 //! registers (a bf16 is the top half of an f32: a mask for the odd value of a pair, a
@@ -295,6 +298,24 @@ impl Bf16Matrix {
                     }
                 });
             }
+            // CPUs differ where sums leave the normal range (an AMD Zen 4's `vdpbf16ps`
+            // rounds a sum just above the smallest normal differently from a Zen 5's and
+            // from the portable model): such calls (never seen in a model) run the
+            // portable tiles, so that every CPU gives the same numbers.
+            let isa = if isa == Isa::Avx512 {
+                let magnitudes = Magnitudes::of(
+                    hi.iter()
+                        .chain(lo)
+                        .flat_map(|&pair| [widen(pair as u16), widen((pair >> 16) as u16)]),
+                );
+                if magnitudes.products_stay_normal(self.magnitudes) {
+                    isa
+                } else {
+                    Isa::Portable
+                }
+            } else {
+                isa
+            };
             self.tiles(isa, hi, lo, m, out, store);
         });
     }
