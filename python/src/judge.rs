@@ -17,6 +17,7 @@ use nlg_judge::engine::{
 };
 use nlg_judge::judge::diagnostics::{self, Audience};
 use nlg_judge::judge::geval::{resolve_steps, StepsSource};
+use nlg_judge::judge::pairwise::fit::set_aside_over_long;
 use nlg_judge::judge::pairwise::{run_compare, CompareRequest, Debias, Design, StopRule};
 use nlg_judge::judge::{
     resolve_method, run_scoring, ResolvedMethod, ScoreMethod, ScoreRequest, ScoreScale, Task,
@@ -215,12 +216,29 @@ impl NativeJudge {
                 .clone()
                 .unwrap_or(options.attribute.name.clone());
             let contexts = source.contexts(2)?;
-            let result = run_compare(
+            // Candidates too long for the model are left out and named, as on the
+            // command line.
+            let (contexts, set_aside) =
+                set_aside_over_long(engine.scorer.as_ref(), contexts, &options)?;
+            if contexts.is_empty() && !set_aside.is_empty() {
+                return Err(input(anyhow::anyhow!(
+                    "no context has two candidates whose comparison fits the model: {}",
+                    set_aside
+                        .iter()
+                        .map(|s| s.describe())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )));
+            }
+            let mut result = run_compare(
                 engine.scorer.as_mut(),
                 &contexts,
                 &options,
                 engine.cache.as_ref(),
             )?;
+            if let Some(check) = diagnostics::too_long(&set_aside, Audience::Python) {
+                result.diagnostics.push(check);
+            }
             Ok(NativeCompareResult::new(result, contexts, wanted))
         })
     }

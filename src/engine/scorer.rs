@@ -87,6 +87,13 @@ pub trait Scorer: Send {
     /// The prompt's token ids (chat template and tokeniser applied).
     fn encode_prompt(&self, prompt: &Prompt) -> Result<TokenPrompt>;
 
+    /// The most tokens a prompt and its label may hold together, where the model refuses
+    /// longer ones (a decoder's context window); `None` where it takes any length (T5's
+    /// relative positions).
+    fn length_limit(&self) -> Option<usize> {
+        Some(self.info().context_window)
+    }
+
     /// Whether one call may carry the requests of every context of a run (one prefix
     /// trie, passes cut across contexts). Batches can move a result's last bits (a
     /// matrix product's blocking follows its row count), so a scorer whose results must

@@ -167,6 +167,11 @@ fn encoder_text(system: Option<&str>, user: &str) -> String {
 }
 
 impl Scorer for T5Scorer {
+    fn length_limit(&self) -> Option<usize> {
+        // Relative positions take any length (with a warning past the training length).
+        None
+    }
+
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
         Some(&self.tokenizer)
     }

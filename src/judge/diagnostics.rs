@@ -13,6 +13,7 @@
 //! | `ties` | share of candidates tied with another of their context | above 0.5 | `--rank poe` or `bradley-terry`, `--debias threshold`, a larger model |
 //! | `label_mass` | mean probability on the answer labels (min in the message) | below 0.5 | a larger model, `--show-prompt` |
 //! | `steps` (G-Eval) | most times one sentence of the evaluation steps repeats | above 2, or under 8 letters | `--steps FILE`, a larger model |
+//! | `too_long` (compare) | candidates left out because no comparison of theirs fits the model | above 0 | shorter texts, a model with a longer window |
 //!
 //! A remedy names only what would change this run's result, in the words of whoever
 //! reads it ([`Audience`]: a flag on the command line, a request field of the service, a
@@ -79,6 +80,10 @@ enum Action {
     StepsFile,
     /// Compare the candidates pairwise instead of scoring them.
     ComparePairwise,
+    /// Shorten the texts.
+    Shorten,
+    /// A model with a longer context window.
+    LongerModel,
 }
 
 impl Action {
@@ -129,6 +134,14 @@ impl Action {
             (Action::ComparePairwise, CommandLine) => "compare them pairwise (nlg-judge compare)",
             (Action::ComparePairwise, Service) => "compare them pairwise (/v1/compare)",
             (Action::ComparePairwise, Python) => "compare them pairwise (Judge.compare)",
+            (Action::Shorten, _) => "shorter texts",
+            (Action::LongerModel, CommandLine) => "a model with a longer context window (--model)",
+            (Action::LongerModel, Service) => {
+                "a model with a longer context window (serve one with --model)"
+            }
+            (Action::LongerModel, Python) => {
+                "a model with a longer context window (Judge(model=...))"
+            }
         })
     }
 }
@@ -243,6 +256,14 @@ impl Diagnostics {
             checks,
             adjusted: None,
         }
+    }
+
+    /// Add a check (counted among the warnings when it warns).
+    pub fn push(&mut self, check: Check) {
+        if check.is_warning() {
+            self.warnings += 1;
+        }
+        self.checks.push(check);
     }
 
     pub fn get(&self, name: &str) -> Option<&Check> {
@@ -428,6 +449,36 @@ pub fn label_mass(masses: &[f64], labels: &str, audience: Audience) -> Option<Ch
         &remedy(
             "the model mostly wants to answer something else",
             &[Action::ShowPrompt, Action::LargerModel],
+            audience,
+        ),
+    ))
+}
+
+/// Candidates left out of a run because their comparisons exceed the model's window
+/// (`judge::pairwise::fit`): a warning naming the first few, `None` when there are none.
+pub fn too_long(aside: &[super::pairwise::fit::SetAside], audience: Audience) -> Option<Check> {
+    const NAMED: usize = 3;
+    if aside.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = aside.iter().take(NAMED).map(|s| s.describe()).collect();
+    if aside.len() > NAMED {
+        named.push(format!("and {} more", aside.len() - NAMED));
+    }
+    Some(Check::new(
+        "too_long",
+        aside.len() as f64,
+        0.0,
+        WarnWhen::Above,
+        format!(
+            "{} candidate{} not ranked (left out of the output): {}",
+            aside.len(),
+            if aside.len() == 1 { "" } else { "s" },
+            named.join("; ")
+        ),
+        &remedy(
+            "they do not fit the model with any other candidate",
+            &[Action::Shorten, Action::LongerModel],
             audience,
         ),
     ))

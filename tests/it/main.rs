@@ -52,4 +52,5 @@ mod t5_parity;
 mod t5_scorer;
 mod t5_untied_embeddings;
 mod tokenizer;
+mod too_long;
 mod wheel_source;

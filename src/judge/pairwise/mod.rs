@@ -9,6 +9,7 @@
 
 pub mod adaptive;
 pub mod design;
+pub mod fit;
 pub mod request;
 pub mod run;
 pub mod template;

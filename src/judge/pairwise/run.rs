@@ -237,6 +237,24 @@ pub fn plan_pairs(
     Ok(plan)
 }
 
+/// The label request comparing candidate `first` (shown as A) with `second` (as B) of
+/// `context`, in the scorer's conventions.
+pub(crate) fn comparison_request_for(
+    scorer: &dyn Scorer,
+    context: &Context,
+    options: &CompareOptions,
+    pair: (usize, usize),
+) -> LabelRequest {
+    let question = options.attribute.question(&options.nouns.item);
+    comparison_request(
+        &scorer.info().conventions,
+        context,
+        options,
+        &question,
+        pair,
+    )
+}
+
 /// The label request comparing candidate `first` (shown as A) with `second` (as B).
 fn comparison_request(
     conventions: &Conventions,
