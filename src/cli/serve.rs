@@ -47,6 +47,8 @@ pub struct ServeArgs {
     pub allow_no_token: bool,
 
     /// Serve HTTPS only, with this PEM certificate chain (the server's certificate first).
+    /// Reloaded with --tls-key on SIGHUP (a renewed certificate is presented from the next
+    /// connection on; files that do not load keep the one in use).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -123,7 +125,7 @@ pub struct ServeArgs {
 /// loads (each fault exits 2).
 struct Exposure {
     tokens: Option<Tokens>,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<(Arc<rustls::ServerConfig>, Arc<tls::Certificate>)>,
     warnings: Vec<String>,
 }
 
@@ -141,7 +143,7 @@ fn check_exposure(args: &ServeArgs) -> Result<Exposure> {
         .transpose()
         .map_err(input_error)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tls::server_config(cert, key).map_err(input_error)?),
+        (Some(cert), Some(key)) => Some(tls::reloadable(cert, key).map_err(input_error)?),
         _ => None,
     };
     let warnings = exposure(&addrs, tokens.is_some(), tls.is_some(), args.allow_no_token)
@@ -158,22 +160,37 @@ fn check_exposure(args: &ServeArgs) -> Result<Exposure> {
     })
 }
 
-/// Reload the token file on each SIGHUP, saying what came of it.
+/// Reload the token file and the TLS certificate on each SIGHUP, saying what came of
+/// each; what does not load leaves the one in use as it was.
 #[cfg(unix)]
-fn reload_on_hangup(tokens: Tokens) -> Result<()> {
+fn reload_on_hangup(
+    tokens: Option<Tokens>,
+    certificate: Option<Arc<tls::Certificate>>,
+) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangups = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            let path = tokens.path().map(Path::display);
-            match tokens.reload() {
-                Ok(set) => eprintln!(
-                    "SIGHUP: token file {} reloaded: {} tokens ({})",
-                    path.map(|p| p.to_string()).unwrap_or_default(),
-                    set.len(),
-                    set.names().join(", ")
-                ),
-                Err(error) => eprintln!("SIGHUP: error: {error:#}"),
+            if let Some(tokens) = &tokens {
+                let path = tokens.path().map(Path::display);
+                match tokens.reload() {
+                    Ok(set) => eprintln!(
+                        "SIGHUP: token file {} reloaded: {} tokens ({})",
+                        path.map(|p| p.to_string()).unwrap_or_default(),
+                        set.len(),
+                        set.names().join(", ")
+                    ),
+                    Err(error) => eprintln!("SIGHUP: error: {error:#}"),
+                }
+            }
+            if let Some(certificate) = &certificate {
+                match certificate.reload() {
+                    Ok(()) => eprintln!(
+                        "SIGHUP: TLS certificate {} reloaded: presented from the next connection on",
+                        certificate.cert_path().display()
+                    ),
+                    Err(error) => eprintln!("SIGHUP: error: {error:#}"),
+                }
             }
         }
     });
@@ -181,7 +198,7 @@ fn reload_on_hangup(tokens: Tokens) -> Result<()> {
 }
 
 #[cfg(not(unix))]
-fn reload_on_hangup(_: Tokens) -> Result<()> {
+fn reload_on_hangup(_: Option<Tokens>, _: Option<Arc<tls::Certificate>>) -> Result<()> {
     Ok(())
 }
 
@@ -206,6 +223,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let cache = args.cache.open_or_memory()?;
     let scorer = args.model.load()?;
+    let (tls, certificate) = match tls {
+        Some((config, certificate)) => (Some(config), Some(certificate)),
+        None => (None, None),
+    };
     let config = ServerConfig {
         tokens,
         tls,
@@ -237,14 +258,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let address = listener.local_addr()?;
-        if let Some(tokens) = config.tokens.as_ref().filter(|t| t.path().is_some()) {
-            reload_on_hangup(tokens.clone())?;
+        let reloadable_tokens = config.tokens.clone().filter(|t| t.path().is_some());
+        if reloadable_tokens.is_some() || certificate.is_some() {
+            reload_on_hangup(reloadable_tokens, certificate)?;
         }
         let auth = match &config.tokens {
             Some(tokens) => {
                 let set = tokens.current();
                 format!(
-                    "bearer token required: {} ({}), SIGHUP reloads",
+                    "bearer token required: {} ({}), SIGHUP reloads them",
                     set.len(),
                     set.names().join(", ")
                 )

@@ -408,8 +408,16 @@ struct Binary {
 impl Binary {
     fn start(args: &[&str]) -> Self {
         let cache = tempfile::tempdir().unwrap();
+        // A port of the system's choosing unless the test names an address: the default
+        // port would collide with other tests, other runs of the suite, anything else.
+        let addr: &[&str] = if args.contains(&"--addr") {
+            &[]
+        } else {
+            &["--addr", "127.0.0.1:0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
             .args(["serve", "--model", "mock", "--no-cache"])
+            .args(addr)
             .args(args)
             .env("NLG_JUDGE_CACHE", cache.path())
             .env("RUST_LOG", "nlg_judge::server::http=info")
@@ -555,10 +563,10 @@ fn sighup_reloads_the_token_file_and_the_log_names_each_request() {
     let mut server = Binary::start(&["--token-file", path.to_str().unwrap()]);
     let addr = server.addr();
     assert_eq!(blocking(addr, "/v1/models", Some(BOB)).0, 200);
-    // The fields may come with colours: the path and the name, quoted.
+    // The path and the name, quoted; no colour codes in a log that is not a terminal.
     let logged = server.line_with("\"/v1/models\"");
     assert!(
-        logged.contains("\"bob\"") && !logged.contains(BOB),
+        logged.contains("\"bob\"") && !logged.contains(BOB) && !logged.contains('\u{1b}'),
         "{logged}"
     );
 
@@ -587,4 +595,56 @@ fn sighup_reloads_the_token_file_and_the_log_names_each_request() {
     let (status, rest) = server.wait();
     assert!(status.success(), "{rest}");
     assert!(!rest.contains(ALICE) && !rest.contains(BOB), "{rest}");
+}
+
+/// SIGHUP reloads the TLS certificate: the next connection gets the new one (a client
+/// trusting only the new CA gets in, one trusting only the old is refused), and files
+/// that do not load leave the certificate in use as it was, said in the log.
+#[test]
+fn sighup_reloads_the_tls_certificate_and_a_bad_one_keeps_the_old() {
+    let (old, new) = (pki(), pki());
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::copy(&old.cert, &cert).unwrap();
+    std::fs::copy(&old.key, &key).unwrap();
+    let mut server = Binary::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let addr = server.addr();
+    let url = format!("https://127.0.0.1:{}/healthz", addr.port());
+    let status = |ca: &str| call(&client(ca), "GET", &url, None, None).map(|(s, _)| s);
+    assert_eq!(status(&old.ca_pem), Ok(200));
+    assert!(status(&new.ca_pem).is_err(), "the new CA is not yet served");
+
+    std::fs::copy(&new.cert, &cert).unwrap();
+    std::fs::copy(&new.key, &key).unwrap();
+    server.signal("HUP");
+    let reloaded = server.line_with("SIGHUP");
+    assert!(
+        reloaded.contains("TLS certificate") && reloaded.contains("reloaded"),
+        "{reloaded}"
+    );
+    assert_eq!(status(&new.ca_pem), Ok(200));
+    assert!(
+        status(&old.ca_pem).is_err(),
+        "the old certificate is no longer served"
+    );
+
+    // A key that does not fit the certificate: the new certificate stays in use.
+    std::fs::copy(&old.key, &key).unwrap();
+    server.signal("HUP");
+    let failed = server.line_with("SIGHUP");
+    assert!(
+        failed.contains("error")
+            && failed.contains("does not fit")
+            && failed.contains("previous one stays"),
+        "{failed}"
+    );
+    assert_eq!(status(&new.ca_pem), Ok(200));
+    server.signal("TERM");
+    let (status, rest) = server.wait();
+    assert!(status.success(), "{rest}");
 }
