@@ -124,16 +124,14 @@ impl Action {
             (Action::LargerModel, CommandLine) => "a larger model (--model)",
             (Action::LargerModel, Service) => "a larger model (serve one with --model)",
             (Action::LargerModel, Python) => "a larger model (Judge(model=...))",
-            (Action::ShowPrompt, CommandLine) => "check the prompt with --show-prompt",
+            (Action::ShowPrompt, CommandLine) => "--show-prompt (to check the prompt)",
             (Action::ShowPrompt, _) => return None,
-            (Action::StepsFile, CommandLine) => {
-                "write the evaluation steps yourself (--steps FILE)"
-            }
-            (Action::StepsFile, Service) => "write the evaluation steps yourself (field \"steps\")",
-            (Action::StepsFile, Python) => "write the evaluation steps yourself (steps=...)",
-            (Action::ComparePairwise, CommandLine) => "compare them pairwise (nlg-judge compare)",
-            (Action::ComparePairwise, Service) => "compare them pairwise (/v1/compare)",
-            (Action::ComparePairwise, Python) => "compare them pairwise (Judge.compare)",
+            (Action::StepsFile, CommandLine) => "evaluation steps of your own (--steps FILE)",
+            (Action::StepsFile, Service) => "evaluation steps of your own (field \"steps\")",
+            (Action::StepsFile, Python) => "evaluation steps of your own (steps=...)",
+            (Action::ComparePairwise, CommandLine) => "pairwise comparison (nlg-judge compare)",
+            (Action::ComparePairwise, Service) => "pairwise comparison (/v1/compare)",
+            (Action::ComparePairwise, Python) => "pairwise comparison (Judge.compare)",
             (Action::Shorten, _) => "shorter texts",
             (Action::LongerModel, CommandLine) => "a model with a longer context window (--model)",
             (Action::LongerModel, Service) => {
@@ -175,7 +173,7 @@ pub enum Status {
 }
 
 /// Which side of the threshold warns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WarnWhen {
     Above,
@@ -209,6 +207,10 @@ pub struct Check {
     /// One line: what to do (warnings only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remedy: Option<String>,
+    /// How many units `value` is over (decided comparisons, pairs, candidates, answers;
+    /// 1 for the steps, the count itself for `too_long`): the weights that combine the
+    /// checks of a sharded run's shards ([`combine_shards`]).
+    pub count: usize,
 }
 
 impl Check {
@@ -229,7 +231,14 @@ impl Check {
             status: if warn { Status::Warn } else { Status::Ok },
             message,
             remedy: warn.then(|| remedy.to_string()),
+            count: 1,
         }
+    }
+
+    /// The check, its value over `count` units.
+    fn over(mut self, count: usize) -> Self {
+        self.count = count;
+        self
     }
 
     pub fn is_warning(&self) -> bool {
@@ -347,7 +356,8 @@ pub fn positional_bias(
              (mean P(A) {mean_p_a:.3}; 0.5 is unbiased)"
         ),
         &remedy("the judge prefers a position", &actions, choices.audience),
-    );
+    )
+    .over(comparisons);
     if check.is_warning() {
         let corrected = if choices.ranking_cancels_bias() {
             Some("; cancelled in the ranking (Product of Experts over both orders)")
@@ -390,6 +400,7 @@ pub fn order_consistency(agree: f64, pairs: usize, choices: RunChoices) -> Check
             choices.audience,
         ),
     )
+    .over(pairs)
 }
 
 /// Ties over contexts given each context's scores: the share of candidates sharing
@@ -414,18 +425,21 @@ pub fn ties(scores: &[&[f64]], remedy: &str) -> Option<Check> {
         return None;
     }
     let share = tied as f64 / candidates as f64;
-    Some(Check::new(
-        "ties",
-        share,
-        TIES_MAX,
-        WarnWhen::Above,
-        format!(
-            "{tied} of {candidates} candidates share their score with another; all tie in \
+    Some(
+        Check::new(
+            "ties",
+            share,
+            TIES_MAX,
+            WarnWhen::Above,
+            format!(
+                "{tied} of {candidates} candidates share their score with another; all tie in \
              {all_tied} of {contexts} context{}",
-            if contexts == 1 { "" } else { "s" }
-        ),
-        remedy,
-    ))
+                if contexts == 1 { "" } else { "s" }
+            ),
+            remedy,
+        )
+        .over(candidates),
+    )
 }
 
 /// Label mass: the mean (and in the message the least) probability the answer labels
@@ -436,22 +450,25 @@ pub fn label_mass(masses: &[f64], labels: &str, audience: Audience) -> Option<Ch
     }
     let mean = masses.iter().sum::<f64>() / masses.len() as f64;
     let min = masses.iter().copied().fold(f64::INFINITY, f64::min);
-    Some(Check::new(
-        "label_mass",
-        mean,
-        LABEL_MASS_MIN,
-        WarnWhen::Below,
-        format!(
-            "the {labels} received {mean:.3} of the probability on average (least {min:.3}) \
+    Some(
+        Check::new(
+            "label_mass",
+            mean,
+            LABEL_MASS_MIN,
+            WarnWhen::Below,
+            format!(
+                "the {labels} received {mean:.3} of the probability on average (least {min:.3}) \
              over {} answers",
-            masses.len()
-        ),
-        &remedy(
-            "the model mostly wants to answer something else",
-            &[Action::ShowPrompt, Action::LargerModel],
-            audience,
-        ),
-    ))
+                masses.len()
+            ),
+            &remedy(
+                "the model mostly wants to answer something else",
+                &[Action::ShowPrompt, Action::LargerModel],
+                audience,
+            ),
+        )
+        .over(masses.len()),
+    )
 }
 
 /// Candidates left out of a run because their comparisons exceed the model's window
@@ -465,23 +482,26 @@ pub fn too_long(aside: &[super::pairwise::fit::SetAside], audience: Audience) ->
     if aside.len() > NAMED {
         named.push(format!("and {} more", aside.len() - NAMED));
     }
-    Some(Check::new(
-        "too_long",
-        aside.len() as f64,
-        0.0,
-        WarnWhen::Above,
-        format!(
-            "{} candidate{} not ranked (left out of the output): {}",
-            aside.len(),
-            if aside.len() == 1 { "" } else { "s" },
-            named.join("; ")
-        ),
-        &remedy(
-            "they do not fit the model with any other candidate",
-            &[Action::Shorten, Action::LongerModel],
-            audience,
-        ),
-    ))
+    Some(
+        Check::new(
+            "too_long",
+            aside.len() as f64,
+            0.0,
+            WarnWhen::Above,
+            format!(
+                "{} candidate{} not ranked (left out of the output): {}",
+                aside.len(),
+                if aside.len() == 1 { "" } else { "s" },
+                named.join("; ")
+            ),
+            &remedy(
+                "they do not fit the model with any other candidate",
+                &[Action::Shorten, Action::LongerModel],
+                audience,
+            ),
+        )
+        .over(aside.len()),
+    )
 }
 
 /// What is wrong with a list of evaluation steps, if anything: nearly empty, or one
@@ -660,9 +680,184 @@ pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
     Diagnostics::new(checks)
 }
 
+/// The diagnostics of a sharded run from its shards' `OUT.diagnostics.json` files
+/// (`(file name, JSON)` each), for `merge`: each check's value as the mean of the
+/// shards' values weighted by their `count` (the steps: the most; `too_long`: the sum),
+/// its status from the combined value (a check every shard found corrected stays `ok`),
+/// the remedy of a shard that warned (shards share the run's choices), and every shard's
+/// diagnostics as they were, under `shards`.
+pub fn combine_shards(shards: &[(String, serde_json::Value)]) -> anyhow::Result<serde_json::Value> {
+    use serde_json::{json, Value};
+    let mut names: Vec<String> = Vec::new();
+    for (_, diagnostics) in shards {
+        for check in diagnostics["checks"].as_array().into_iter().flatten() {
+            if let Some(name) = check["name"].as_str() {
+                if !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+            }
+        }
+    }
+    let mut checks = Vec::new();
+    for name in &names {
+        let found: Vec<(&str, &Value)> = shards
+            .iter()
+            .flat_map(|(file, d)| {
+                d["checks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["name"] == name.as_str())
+                    .map(move |c| (file.as_str(), c))
+            })
+            .collect();
+        let first = found[0].1;
+        let number = |c: &Value, key: &str| {
+            c[key]
+                .as_f64()
+                .ok_or_else(|| anyhow::anyhow!("check `{name}`: no number `{key}`"))
+        };
+        let mut weighted = 0.0;
+        let (mut count, mut most) = (0.0, f64::NEG_INFINITY);
+        for (file, check) in &found {
+            let value = number(check, "value").map_err(|e| e.context(file.to_string()))?;
+            let weight = check["count"].as_f64().unwrap_or(1.0);
+            weighted += value * weight;
+            count += weight;
+            most = most.max(value);
+        }
+        let value = match name.as_str() {
+            "steps" => most,
+            "too_long" => weighted,
+            _ if count > 0.0 => weighted / count,
+            _ => 0.0,
+        };
+        let threshold = number(first, "threshold")?;
+        let warn_when: WarnWhen = serde_json::from_value(first["warn_when"].clone())
+            .map_err(|e| anyhow::anyhow!("check `{name}`: warn_when: {e}"))?;
+        let corrected_everywhere = found.iter().all(|(_, c)| c["status"] == "ok")
+            && found
+                .iter()
+                .any(|(_, c)| warn_when.warns(c["value"].as_f64().unwrap_or(0.0), threshold));
+        let warns = !corrected_everywhere
+            && (warn_when.warns(value, threshold)
+                || found
+                    .iter()
+                    .any(|(_, c)| c["status"] == "warn" && name == "steps"));
+        let mut check = json!({
+            "name": name,
+            "value": value,
+            "threshold": threshold,
+            "warn_when": first["warn_when"],
+            "status": if warns { "warn" } else { "ok" },
+            "count": count as u64,
+            "message": format!(
+                "{value:.3} over {} (combined from {} of {} shards; each shard's own message is \
+                 under `shards`){}",
+                count as u64,
+                found.len(),
+                shards.len(),
+                if corrected_everywhere { "; corrected in every shard" } else { "" }
+            ),
+        });
+        if warns {
+            if let Some(remedy) = found.iter().find_map(|(_, c)| c["remedy"].as_str()) {
+                check["remedy"] = json!(remedy);
+            }
+        }
+        checks.push(check);
+    }
+    let warnings = checks.iter().filter(|c| c["status"] == "warn").count();
+    let adjusted: Vec<&str> = shards
+        .iter()
+        .filter_map(|(_, d)| d["adjusted"].as_str())
+        .collect();
+    let mut combined = json!({
+        "warnings": warnings,
+        "checks": checks,
+        "shards": shards
+            .iter()
+            .map(|(file, d)| json!({"file": file, "diagnostics": d}))
+            .collect::<Vec<_>>(),
+    });
+    if let Some(first) = adjusted.first() {
+        combined["adjusted"] = json!(if adjusted.len() == shards.len() {
+            first.to_string()
+        } else {
+            format!("in {} of {} shards: {first}", adjusted.len(), shards.len())
+        });
+    }
+    Ok(combined)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Shards combine by count-weighted means; a check warns on the combined value, a
+    /// check corrected in every shard stays ok, and each shard's own file is kept.
+    #[test]
+    fn shards_combine_by_their_counts() {
+        let shard = |bias: f64, decided: usize, mass: f64, answers: usize| {
+            let diagnostics = Diagnostics::new(vec![
+                positional_bias(bias, 0.6, decided, plain()),
+                label_mass(&vec![mass; answers], "labels", Audience::CommandLine).unwrap(),
+            ]);
+            serde_json::to_value(&diagnostics).unwrap()
+        };
+        let combined = combine_shards(&[
+            ("a.jsonl".into(), shard(0.9, 30, 0.4, 30)),
+            ("b.jsonl".into(), shard(0.5, 90, 0.8, 90)),
+        ])
+        .unwrap();
+        let check = |name: &str| {
+            combined["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        // (0.9 * 30 + 0.5 * 90) / 120 = 0.6: within the band, though shard a warned.
+        let bias = check("positional_bias");
+        assert!((bias["value"].as_f64().unwrap() - 0.6).abs() < 1e-12);
+        assert_eq!(bias["status"], "ok");
+        assert_eq!(bias["count"], 120);
+        // (0.4 * 30 + 0.8 * 90) / 120 = 0.7.
+        let mass = check("label_mass");
+        assert!((mass["value"].as_f64().unwrap() - 0.7).abs() < 1e-12);
+        assert_eq!(combined["warnings"], 0);
+        assert_eq!(combined["shards"].as_array().unwrap().len(), 2);
+
+        // Both shards biased: the combined check warns, with the shards' remedy.
+        let combined = combine_shards(&[
+            ("a.jsonl".into(), shard(0.9, 30, 0.8, 30)),
+            ("b.jsonl".into(), shard(0.8, 90, 0.8, 90)),
+        ])
+        .unwrap();
+        let bias = &combined["checks"][0];
+        assert_eq!(bias["status"], "warn");
+        assert!(bias["remedy"]
+            .as_str()
+            .unwrap()
+            .contains("--debias threshold"));
+        // Corrected in every shard (the threshold): ok, and said.
+        let corrected = RunChoices {
+            debias: Debias::Threshold,
+            ..plain()
+        };
+        let shard = serde_json::to_value(Diagnostics::new(vec![positional_bias(
+            0.9, 0.7, 50, corrected,
+        )]))
+        .unwrap();
+        let combined = combine_shards(&[("a".into(), shard.clone()), ("b".into(), shard)]).unwrap();
+        assert_eq!(combined["checks"][0]["status"], "ok");
+        assert!(combined["checks"][0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("corrected in every shard"));
+    }
 
     /// Win ratio over both orders, no debiasing, on the command line: the default run
     /// before any fallback.

@@ -217,6 +217,31 @@ fn three_shards_merge_to_the_single_run_and_merge_refuses_bad_sets() {
         let out = setup.merge(&scores, &merged);
         assert!(out.status.success(), "{how}: {}", text(&out.stderr));
         assert_eq!(std::fs::read(&merged).unwrap(), single_scores, "{how}");
+        // The shards' diagnostics combine into the merged run's, each shard's kept: the
+        // comparisons counted are the single run's, and so is every check's value
+        // (count-weighted means of the shards').
+        let read = |path: &Path| -> serde_json::Value {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".diagnostics.json");
+            serde_json::from_str(&std::fs::read_to_string(name).unwrap()).unwrap()
+        };
+        let (combined, whole) = (read(&merged), read(&setup.path("single.jsonl")));
+        assert_eq!(combined["shards"].as_array().unwrap().len(), 3, "{how}");
+        for check in whole["checks"].as_array().unwrap() {
+            let name = check["name"].as_str().unwrap();
+            let merged_check = combined["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap_or_else(|| panic!("{how}: no {name} combined"));
+            assert_eq!(merged_check["count"], check["count"], "{how} {name}");
+            let (a, b) = (
+                merged_check["value"].as_f64().unwrap(),
+                check["value"].as_f64().unwrap(),
+            );
+            assert!((a - b).abs() < 1e-9, "{how} {name}: {a} vs {b}");
+        }
         let merged_pairs = setup.path(&format!("{how}_merged_pairs.jsonl"));
         let out = setup.merge(&pairs, &merged_pairs);
         assert!(out.status.success(), "{how}: {}", text(&out.stderr));
