@@ -1,10 +1,12 @@
-//! Evaluation methods: pairwise comparative assessment, absolute prompt scoring, G-Eval
-//! and GPTScore. Methods talk to a [`crate::engine::Scorer`], never to tensors.
+//! Evaluation methods: pairwise comparative assessment, absolute prompt scoring, G-Eval,
+//! GPTScore and rubric grading. Methods talk to a [`crate::engine::Scorer`], never to tensors.
 //!
 //! - [`pairwise`]: comparative assessment (templates, designs, the compare runner);
 //! - [`absolute`]: the paper's prompt-scoring baseline ("Provide a score between 1 and 10");
 //! - [`geval`]: G-Eval with its criteria files and auto chain-of-thought steps;
 //! - [`gptscore`]: the likelihood baseline;
+//! - [`rubric`]: rubric grading in each judge model's own format (Prometheus 2,
+//!   Flow-Judge, our plain one): feedback, then the score read after the result marker;
 //! - [`scale`]: integer score scales read off the model's answer distribution;
 //! - [`scoring`]: the cached, resumable runner of the three absolute methods;
 //! - [`score_request`]: a scoring run's options as callers name them, checked;
@@ -16,6 +18,7 @@ pub mod diagnostics;
 pub mod geval;
 pub mod gptscore;
 pub mod pairwise;
+pub mod rubric;
 pub mod scale;
 pub mod score_request;
 pub mod scoring;

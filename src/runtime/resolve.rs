@@ -575,6 +575,7 @@ pub fn conventions_for(template: &ChatTemplate) -> Conventions {
             label_b: "B".to_string(),
             score_suffix: "\n\nScore:".to_string(),
             chat: true,
+            rubric_protocol: None,
         },
         ChatTemplate::None => Conventions::default(),
     }
