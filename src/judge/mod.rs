@@ -8,9 +8,10 @@
 //! - [`rubric`]: rubric grading in each judge model's own format (Prometheus 2,
 //!   Flow-Judge, our plain one): feedback, then the score read after the result marker;
 //! - [`scale`]: integer score scales read off the model's answer distribution;
-//! - [`scoring`]: the cached, resumable runner of the three absolute methods;
+//! - [`scoring`]: the cached, resumable runner of the absolute methods;
 //! - [`score_request`]: a scoring run's options as callers name them, checked;
-//! - [`diagnostics`]: whether the judge was judging (bias, ties, label mass, steps).
+//! - [`diagnostics`]: whether the judge was judging (bias, ties, label mass, steps,
+//!   format).
 
 pub mod absolute;
 pub mod attribute;
@@ -25,10 +26,10 @@ pub mod scoring;
 
 pub use attribute::{Attribute, Nouns, Task};
 pub use scale::{ScoreDistribution, ScoreScale};
-pub use score_request::ScoreRequest;
+pub use score_request::{RubricRequest, ScoreRequest};
 pub use scoring::{
-    resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, ScoreMethod,
-    ScoreOptions, ScoreRun, ScoredCandidate,
+    resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, RubricOptions,
+    ScoreMethod, ScoreOptions, ScoreRun, ScoredCandidate,
 };
 
 /// The contexts whose requests are not all answered, for an error: `` `id` (k of n

@@ -12,10 +12,12 @@
 //! - [`protocol`]: the three formats, each rendered byte for byte as published
 //!   (`tests/fixtures/rubric/` holds the published templates' renderings);
 //! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
-//!   appended), and whether the model kept to its format.
+//!   appended), and whether the model kept to its format;
+//! - [`run`]: the decided method and its feedback step (one generation per candidate).
 
 pub mod protocol;
 pub mod reading;
+pub mod run;
 
 use std::path::Path;
 
@@ -26,6 +28,7 @@ use sha2::{Digest, Sha256};
 pub use crate::engine::RubricProtocol;
 pub use protocol::{ProtocolFormat, RubricInput};
 pub use reading::{FormatCounts, FormatOutcome, Reading};
+pub use run::RubricMethod;
 
 use super::attribute::Task;
 use super::geval::Sections;
