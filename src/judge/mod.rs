@@ -32,6 +32,20 @@ pub use scoring::{
     ScoreMethod, ScoreOptions, ScoreRun, ScoredCandidate,
 };
 
+/// Test helper: assert that `parts` occur in `text` in order, each after the one before;
+/// returns the byte where the last one ends.
+#[cfg(test)]
+pub(crate) fn assert_in_order(text: &str, parts: &[&str]) -> usize {
+    let mut at = 0;
+    for part in parts {
+        let found = text[at..]
+            .find(part)
+            .unwrap_or_else(|| panic!("{part:?} not after byte {at} in {text}"));
+        at += found + part.len();
+    }
+    at
+}
+
 /// The contexts whose requests are not all answered, for an error: `` `id` (k of n
 /// missing)``, the first few by name.
 pub(crate) fn unfinished<'a>(

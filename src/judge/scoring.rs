@@ -195,12 +195,7 @@ impl ResolvedMethod {
                 reference,
             } => {
                 let expected = if *reference {
-                    Some(candidate.reference.as_deref().with_context(|| {
-                        format!(
-                            "candidate `{}` has no `reference` (needed with --reference)",
-                            candidate.id
-                        )
-                    })?)
+                    Some(required_reference(candidate)?)
                 } else {
                     None
                 };
@@ -220,6 +215,16 @@ impl ResolvedMethod {
             }
         }
     }
+}
+
+/// `candidate`'s reference, which `--reference` needs.
+pub(crate) fn required_reference(candidate: &Candidate) -> Result<&str> {
+    candidate.reference.as_deref().with_context(|| {
+        format!(
+            "candidate `{}` has no `reference` (needed with --reference)",
+            candidate.id
+        )
+    })
 }
 
 /// Check the options and settle what the method needs: the attribute, G-Eval's criteria

@@ -17,7 +17,7 @@ use nlg_judge::judge::rubric::run::ProtocolSource;
 use nlg_judge::judge::rubric::{FormatOutcome, Rubric};
 use nlg_judge::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, RubricRequest, ScoreMethod,
-    ScoreOptions, ScoreRequest, ScoreScale,
+    ScoreOptions, ScoreRequest, ScoreRun, ScoreScale,
 };
 use nlg_judge::progress::Progress;
 use serde_json::Value;
@@ -199,6 +199,11 @@ fn cased_contexts() -> Vec<Context> {
     ]
 }
 
+/// Grade the cased contexts with `method`, without a cache.
+fn grade(judge: &mut MockScorer, method: &ResolvedMethod) -> ScoreRun {
+    run_scoring(judge, &cased_contexts(), method, &Progress::none(), None).unwrap()
+}
+
 fn rubric_options(feedback: bool) -> ScoreOptions {
     let mut request = ScoreRequest::new(ScoreMethod::Rubric, None);
     let mut rubric = RubricRequest::new("coherence");
@@ -221,14 +226,7 @@ fn every_feedback_gives_a_score_and_a_format_count() {
     // The model card's protocol, without --protocol.
     assert_eq!(rubric.protocol, RubricProtocol::Prometheus);
     assert_eq!(rubric.protocol_source, ProtocolSource::Card);
-    let run = run_scoring(
-        &mut judge,
-        &cased_contexts(),
-        &method,
-        &Progress::none(),
-        None,
-    )
-    .unwrap();
+    let run = grade(&mut judge, &method);
     assert_eq!(calls.generations(), 5, "one generation per candidate");
     assert_eq!(calls.label_calls(), 1, "every score in one scorer call");
     for (entry, (case, _, peak)) in run.candidates.iter().zip(CASES) {
@@ -348,14 +346,7 @@ fn without_feedback_the_score_follows_the_prompt_and_the_marker() {
     let mut options = rubric_options(false);
     options.reference = true;
     let method = resolve_method(&mut judge, &options, None).unwrap();
-    let run = run_scoring(
-        &mut judge,
-        &cased_contexts(),
-        &method,
-        &Progress::none(),
-        None,
-    )
-    .unwrap();
+    let run = grade(&mut judge, &method);
     assert_eq!(calls.generations(), 0);
     assert!(run
         .candidates
@@ -401,14 +392,7 @@ fn a_reference_is_required_with_reference_and_shown_as_score_5() {
             Ok(vec![(0.2f64).ln(); labels.len()])
         });
     let method = resolve_method(&mut judge, &options, None).unwrap();
-    run_scoring(
-        &mut judge,
-        &cased_contexts(),
-        &method,
-        &Progress::none(),
-        None,
-    )
-    .unwrap();
+    grade(&mut judge, &method);
     let mut contexts = cased_contexts();
     contexts[1].candidates[0].reference = None;
     let error = format!(
@@ -433,26 +417,19 @@ fn smollm2_writes_a_feedback_and_its_score_distribution_sums_to_one() {
         panic!()
     };
     assert_eq!(resolved.protocol, RubricProtocol::Plain);
-    let contexts = vec![Context {
-        id: "d".into(),
-        text: "The town library opened on Saturday after three years of fundraising.".into(),
-        candidates: [
-            "The library opened after a long fundraising.",
-            "library open saturday the the",
-        ]
-        .iter()
-        .enumerate()
-        .map(|(k, text)| Candidate {
-            id: format!("c{k}"),
-            text: text.to_string(),
-            reference: None,
-            scores: BTreeMap::new(),
-            system_id: None,
-            metadata: Default::default(),
-            source: None,
-        })
-        .collect(),
-    }];
+    let candidates = [
+        "The library opened after a long fundraising.",
+        "library open saturday the the",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, text)| (format!("c{k}"), text.to_string()))
+    .collect::<Vec<_>>();
+    let contexts = vec![common::contexts::context_of(
+        "d",
+        "The town library opened on Saturday after three years of fundraising.",
+        &candidates,
+    )];
     let run = run_scoring(&mut scorer, &contexts, &method, &Progress::none(), None).unwrap();
     for entry in &run.candidates {
         let d = entry.distribution.as_ref().unwrap();

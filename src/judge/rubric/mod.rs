@@ -23,7 +23,6 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 pub use crate::engine::RubricProtocol;
 pub use protocol::{ProtocolFormat, RubricInput};
@@ -31,6 +30,7 @@ pub use reading::{FormatCounts, FormatOutcome, Reading};
 pub use run::RubricMethod;
 
 use super::attribute::Task;
+use super::geval::criteria::ensure_filled;
 use super::geval::Sections;
 use super::scale::ScoreScale;
 
@@ -186,15 +186,8 @@ impl Rubric {
 
     /// Every field usable: names one line, nothing empty, one description per score.
     fn check(&self) -> Result<()> {
-        for (field, value) in [
-            ("name", &self.name),
-            ("criterion", &self.criterion),
-            ("sections.source", &self.sections.source),
-            ("sections.reference", &self.sections.reference),
-            ("sections.output", &self.sections.output),
-        ] {
-            ensure!(!value.trim().is_empty(), "field `{field}` is empty");
-        }
+        let own = [("name", self.name.as_str()), ("criterion", &self.criterion)];
+        ensure_filled(own.into_iter().chain(self.sections.fields()))?;
         ensure!(!self.name.contains('\n'), "field `name` must be one line");
         let scores = self.scale.scores();
         ensure!(
@@ -329,27 +322,6 @@ impl Rubric {
             .into_iter()
             .zip(self.descriptions.iter().map(String::as_str))
     }
-
-    /// sha256 (hex) of everything that shapes the prompts.
-    pub fn digest(&self) -> String {
-        let mut hasher = Sha256::new();
-        let scale = self.scale.to_string();
-        let mut parts = vec![
-            self.name.as_str(),
-            &self.criterion,
-            &scale,
-            self.instruction.as_deref().unwrap_or(""),
-            &self.sections.source,
-            &self.sections.reference,
-            &self.sections.output,
-        ];
-        parts.extend(self.descriptions.iter().map(String::as_str));
-        for part in parts {
-            hasher.update((part.len() as u64).to_le_bytes());
-            hasher.update(part.as_bytes());
-        }
-        hex::encode(hasher.finalize())
-    }
 }
 
 #[cfg(test)]
@@ -397,7 +369,7 @@ mod tests {
             error.contains("`wit`") && error.contains("story/surprise"),
             "{error}"
         );
-        assert_ne!(summary.digest(), dialogue.digest());
+        assert_ne!(summary, dialogue);
     }
 
     #[test]

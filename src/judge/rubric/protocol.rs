@@ -422,14 +422,7 @@ mod tests {
             "\nScore 5: ",
             "then a last line \"Score: N\", where N is a whole number from 1 to 5.",
         ];
-        let mut at = 0;
-        for part in order {
-            let found = text[at..]
-                .find(part)
-                .unwrap_or_else(|| panic!("{part:?} not after byte {at} in {text}"));
-            at += found + part.len();
-        }
-        assert_eq!(at, text.len());
+        assert_eq!(crate::judge::assert_in_order(&text, &order), text.len());
         let bare = plain(&rubric, &input(None, None));
         assert!(!bare.contains("Source Text") && !bare.contains("Reference"));
     }

@@ -18,6 +18,7 @@ use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
 use crate::engine::runner::generate_cached;
 use crate::engine::{GenerationRequest, LabelRequest, ResultCache, Scorer};
+use crate::judge::scoring::required_reference;
 use crate::progress::Progress;
 
 /// Kind of the feedback generations in the result cache.
@@ -120,12 +121,7 @@ impl RubricMethod {
         candidate: &'a Candidate,
     ) -> Result<RubricInput<'a>> {
         let reference = if self.reference {
-            Some(candidate.reference.as_deref().with_context(|| {
-                format!(
-                    "candidate `{}` has no `reference` (needed with --reference)",
-                    candidate.id
-                )
-            })?)
+            Some(required_reference(candidate)?)
         } else {
             None
         };
