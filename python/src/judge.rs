@@ -282,6 +282,8 @@ impl NativeJudge {
                     })
                     .transpose()?,
                 reference,
+                // Rubric grading is not offered in Python yet.
+                rubric: None,
             })
         })()
         .or_py()?;

@@ -199,6 +199,8 @@ mod tests {
             system_id: None,
             score,
             distribution: None,
+            feedback: None,
+            format: None,
             human: Default::default(),
         };
         let run = ScoreRun {

@@ -77,7 +77,7 @@ pub struct ReproduceArgs {
 
     /// Absolute-scoring rows next to comparative assessment, comma-separated: prompt
     /// (the paper's 1-10 prompt-scoring baseline), geval (G-Eval with the built-in
-    /// criteria and steps the model writes), gptscore. Each candidate is scored once per
+    /// criteria and steps the model writes), gptscore (rubric is `score`'s only). Each candidate is scored once per
     /// attribute, far fewer calls than the comparisons.
     #[arg(
         long,
@@ -119,6 +119,12 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
             eprintln!("wrote {}", path.display());
         }
         return Ok(());
+    }
+    if !args.no_absolute && args.absolute.contains(&ScoreMethod::Rubric) {
+        return Err(super::input_error(anyhow::anyhow!(
+            "--absolute rubric: rubric grading is not a row of the reproduction; grade with \
+             `nlg-judge score --method rubric`"
+        )));
     }
     let out = args
         .out

@@ -1,5 +1,5 @@
 //! `nlg-judge score`: absolute scoring of every candidate on its own (prompt scoring,
-//! G-Eval, GPTScore), cached and resumable like `compare`.
+//! G-Eval, GPTScore, rubric grading), cached and resumable like `compare`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,10 +19,12 @@ use crate::judge::attribute::score_keys;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::Criteria;
 use crate::judge::geval::StepsOrigin;
+use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
+use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::scoring::show_first_prompt;
 use crate::judge::{
-    resolve_method, run_scoring, write_scored, ResolvedMethod, ScoreMethod, ScoreOptions,
-    ScoreRequest, ScoreRun, ScoreScale, Task,
+    resolve_method, run_scoring, write_scored, ResolvedMethod, RubricRequest, ScoreMethod,
+    ScoreOptions, ScoreRequest, ScoreRun, ScoreScale, Task,
 };
 use crate::report::Report;
 use crate::shard::fingerprint::file_sha256;
@@ -37,8 +39,11 @@ pub struct ScoreArgs {
     pub model: ModelArgs,
 
     /// Scoring method: prompt (ask for a 1-10 score, expectation over the score tokens),
-    /// geval (G-Eval: criteria, evaluation steps, form filling) or gptscore (mean
-    /// log-likelihood of the candidate).
+    /// geval (G-Eval: criteria, evaluation steps, form filling), gptscore (mean
+    /// log-likelihood of the candidate) or rubric (grading with --rubric in the judge
+    /// model's own format: the model writes a feedback, then the score is read after its
+    /// result marker; the feedback costs one generation per candidate and does not go
+    /// through the prefix trie, see --no-feedback).
     #[arg(long, value_enum, default_value_t = ScoreMethod::Geval)]
     pub method: ScoreMethod,
 
@@ -46,7 +51,7 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    #[arg(long, required_unless_present = "criteria_text", help = attribute_help())]
+    #[arg(long, required_unless_present_any = ["criteria_text", "rubric"], help = attribute_help())]
     pub attribute: Option<String>,
 
     /// GPTScore: the adjective of an attribute that is not built in ("empathetic"; "more
@@ -110,9 +115,31 @@ pub struct ScoreArgs {
     pub scale: Option<ScoreScale>,
 
     /// G-Eval: show each candidate's `reference` as the expected output
-    /// (reference-based rating).
+    /// (reference-based rating); rubric grading: as the reference answer (Prometheus'
+    /// "Reference Answer (Score 5)").
     #[arg(long)]
     pub reference: bool,
+
+    #[arg(long, value_name = "NAME|FILE", help = rubric_help())]
+    pub rubric: Option<String>,
+
+    /// Rubric grading: the format the judge is asked in (default: the model card's
+    /// `[judge] protocol`, so prometheus-7b-v2 and flow-judge-v0.1 grade in their own;
+    /// plain for every other model).
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    pub protocol: Option<RubricProtocol>,
+
+    /// Rubric grading: no feedback; read the score right after the rubric prompt and the
+    /// result marker. Goes through the prefix trie like prompt scoring (no generation),
+    /// where the default writes a feedback first: one generation per candidate, which does
+    /// not go through the prefix trie.
+    #[arg(long)]
+    pub no_feedback: bool,
+
+    /// Rubric grading: most tokens of each feedback (a feedback cut here gets the result
+    /// marker appended, and counts in the `format` diagnostic).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FEEDBACK_TOKENS)]
+    pub max_feedback_tokens: usize,
 
     /// Write one line per candidate (context_id, candidate_id, system_id, score, the
     /// probabilities, the human scores) here; default: standard output.
@@ -159,6 +186,17 @@ fn attribute_help() -> String {
     )
 }
 
+/// The help of `--rubric`: the built-in list is the one errors give.
+fn rubric_help() -> String {
+    format!(
+        "Rubric grading (--method rubric): a built-in rubric by name, or a rubric file \
+         (.toml or .json: name, criterion, one description per score; see \
+         rubrics/README.md). Built-in: {}. A name alone is taken from --task's group when \
+         several have it (summary by default); the attribute defaults to the rubric's name",
+        Rubric::builtin_list().unwrap_or_else(|e| format!("({e})"))
+    )
+}
+
 /// The task the run uses: `--task`, else the library's default for what is judged.
 fn task(args: &ScoreArgs) -> Task {
     args.task.unwrap_or_else(|| {
@@ -179,6 +217,25 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
     if args.method != ScoreMethod::Geval && args.steps_out.is_some() {
         anyhow::bail!("--steps-out applies to --method geval only");
     }
+    if args.method != ScoreMethod::Rubric {
+        let rubric_only = [
+            ("--rubric", args.rubric.is_some()),
+            ("--protocol", args.protocol.is_some()),
+            ("--no-feedback", args.no_feedback),
+            (
+                "--max-feedback-tokens",
+                args.max_feedback_tokens != DEFAULT_FEEDBACK_TOKENS,
+            ),
+        ];
+        if let Some((flag, _)) = rubric_only.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{flag} applies to --method rubric only");
+        }
+    }
+    if args.no_feedback && args.max_feedback_tokens != DEFAULT_FEEDBACK_TOKENS {
+        anyhow::bail!(
+            "--max-feedback-tokens does not apply with --no-feedback (no feedback is written)"
+        );
+    }
     let request = ScoreRequest {
         method: args.method,
         attribute: args.attribute.clone(),
@@ -191,6 +248,12 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         max_step_tokens: args.max_step_tokens,
         scale: args.scale,
         reference: args.reference,
+        rubric: args.rubric.as_ref().map(|rubric| RubricRequest {
+            rubric: rubric.clone(),
+            protocol: args.protocol,
+            feedback: !args.no_feedback,
+            max_feedback_tokens: args.max_feedback_tokens,
+        }),
     };
     let progress = super::progress::bars("score");
     if args.task.is_none() && request.task == Task::Custom {
@@ -240,6 +303,13 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             .input("--input", &args.input)
             .maybe_input("--criteria", args.criteria.as_deref())
             .maybe_input("--steps", args.steps.as_deref())
+            .maybe_input(
+                "--rubric",
+                args.rubric
+                    .as_deref()
+                    .map(std::path::Path::new)
+                    .filter(|path| path.is_file()),
+            )
             .cache(&args.cache)
             .output("--output", args.output.as_deref())
             .output("--output's diagnostics", diagnostics.as_deref())
@@ -263,6 +333,23 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;
     let method = resolve_method(scorer.as_mut(), &options, cache.as_ref())?;
+    if let ResolvedMethod::Rubric(rubric) = &method {
+        eprintln!(
+            "rubric {} ({}), {} format ({}), {}",
+            rubric.rubric.name,
+            rubric.rubric.scale,
+            rubric.protocol,
+            rubric.protocol_source.describe(),
+            match rubric.feedback_tokens {
+                Some(tokens) => format!(
+                    "a feedback of at most {tokens} tokens per candidate, then the score read \
+                     after `{}`",
+                    rubric.marker()
+                ),
+                None => format!("the score read right after `{}`", rubric.marker()),
+            }
+        );
+    }
     if let ResolvedMethod::Geval {
         criteria, steps, ..
     } = &method
@@ -307,6 +394,10 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             ResolvedMethod::Gptscore { .. } => (
                 options.attribute.clone(),
                 "GPTScore (mean log-prob)".to_string(),
+            ),
+            ResolvedMethod::Rubric(rubric) => (
+                rubric.rubric.name.clone(),
+                format!("rubric score ({} format)", rubric.protocol),
             ),
         };
         let facts = vec![
@@ -382,7 +473,12 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             write_file(path, |out| write_scored(&run.candidates, out))?;
             let sidecar = write_diagnostics(path, &run.diagnostics)?;
             report.push_str(&format!(
-                "results: scores (context_id, candidate_id, score, distribution): {}\n",
+                "results: scores (context_id, candidate_id, score, distribution{}): {}\n",
+                if args.method == ScoreMethod::Rubric && !args.no_feedback {
+                    ", feedback, format"
+                } else {
+                    ""
+                },
                 path.display()
             ));
             report.push_str(&format!(

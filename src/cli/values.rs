@@ -1,6 +1,6 @@
 //! The command line's names for the core's option enums (weight policy, evaluation
-//! strategy, task, design, debiasing, ranking, scoring method, experiment, DHP task and
-//! method, paraphrase prompt set): clap's `ValueEnum` is implemented here, so that no
+//! strategy, task, design, debiasing, ranking, scoring method, rubric protocol,
+//! experiment, DHP task and method, paraphrase prompt set): clap's `ValueEnum` is implemented here, so that no
 //! layer below `cli/` knows clap.
 
 use clap::builder::PossibleValue;
@@ -9,7 +9,7 @@ use clap::ValueEnum;
 use crate::arch::WeightPolicy;
 use crate::dhp::score::DhpMethod;
 use crate::dhp::task::DhpTask;
-use crate::engine::Strategy;
+use crate::engine::{RubricProtocol, Strategy};
 use crate::judge::pairwise::{Debias, Design};
 use crate::judge::{ScoreMethod, Task};
 use crate::pararef::prompts::PromptSet;
@@ -84,6 +84,14 @@ command_line_values!(ScoreMethod {
     ScoreMethod::Prompt => "prompt": "Ask for a score between 1 and 10; expectation over the score tokens",
     ScoreMethod::Geval => "geval": "G-Eval: criteria, auto chain-of-thought steps, form filling; expectation",
     ScoreMethod::Gptscore => "gptscore": "GPTScore: mean log-likelihood of the candidate given instruction and context",
+    ScoreMethod::Rubric => "rubric":
+        "Rubric grading in the judge's own format: a feedback generated per candidate (one generation each, not through the prefix trie), then the score read after the result marker; expectation",
+});
+
+command_line_values!(RubricProtocol {
+    RubricProtocol::Prometheus => "prometheus": "Prometheus 2's absolute grading: feedback, then [RESULT] N (1-5 rubrics only)",
+    RubricProtocol::FlowJudge => "flow-judge": "Flow-Judge v0.1's: <feedback>...</feedback>, then <score>N</score>",
+    RubricProtocol::Plain => "plain": "Ours, for any instruct model: \"Feedback:\", then a last line \"Score: N\"",
 });
 
 command_line_values!(PromptSet {
@@ -141,5 +149,11 @@ mod tests {
             ScoreMethod::from_str("gptscore", false).unwrap(),
             ScoreMethod::Gptscore
         );
+        // The cards' names: one spelling for `[judge] protocol` and `--protocol`.
+        let protocols: Vec<String> = RubricProtocol::ALL
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        assert_eq!(names::<RubricProtocol>(), protocols);
     }
 }

@@ -38,5 +38,5 @@ pub use request::*;
 pub use runner::{
     fill_together, generate_cached, plan_label, plan_labels, LabelPlan, PlannedLabel,
 };
-pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
+pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, RubricProtocol, Scorer};
 pub use t5_scorer::T5Scorer;

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::TextTokenizer;
-pub use crate::runtime::{Conventions, ModelKind};
+pub use crate::runtime::{Conventions, ModelKind, RubricProtocol};
 
 use super::completion::{
     ChatMessage, ChatRole, CompletionRequest, CompletionResult, TokenLogprob, TokenPiece,

@@ -14,6 +14,7 @@
 //! | `label_mass` | mean probability on the answer labels (min in the message) | below 0.5 | a larger model, `--show-prompt` |
 //! | `steps` (G-Eval) | most times one sentence of the evaluation steps repeats | above 2, or under 8 letters | `--steps FILE`, a larger model |
 //! | `too_long` (compare) | candidates left out because no comparison of theirs fits the model | above 0 | shorter texts, a model with a longer window |
+//! | `format` (rubric grading with feedback) | share of feedbacks with the result marker once, then a score of the scale | below 0.8 | `--max-feedback-tokens` (when cut), `--no-feedback`, a larger model |
 //!
 //! A remedy names only what would change this run's result, in the words of whoever
 //! reads it ([`Audience`]: a flag on the command line, a request field of the service, a
@@ -30,6 +31,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::pairwise::{CompareOptions, CompareResult, Debias, Design};
+use super::rubric::FormatCounts;
 use super::scoring::{ResolvedMethod, ScoreRun};
 use crate::rank::{ranks_from_scores, RankMethod};
 
@@ -48,6 +50,10 @@ pub const LABEL_MASS_MIN: f64 = 0.5;
 pub const STEP_REPEATS_MAX: usize = 2;
 /// G-Eval steps with fewer letters than this are degenerate (nearly empty).
 pub const STEPS_MIN_LETTERS: usize = 8;
+/// A rubric judge's format warns when fewer than this share of its feedbacks end with the
+/// result marker once and a score of the scale (a judge model trained on its format keeps
+/// to it nearly always).
+pub const FORMAT_KEPT_MIN: f64 = 0.8;
 
 /// Who reads the remedies: each names what that reader can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,6 +90,10 @@ enum Action {
     Shorten,
     /// A model with a longer context window.
     LongerModel,
+    /// Read the rubric score right after the prompt, without a feedback.
+    NoFeedback,
+    /// Give the feedback more tokens.
+    MoreFeedbackTokens,
 }
 
 impl Action {
@@ -140,6 +150,14 @@ impl Action {
             (Action::LongerModel, Python) => {
                 "a model with a longer context window (Judge(model=...))"
             }
+            (Action::NoFeedback, CommandLine) => {
+                "--no-feedback (read the score right after the rubric prompt)"
+            }
+            (Action::MoreFeedbackTokens, CommandLine) => {
+                "a larger --max-feedback-tokens (room to finish the feedback)"
+            }
+            // Rubric grading is the command line's only so far.
+            (Action::NoFeedback | Action::MoreFeedbackTokens, Service | Python) => return None,
         })
     }
 }
@@ -196,7 +214,7 @@ impl WarnWhen {
 /// One diagnostic.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Check {
-    /// `positional_bias`, `order_consistency`, `ties`, `label_mass` or `steps`.
+    /// `positional_bias`, `order_consistency`, `ties`, `label_mass`, `steps` or `format`.
     pub name: &'static str,
     pub value: f64,
     pub threshold: f64,
@@ -577,6 +595,46 @@ pub fn steps(text: &str, audience: Audience) -> Check {
     check
 }
 
+/// The format of a rubric judge's feedbacks: the share that wrote `marker` once and then
+/// a score of the scale, the other outcomes counted in the message.
+pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) -> Option<Check> {
+    let total = counts.total();
+    if total == 0 {
+        return None;
+    }
+    let mut actions = Vec::new();
+    if counts.cut > 0 {
+        actions.push(Action::MoreFeedbackTokens);
+    }
+    actions.extend([Action::NoFeedback, Action::LargerModel]);
+    Some(
+        Check::new(
+            "format",
+            counts.kept_share(),
+            FORMAT_KEPT_MIN,
+            WarnWhen::Below,
+            format!(
+                "{} of {total} feedbacks kept to the format (`{}` once, then a score); the marker \
+             without a score {}, repeated {}, never written {}, cut at the token limit {} (the \
+             marker appended where missing)",
+                counts.kept,
+                marker.trim_end(),
+                counts.no_score,
+                counts.repeated,
+                counts.missing,
+                counts.cut
+            ),
+            &remedy(
+                "the judge does not keep to its rubric format (its score is still read after the \
+             marker)",
+                &actions,
+                audience,
+            ),
+        )
+        .over(total),
+    )
+}
+
 /// The remedy for ties under the run's `choices`.
 fn ties_remedy(choices: RunChoices) -> String {
     match choices.rank {
@@ -646,12 +704,17 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
     Diagnostics::new(checks)
 }
 
-/// The diagnostics of a scoring run: label mass and ties for prompt scoring and G-Eval,
-/// the evaluation steps for G-Eval (GPTScore has none of these).
+/// The diagnostics of a scoring run: label mass and ties for prompt scoring, G-Eval and
+/// rubric grading, the evaluation steps for G-Eval, the format for rubric grading with
+/// feedback (GPTScore has none of these).
 pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
     let mut checks = Vec::new();
     if let ResolvedMethod::Geval { steps: s, .. } = &run.method {
         checks.push(steps(&s.text, audience));
+    }
+    if let ResolvedMethod::Rubric(rubric) = &run.method {
+        let counts = FormatCounts::of(run.candidates.iter().filter_map(|c| c.format));
+        checks.extend(rubric_format(&counts, rubric.marker(), audience));
     }
     if !matches!(run.method, ResolvedMethod::Gptscore { .. }) {
         let masses: Vec<f64> = run
@@ -1055,6 +1118,47 @@ mod tests {
             steps_problem("1. Read it all.\n2. Read it all.\n3. Score it."),
             None
         );
+    }
+
+    #[test]
+    fn the_format_check_counts_every_outcome_and_offers_tokens_only_when_cut() {
+        use crate::judge::rubric::FormatOutcome::*;
+        let counts = FormatCounts::of([Kept, Kept, Kept, Missing, Cut]);
+        let check = rubric_format(&counts, "[RESULT] ", Audience::CommandLine).unwrap();
+        assert!((check.value - 0.6).abs() < 1e-12);
+        assert!(check.is_warning());
+        assert!(
+            check
+                .message
+                .starts_with("3 of 5 feedbacks kept to the format (`[RESULT]` once")
+                && check
+                    .message
+                    .contains("never written 1, cut at the token limit 1"),
+            "{}",
+            check.message
+        );
+        let remedy = check.remedy.unwrap();
+        assert!(
+            remedy.contains("--max-feedback-tokens") && remedy.contains("--no-feedback"),
+            "{remedy}"
+        );
+        let uncut = FormatCounts::of([Kept, Missing, Repeated, NoScore]);
+        let remedy = rubric_format(&uncut, "Score:", Audience::CommandLine)
+            .unwrap()
+            .remedy
+            .unwrap();
+        assert!(!remedy.contains("--max-feedback-tokens"), "{remedy}");
+        let fine = FormatCounts::of([Kept; 9].into_iter().chain([Missing]));
+        assert!(!rubric_format(&fine, "Score:", Audience::CommandLine)
+            .unwrap()
+            .is_warning());
+        let served = rubric_format(&counts, "Score:", Audience::Service).unwrap();
+        let remedy = served.remedy.unwrap();
+        assert!(
+            !remedy.contains("feedback") && remedy.contains("a larger model"),
+            "{remedy}"
+        );
+        assert!(rubric_format(&FormatCounts::default(), "Score:", Audience::CommandLine).is_none());
     }
 
     #[test]

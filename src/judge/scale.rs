@@ -164,12 +164,35 @@ fn added_tokens(base: &TokenPrompt, full: &TokenPrompt) -> Option<Vec<u32>> {
 }
 
 /// Token ids of each score of `scale` written right after `prompt` (see the module
-/// header), lowest score first. The prompt's answer prefix is where the number goes.
+/// header), lowest score first. The prompt's answer prefix is where the number goes; a
+/// space separates it from the number unless the prompt ends in whitespace.
 pub fn score_label_tokens(
     scorer: &dyn Scorer,
     prompt: &TextPrompt,
     chat: bool,
     scale: ScoreScale,
+) -> Result<Vec<Vec<u32>>> {
+    label_tokens(scorer, prompt, chat, scale, None)
+}
+
+/// [`score_label_tokens`] with the numbers written `separator` after the prompt (`""`:
+/// right after it, as after a result marker such as `<score>`).
+pub fn score_label_tokens_after(
+    scorer: &dyn Scorer,
+    prompt: &TextPrompt,
+    chat: bool,
+    scale: ScoreScale,
+    separator: &str,
+) -> Result<Vec<Vec<u32>>> {
+    label_tokens(scorer, prompt, chat, scale, Some(separator))
+}
+
+fn label_tokens(
+    scorer: &dyn Scorer,
+    prompt: &TextPrompt,
+    chat: bool,
+    scale: ScoreScale,
+    separator: Option<&str>,
 ) -> Result<Vec<Vec<u32>>> {
     let prompt = &tail_of(prompt);
     let wrap = |text: TextPrompt| {
@@ -180,11 +203,13 @@ pub fn score_label_tokens(
         }
     };
     let base_prompt = wrap(prompt.clone());
-    let before = text_before_label(scorer, &base_prompt)?;
-    let space = match before.chars().last() {
-        None => "",
-        Some(c) if c.is_whitespace() => "",
-        Some(_) => " ",
+    let space = match separator {
+        Some(separator) => separator,
+        None => match text_before_label(scorer, &base_prompt)?.chars().last() {
+            None => "",
+            Some(c) if c.is_whitespace() => "",
+            Some(_) => " ",
+        },
     };
     let base = scorer.encode_prompt(&base_prompt)?;
     let mut labels = Vec::with_capacity(scale.scores().len());

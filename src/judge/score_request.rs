@@ -1,7 +1,7 @@
 //! A scoring run as a caller asks for it (the command line's options, the Python
 //! package's keywords): checked and settled into [`ScoreOptions`] here (criteria from a
-//! file or free text, a task prompt, given evaluation steps), so that every front end
-//! takes one route to the same run.
+//! file or free text, a task prompt, given evaluation steps, a rubric by name or file),
+//! so that every front end takes one route to the same run.
 
 use std::path::PathBuf;
 
@@ -10,8 +10,9 @@ use anyhow::{bail, Context as _, Result};
 use super::attribute::{Attribute, Task};
 use super::geval::steps::DEFAULT_MAX_TOKENS;
 use super::geval::{criteria_from_text, Criteria, StepsSource};
+use super::rubric::{Rubric, RubricProtocol};
 use super::scale::ScoreScale;
-use super::scoring::{ScoreMethod, ScoreOptions};
+use super::scoring::{RubricOptions, ScoreMethod, ScoreOptions};
 use crate::progress::Progress;
 
 /// What a caller chose for a scoring run (see `nlg-judge score --help`).
@@ -31,8 +32,35 @@ pub struct ScoreRequest {
     pub steps: Option<PathBuf>,
     pub max_step_tokens: usize,
     pub scale: Option<ScoreScale>,
-    /// G-Eval: show each candidate's reference as the expected output.
+    /// G-Eval: show each candidate's reference as the expected output; rubric grading:
+    /// as the reference answer.
     pub reference: bool,
+    /// Rubric grading's choices (`--method rubric` only).
+    pub rubric: Option<RubricRequest>,
+}
+
+/// Rubric grading as a caller asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RubricRequest {
+    /// A built-in rubric's name, or a rubric file (`.toml`, `.json`).
+    pub rubric: String,
+    /// `None`: the model card's protocol, else plain.
+    pub protocol: Option<RubricProtocol>,
+    /// Write a feedback before the score (one generation per candidate).
+    pub feedback: bool,
+    pub max_feedback_tokens: usize,
+}
+
+impl RubricRequest {
+    /// The command line's defaults for `rubric`: feedback first, the card's protocol.
+    pub fn new(rubric: &str) -> Self {
+        Self {
+            rubric: rubric.to_string(),
+            protocol: None,
+            feedback: true,
+            max_feedback_tokens: super::rubric::run::DEFAULT_FEEDBACK_TOKENS,
+        }
+    }
 }
 
 impl ScoreRequest {
@@ -50,6 +78,7 @@ impl ScoreRequest {
             max_step_tokens: DEFAULT_MAX_TOKENS,
             scale: None,
             reference: false,
+            rubric: None,
         }
     }
 
@@ -69,6 +98,8 @@ impl ScoreRequest {
             ScoreMethod::Prompt | ScoreMethod::Gptscore => {
                 !attribute.is_some_and(Attribute::is_builtin)
             }
+            // A rubric file's headings are its own; built-in names read by task.
+            ScoreMethod::Rubric => false,
         };
         if own {
             Task::Custom
@@ -85,7 +116,6 @@ impl ScoreRequest {
             ("--criteria-text", self.criteria_text.is_some()),
             ("--task-prompt", self.task_prompt.is_some()),
             ("--steps", self.steps.is_some()),
-            ("--reference", self.reference),
         ];
         if self.method != ScoreMethod::Geval {
             if let Some((flag, _)) = geval_only.iter().find(|(_, set)| *set) {
@@ -95,6 +125,25 @@ impl ScoreRequest {
                 bail!("--scale does not apply to --method gptscore");
             }
         }
+        if self.reference && !matches!(self.method, ScoreMethod::Geval | ScoreMethod::Rubric) {
+            bail!("--reference applies to --method geval and rubric only");
+        }
+        let rubric = match (&self.rubric, self.method) {
+            (None, ScoreMethod::Rubric) => {
+                bail!("--method rubric needs a rubric: --rubric NAME or --rubric FILE")
+            }
+            (Some(_), ScoreMethod::Rubric) if self.scale.is_some() => bail!(
+                "--scale does not apply to --method rubric: the rubric's descriptions set its \
+                 scale (its `scale` field in a rubric file)"
+            ),
+            (Some(chosen), ScoreMethod::Rubric) => Some(RubricOptions {
+                rubric: Rubric::load(&chosen.rubric, self.task).context("--rubric")?,
+                protocol: chosen.protocol,
+                feedback_tokens: chosen.feedback.then_some(chosen.max_feedback_tokens),
+            }),
+            (Some(_), _) => bail!("--rubric applies to --method rubric only"),
+            (None, _) => None,
+        };
         if self.criteria.is_some() && self.criteria_text.is_some() {
             bail!("--criteria and --criteria-text cannot be used together");
         }
@@ -110,10 +159,11 @@ impl ScoreRequest {
             ),
             None => None,
         };
-        let attribute = match (&self.attribute, &from_text) {
-            (Some(attribute), _) => attribute.clone(),
-            (None, Some((criteria, _))) => criteria.name.to_lowercase(),
-            (None, None) => bail!("--attribute is needed (or --criteria-text)"),
+        let attribute = match (&self.attribute, &from_text, &rubric) {
+            (Some(attribute), _, _) => attribute.clone(),
+            (None, Some((criteria, _)), _) => criteria.name.to_lowercase(),
+            (None, None, Some(chosen)) => chosen.rubric.name.to_lowercase(),
+            (None, None, None) => bail!("--attribute is needed (or --criteria-text)"),
         };
         // The attribute is checked now, before a caller loads a model for it.
         match self.method {
@@ -136,11 +186,15 @@ impl ScoreRequest {
             ScoreMethod::Geval if self.criteria.is_none() && from_text.is_none() => {
                 Criteria::builtin(self.task, &attribute)?;
             }
-            ScoreMethod::Geval => {}
+            ScoreMethod::Geval | ScoreMethod::Rubric => {}
+        }
+        if self.adjective.is_some() && self.method == ScoreMethod::Rubric {
+            bail!("--adjective does not apply to --method rubric: the rubric names the criterion");
         }
         let mut options = ScoreOptions::new(self.method, self.task, &attribute);
         options.adjective = self.adjective.clone();
         options.reference = self.reference;
+        options.rubric = rubric;
         match from_text {
             Some((criteria, source)) => {
                 progress.note(&format!(
@@ -197,7 +251,7 @@ mod tests {
         let error = request.options(Progress::none()).unwrap_err();
         assert_eq!(
             format!("{error:#}"),
-            "--reference applies to --method geval only"
+            "--reference applies to --method geval and rubric only"
         );
         let request = ScoreRequest::new(ScoreMethod::Geval, None);
         assert!(request.options(Progress::none()).is_err());
@@ -254,6 +308,49 @@ mod tests {
             default(ScoreMethod::Gptscore, Some("wit"), None),
             Task::Custom
         );
+    }
+
+    #[test]
+    fn rubric_requests_are_checked_before_any_model() {
+        let mut request = ScoreRequest::new(ScoreMethod::Rubric, None);
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(error.contains("--rubric NAME"), "{error}");
+        request.rubric = Some(RubricRequest::new("relevance"));
+        let options = request.options(Progress::none()).unwrap();
+        assert_eq!(options.attribute, "relevance");
+        let chosen = options.rubric.unwrap();
+        assert_eq!(chosen.rubric.sections.output, "Summary");
+        assert_eq!(
+            chosen.feedback_tokens,
+            Some(crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS)
+        );
+        assert_eq!(chosen.protocol, None);
+        let mut direct = RubricRequest::new("dialogue/coherence");
+        direct.feedback = false;
+        direct.protocol = Some(RubricProtocol::FlowJudge);
+        request.rubric = Some(direct);
+        request.attribute = Some("continuity".into());
+        let options = request.options(Progress::none()).unwrap();
+        assert_eq!(options.attribute, "continuity");
+        let chosen = options.rubric.unwrap();
+        assert_eq!(
+            (chosen.feedback_tokens, chosen.protocol),
+            (None, Some(RubricProtocol::FlowJudge))
+        );
+        request.scale = Some(ScoreScale::new(1, 3).unwrap());
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(error.contains("--scale does not apply"), "{error}");
+        request.scale = None;
+        request.rubric = Some(RubricRequest::new("no-such-rubric"));
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(
+            error.starts_with("--rubric: no built-in rubric `no-such-rubric`"),
+            "{error}"
+        );
+        let mut prompt = ScoreRequest::new(ScoreMethod::Prompt, Some("coherence"));
+        prompt.rubric = Some(RubricRequest::new("coherence"));
+        let error = format!("{:#}", prompt.options(Progress::none()).unwrap_err());
+        assert_eq!(error, "--rubric applies to --method rubric only");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The absolute-scoring runner: every candidate of every context scored on its own by
-//! prompt scoring, G-Eval or GPTScore, with cached, resumable results.
+//! prompt scoring, G-Eval, GPTScore or rubric grading, with cached, resumable results.
 //!
 //! A method is first *resolved* ([`resolve_method`]): the attribute checked, G-Eval's
-//! criteria chosen and its evaluation steps obtained (given, stored, or generated once).
+//! criteria chosen and its evaluation steps obtained (given, stored, or generated once),
+//! the rubric's protocol settled (requested, else the model card's, else plain). Rubric
+//! grading with feedback first writes each candidate's feedback (one generation each,
+//! cached) and then reads its score like the other label methods.
 //! Then each context's candidates become requests (planned by the engine's cached
 //! runner, [`crate::engine::runner`]); results already in the [`ResultCache`] are reused and the others are sent to the scorer context by context
 //! (one call, so the engine shares the prompts' common prefix) and stored one by one as
@@ -23,11 +26,13 @@ use super::attribute::{Attribute, Task};
 use super::diagnostics::{self, Diagnostics};
 use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
+use super::rubric::run::{feedbacks, RubricMethod};
+use super::rubric::{FormatOutcome, Reading, Rubric, RubricProtocol};
 use super::scale::{ScoreDistribution, ScoreScale};
 use crate::data::{Candidate, Context};
 use crate::engine::runner::{fill_together, plan_labels, LabelPlan};
 use crate::engine::{LabelRequest, ResultCache, Scorer};
-use crate::progress::Progress;
+use crate::progress::{Progress, ProgressTask};
 use crate::stats::Item;
 
 /// How candidates are scored.
@@ -40,6 +45,9 @@ pub enum ScoreMethod {
     Geval,
     /// GPTScore: mean log-likelihood of the candidate given instruction and context.
     Gptscore,
+    /// Rubric grading in the judge model's own format: feedback, then the score read after
+    /// the result marker; expectation.
+    Rubric,
 }
 
 impl ScoreMethod {
@@ -48,6 +56,7 @@ impl ScoreMethod {
             ScoreMethod::Prompt => "prompt",
             ScoreMethod::Geval => "geval",
             ScoreMethod::Gptscore => "gptscore",
+            ScoreMethod::Rubric => "rubric",
         }
     }
 }
@@ -69,10 +78,24 @@ pub struct ScoreOptions {
     pub criteria: Option<Criteria>,
     /// G-Eval's evaluation steps.
     pub steps: StepsSource,
-    /// G-Eval: show each candidate's reference as the expected output.
+    /// G-Eval: show each candidate's reference as the expected output; rubric grading:
+    /// as the reference answer.
     pub reference: bool,
+    /// Rubric grading's rubric and how it is asked.
+    pub rubric: Option<RubricOptions>,
     /// Where to report progress (candidates done).
     pub progress: Progress,
+}
+
+/// Rubric grading's choices before the model is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RubricOptions {
+    pub rubric: Rubric,
+    /// `None`: the model card's protocol, else plain.
+    pub protocol: Option<RubricProtocol>,
+    /// Most tokens of each feedback; `None`: no feedback, the score read right after the
+    /// prompt and the marker.
+    pub feedback_tokens: Option<usize>,
 }
 
 impl ScoreOptions {
@@ -87,6 +110,7 @@ impl ScoreOptions {
             criteria: None,
             steps: StepsSource::default(),
             reference: false,
+            rubric: None,
             progress: Progress::none(),
         }
     }
@@ -109,6 +133,7 @@ pub enum ResolvedMethod {
         task: Task,
         attribute: Attribute,
     },
+    Rubric(RubricMethod),
 }
 
 impl ResolvedMethod {
@@ -117,6 +142,7 @@ impl ResolvedMethod {
             ResolvedMethod::Prompt { .. } => ScoreMethod::Prompt,
             ResolvedMethod::Geval { .. } => ScoreMethod::Geval,
             ResolvedMethod::Gptscore { .. } => ScoreMethod::Gptscore,
+            ResolvedMethod::Rubric(_) => ScoreMethod::Rubric,
         }
     }
 
@@ -128,6 +154,7 @@ impl ResolvedMethod {
                 criteria, steps, ..
             } => Some(geval::template_id(criteria, &steps.text)),
             ResolvedMethod::Gptscore { .. } => None,
+            ResolvedMethod::Rubric(rubric) => Some(rubric.template_id()),
         }
     }
 
@@ -137,10 +164,12 @@ impl ResolvedMethod {
             ResolvedMethod::Prompt { scale, .. } => Some(*scale),
             ResolvedMethod::Geval { criteria, .. } => Some(criteria.scale),
             ResolvedMethod::Gptscore { .. } => None,
+            ResolvedMethod::Rubric(rubric) => Some(rubric.rubric.scale),
         }
     }
 
-    /// The label request scoring `candidate` of `context` (label methods only).
+    /// The label request scoring `candidate` of `context` (label methods only; rubric
+    /// grading with feedback reads its score after the feedback, see [`run_scoring`]).
     pub fn label_request(
         &self,
         scorer: &dyn Scorer,
@@ -166,12 +195,7 @@ impl ResolvedMethod {
                 reference,
             } => {
                 let expected = if *reference {
-                    Some(candidate.reference.as_deref().with_context(|| {
-                        format!(
-                            "candidate `{}` has no `reference` (needed with --reference)",
-                            candidate.id
-                        )
-                    })?)
+                    Some(required_reference(candidate)?)
                 } else {
                     None
                 };
@@ -183,8 +207,24 @@ impl ResolvedMethod {
                 geval::request(scorer, criteria, &steps.text, &input)
             }
             ResolvedMethod::Gptscore { .. } => bail!("GPTScore asks for no labels"),
+            ResolvedMethod::Rubric(rubric) if rubric.feedback_tokens.is_none() => {
+                rubric.score_request(scorer, context, candidate, None)
+            }
+            ResolvedMethod::Rubric(_) => {
+                bail!("rubric grading with feedback reads its score after the feedback")
+            }
         }
     }
+}
+
+/// `candidate`'s reference, which `--reference` needs.
+pub(crate) fn required_reference(candidate: &Candidate) -> Result<&str> {
+    candidate.reference.as_deref().with_context(|| {
+        format!(
+            "candidate `{}` has no `reference` (needed with --reference)",
+            candidate.id
+        )
+    })
 }
 
 /// Check the options and settle what the method needs: the attribute, G-Eval's criteria
@@ -222,6 +262,19 @@ pub fn resolve_method(
                 reference: options.reference,
             }
         }
+        ScoreMethod::Rubric => {
+            let chosen = options
+                .rubric
+                .as_ref()
+                .context("rubric grading needs a rubric (--rubric NAME or FILE)")?;
+            ResolvedMethod::Rubric(RubricMethod::new(
+                scorer,
+                chosen.rubric.clone(),
+                chosen.protocol,
+                chosen.feedback_tokens,
+                options.reference,
+            )?)
+        }
     })
 }
 
@@ -233,8 +286,15 @@ pub struct ScoredCandidate {
     pub system_id: Option<String>,
     /// Expected score (prompt, G-Eval) or mean token log-probability (GPTScore).
     pub score: f64,
-    /// The answer distribution over the scale (prompt, G-Eval).
+    /// The answer distribution over the scale (prompt, G-Eval, rubric).
     pub distribution: Option<ScoreDistribution>,
+    /// Rubric grading with feedback: the model's feedback (the text before its result
+    /// marker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Rubric grading with feedback: whether the model kept to its format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<FormatOutcome>,
     /// The candidate's human scores from the input, carried over for `correlate`.
     pub human: BTreeMap<String, f64>,
 }
@@ -248,7 +308,8 @@ pub struct ScoreRun {
     /// Results computed in this run / found in the cache.
     pub computed: usize,
     pub cached: usize,
-    /// Whether the judge was judging: label mass, ties, G-Eval's steps.
+    /// Whether the judge was judging: label mass, ties, G-Eval's steps, the rubric
+    /// judge's format.
     pub diagnostics: Diagnostics,
 }
 
@@ -281,20 +342,21 @@ pub fn score_contexts(
     Ok(run_scoring(scorer, contexts, &method, &options.progress, cache)?.candidates)
 }
 
+/// The request of candidate `k` of context `c`.
+type RequestOf<'a> = dyn Fn(&dyn Scorer, usize, usize) -> Result<LabelRequest> + 'a;
+
 /// The label requests of one context's candidates, tokenised once and keyed.
 fn plan_context(
     scorer: &dyn Scorer,
-    method: &ResolvedMethod,
     template: &str,
     context: &Context,
+    index: usize,
+    request: &RequestOf,
 ) -> Result<LabelPlan> {
-    let requests = context
-        .candidates
-        .iter()
-        .map(|candidate| {
-            method
-                .label_request(scorer, context, candidate)
-                .with_context(|| format!("candidate `{}`", candidate.id))
+    let requests = (0..context.candidates.len())
+        .map(|k| {
+            request(scorer, index, k)
+                .with_context(|| format!("candidate `{}`", context.candidates[k].id))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut plan = LabelPlan::new();
@@ -312,8 +374,111 @@ fn scored(context: &Context, candidate: &Candidate, score: f64) -> ScoredCandida
         system_id: candidate.system_id.clone(),
         score,
         distribution: None,
+        feedback: None,
+        format: None,
         human: candidate.scores.clone(),
     }
+}
+
+/// Every candidate's score distribution from its label request: planned, looked up in
+/// the cache, the rest filled in one call for the whole run; pushed to `run` in input
+/// order with the counts of computed and cached results.
+fn read_distributions(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    (template, scale): (&str, ScoreScale),
+    request: &RequestOf,
+    bar: &ProgressTask,
+    cache: Option<&ResultCache>,
+    run: &mut ScoreRun,
+) -> Result<()> {
+    let mut plans = Vec::with_capacity(contexts.len());
+    let mut cached = 0;
+    for (index, context) in contexts.iter().enumerate() {
+        let mut plan = plan_context(scorer, template, context, index, request)
+            .with_context(|| format!("context `{}`", context.id))?;
+        cached += plan.lookup(cache)?;
+        plans.push(plan);
+    }
+    bar.found_in_cache(cached as u64);
+    run.cached += cached;
+    let asked: usize = plans.iter().map(LabelPlan::len).sum();
+    run.computed +=
+        fill_together(&mut plans, scorer, cache, &mut |_| bar.step(1)).with_context(|| {
+            format!(
+                "scoring {} candidates of {} contexts ({})",
+                asked - cached,
+                contexts.len(),
+                super::unfinished(contexts, plans.iter())
+            )
+        })?;
+    for (context, plan) in contexts.iter().zip(plans) {
+        let found = plan.into_partial_results();
+        for (candidate, result) in context.candidates.iter().zip(found) {
+            let result = result.with_context(|| {
+                format!("context `{}`: no result for `{}`", context.id, candidate.id)
+            })?;
+            let distribution =
+                ScoreDistribution::from_result(scale, &result).with_context(|| {
+                    format!("context `{}`, candidate `{}`", context.id, candidate.id)
+                })?;
+            let mut entry = scored(context, candidate, distribution.expectation);
+            entry.distribution = Some(distribution);
+            run.candidates.push(entry);
+        }
+    }
+    Ok(())
+}
+
+/// Rubric grading: the feedbacks (one generation per candidate) unless the method asks
+/// for none, then every score read after its marker.
+fn run_rubric(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    method: &RubricMethod,
+    progress: &Progress,
+    cache: Option<&ResultCache>,
+    run: &mut ScoreRun,
+) -> Result<()> {
+    let total = contexts.iter().map(|c| c.candidates.len()).sum::<usize>() as u64;
+    let ids = (method.template_id(), method.rubric.scale);
+    let Some(max_tokens) = method.feedback_tokens else {
+        progress.note(&format!(
+            "rubric grading ({} format, {}): reading each score right after the rubric prompt \
+             and `{}` (no feedback; through the prefix trie)",
+            method.protocol,
+            method.protocol_source.describe(),
+            method.marker()
+        ));
+        let bar = progress.task(total, "scores read (no feedback)");
+        let request: &RequestOf = &|scorer, c, k| {
+            let context = &contexts[c];
+            method.score_request(scorer, context, &context.candidates[k], None)
+        };
+        return read_distributions(scorer, contexts, (&ids.0, ids.1), request, &bar, cache, run);
+    };
+    let (readings, generated) = feedbacks(scorer, contexts, method, max_tokens, progress, cache)?;
+    let bar = progress.task(
+        total,
+        &format!(
+            "scores read after `{}` (scoring)",
+            method.marker().trim_end()
+        ),
+    );
+    let request: &RequestOf = &|scorer, c, k| {
+        let context = &contexts[c];
+        let answer = readings[c][k].answer.as_str();
+        method.score_request(scorer, context, &context.candidates[k], Some(answer))
+    };
+    let first = run.candidates.len();
+    read_distributions(scorer, contexts, (&ids.0, ids.1), request, &bar, cache, run)?;
+    let readings: Vec<&Reading> = readings.iter().flatten().collect();
+    for (entry, reading) in run.candidates[first..].iter_mut().zip(readings) {
+        entry.feedback = Some(reading.feedback.clone());
+        entry.format = Some(reading.format);
+    }
+    tracing::debug!(generated, "rubric feedbacks generated in this run");
+    Ok(())
 }
 
 /// Score every candidate of `contexts` with a resolved method.
@@ -325,7 +490,6 @@ pub fn run_scoring(
     cache: Option<&ResultCache>,
 ) -> Result<ScoreRun> {
     let total = contexts.iter().map(|c| c.candidates.len()).sum();
-    let bar = progress.task(total as u64, "candidates");
     let mut run = ScoreRun {
         method: method.clone(),
         candidates: Vec::with_capacity(total),
@@ -335,6 +499,7 @@ pub fn run_scoring(
     };
     match method {
         ResolvedMethod::Gptscore { task, attribute } => {
+            let bar = progress.task(total as u64, "candidates");
             for context in contexts {
                 let requests = context
                     .candidates
@@ -359,46 +524,29 @@ pub fn run_scoring(
             }
         }
         ResolvedMethod::Prompt { .. } | ResolvedMethod::Geval { .. } => {
+            let bar = progress.task(total as u64, "candidates");
             let template = method
                 .template_id()
                 .context("a label method has a template id")?;
             let scale = method.scale().context("a label method has a scale")?;
-            let mut plans = Vec::with_capacity(contexts.len());
-            for context in contexts {
-                let mut plan = plan_context(scorer, method, &template, context)
-                    .with_context(|| format!("context `{}`", context.id))?;
-                run.cached += plan.lookup(cache)?;
-                plans.push(plan);
-            }
-            bar.found_in_cache(run.cached as u64);
-            let asked: usize = plans.iter().map(LabelPlan::len).sum();
-            run.computed += fill_together(&mut plans, scorer, cache, &mut |_| bar.step(1))
-                .with_context(|| {
-                    format!(
-                        "scoring {} candidates of {} contexts ({})",
-                        asked - run.cached,
-                        contexts.len(),
-                        super::unfinished(contexts, plans.iter())
-                    )
-                })?;
-            for (context, plan) in contexts.iter().zip(plans) {
-                let found = plan.into_partial_results();
-                for (candidate, result) in context.candidates.iter().zip(found) {
-                    let result = result.with_context(|| {
-                        format!("context `{}`: no result for `{}`", context.id, candidate.id)
-                    })?;
-                    let distribution = ScoreDistribution::from_result(scale, &result)
-                        .with_context(|| {
-                            format!("context `{}`, candidate `{}`", context.id, candidate.id)
-                        })?;
-                    let mut entry = scored(context, candidate, distribution.expectation);
-                    entry.distribution = Some(distribution);
-                    run.candidates.push(entry);
-                }
-            }
+            let request: &RequestOf = &|scorer, c, k| {
+                let context = &contexts[c];
+                method.label_request(scorer, context, &context.candidates[k])
+            };
+            read_distributions(
+                scorer,
+                contexts,
+                (&template, scale),
+                request,
+                &bar,
+                cache,
+                &mut run,
+            )?;
+        }
+        ResolvedMethod::Rubric(rubric) => {
+            run_rubric(scorer, contexts, rubric, progress, cache, &mut run)?;
         }
     }
-    drop(bar);
     run.diagnostics = diagnostics::for_scores(&run, diagnostics::Audience::CommandLine);
     Ok(run)
 }
@@ -414,10 +562,11 @@ fn probability_object(scores: &[i64], values: &[f64]) -> String {
 }
 
 /// One JSON line per candidate, input order: `context_id`, `candidate_id`, `system_id`
-/// (when known), `score`, for prompt scoring and G-Eval `argmax`, `probabilities`
-/// (normalised over the scale), `raw_probabilities` and `label_mass`, and the input's
-/// human `scores` (so that `nlg-judge correlate --pred score --human scores.<name>`
-/// reads the file directly).
+/// (when known), `score`, for prompt scoring, G-Eval and rubric grading `argmax`,
+/// `probabilities` (normalised over the scale), `raw_probabilities` and `label_mass`,
+/// for rubric grading with feedback the model's `feedback` and its `format` (`kept`,
+/// `no-score`, `repeated`, `missing`, `cut`), and the input's human `scores` (so that
+/// `nlg-judge correlate --pred score --human scores.<name>` reads the file directly).
 pub fn write_scored(candidates: &[ScoredCandidate], out: &mut dyn Write) -> Result<()> {
     for c in candidates {
         let mut line = format!(
@@ -437,6 +586,12 @@ pub fn write_scored(candidates: &[ScoredCandidate], out: &mut dyn Write) -> Resu
                 probability_object(&d.scores, &d.raw),
                 json!(d.mass)
             ));
+        }
+        if let Some(feedback) = &c.feedback {
+            line.push_str(&format!(",\"feedback\":{}", json!(feedback)));
+        }
+        if let Some(format) = c.format {
+            line.push_str(&format!(",\"format\":{}", json!(format.name())));
         }
         if !c.human.is_empty() {
             line.push_str(&format!(",\"scores\":{}", json!(c.human)));
@@ -459,6 +614,24 @@ pub fn show_first_prompt(
         .find_map(|c| c.candidates.first().map(|first| (c, first)))
         .context("no candidates")?;
     let (prompt, after) = match method {
+        ResolvedMethod::Rubric(
+            rubric @ RubricMethod {
+                feedback_tokens: Some(max_tokens),
+                ..
+            },
+        ) => {
+            let max_tokens = *max_tokens;
+            let request = rubric.feedback_request(scorer, context, candidate, max_tokens)?;
+            (
+                request.prompt,
+                format!(
+                    "the model writes its feedback here (at most {max_tokens} tokens); the score \
+                     is read after `{}` ({} format)",
+                    rubric.marker(),
+                    rubric.protocol
+                ),
+            )
+        }
         ResolvedMethod::Gptscore { task, attribute } => {
             let request =
                 gptscore::request(scorer, *task, attribute, &context.text, &candidate.text)?;

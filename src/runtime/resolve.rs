@@ -191,7 +191,7 @@ pub fn resolve_card(card: &ModelCard, options: &FetchOptions) -> Result<Resolved
         tokenizer,
         fingerprint: fingerprint(weights.iter().map(|f| f.sha256.as_str()).collect()),
         chat_template,
-        conventions: card.conventions.clone(),
+        conventions: card.prompt_conventions(),
         context_window: card.context_window,
         files,
         notes,
@@ -575,6 +575,7 @@ pub fn conventions_for(template: &ChatTemplate) -> Conventions {
             label_b: "B".to_string(),
             score_suffix: "\n\nScore:".to_string(),
             chat: true,
+            rubric_protocol: None,
         },
         ChatTemplate::None => Conventions::default(),
     }

@@ -39,6 +39,7 @@ mod remote_backend;
 mod report;
 mod reproduce;
 mod resolve;
+mod rubric;
 mod score_cli;
 mod score_mock;
 mod score_smollm2;

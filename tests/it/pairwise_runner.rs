@@ -295,6 +295,7 @@ fn chat_conventions_reach_the_model() {
         label_b: "B".into(),
         score_suffix: "\n\nScore:".into(),
         chat: true,
+        rubric_protocol: None,
     };
     let mut scorer =
         MockScorer::new()

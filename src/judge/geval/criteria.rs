@@ -95,6 +95,29 @@ impl Sections {
     }
 }
 
+impl Sections {
+    /// The headings with the names of their fields (`sections.source`, ...).
+    pub fn fields(&self) -> [(&'static str, &str); 3] {
+        [
+            ("sections.source", &self.source),
+            ("sections.reference", &self.reference),
+            ("sections.output", &self.output),
+        ]
+    }
+}
+
+/// An error naming the first of `fields` (name, value) that is blank.
+pub(crate) fn ensure_filled<'a>(
+    fields: impl IntoIterator<Item = (&'static str, &'a str)>,
+) -> Result<()> {
+    for (field, value) in fields {
+        if value.trim().is_empty() {
+            bail!("field `{field}` is empty");
+        }
+    }
+    Ok(())
+}
+
 /// One criterion to rate on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Criteria {
@@ -148,18 +171,12 @@ impl Criteria {
     }
 
     fn check(&self) -> Result<()> {
-        for (field, value) in [
-            ("name", &self.name),
+        let own = [
+            ("name", self.name.as_str()),
             ("introduction", &self.introduction),
             ("criterion", &self.criterion),
-            ("sections.source", &self.sections.source),
-            ("sections.reference", &self.sections.reference),
-            ("sections.output", &self.sections.output),
-        ] {
-            if value.trim().is_empty() {
-                bail!("field `{field}` is empty");
-            }
-        }
+        ];
+        ensure_filled(own.into_iter().chain(self.sections.fields()))?;
         if self.name.contains('\n') {
             bail!("field `name` must be one line");
         }

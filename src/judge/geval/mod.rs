@@ -158,13 +158,7 @@ mod tests {
             "Summary:\n\nCANDIDATE\n\n",
             "Evaluation Form (scores ONLY):",
         ];
-        let mut at = 0;
-        for part in order {
-            let found = with_all[at..]
-                .find(part)
-                .unwrap_or_else(|| panic!("{part:?} not after byte {at} in {with_all}"));
-            at += found + part.len();
-        }
+        crate::judge::assert_in_order(&with_all, &order);
         let bare = render(
             &criteria,
             "1. Read.",

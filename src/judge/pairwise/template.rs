@@ -381,6 +381,7 @@ mod tests {
             label_b: "B".into(),
             score_suffix: "\n\nScore:".into(),
             chat: true,
+            rubric_protocol: None,
         };
         let request = t.request(&llama, &fill("coherent", "Summary"));
         let Prompt::Text { text, chat } = &request.prompt else {

@@ -1,0 +1,458 @@
+//! Rubric grading: a criterion and one description per score, put to a judge model in
+//! the format it was trained on (Prometheus 2, Flow-Judge) or in our plain format for any
+//! instruct model. The model writes a feedback and then a result marker (`[RESULT] `,
+//! `<score>`, `Score:`); the score is read as the model's distribution over the scale at
+//! the position after the marker, like G-Eval's.
+//!
+//! This module is pure prompt building and reading, no tensors:
+//!
+//! - here: the [`Rubric`] type, rubric files (TOML or JSON) and the built-in rubrics
+//!   (`rubrics/<group>/<name>.toml`, embedded at build time, documented in
+//!   `rubrics/README.md`);
+//! - [`protocol`]: the three formats, each rendered byte for byte as published
+//!   (`tests/fixtures/rubric/` holds the published templates' renderings);
+//! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
+//!   appended), and whether the model kept to its format;
+//! - [`run`]: the decided method and its feedback step (one generation per candidate).
+
+pub mod protocol;
+pub mod reading;
+pub mod run;
+
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+pub use crate::engine::RubricProtocol;
+pub use protocol::{ProtocolFormat, RubricInput};
+pub use reading::{FormatCounts, FormatOutcome, Reading};
+pub use run::RubricMethod;
+
+use super::attribute::Task;
+use super::geval::criteria::ensure_filled;
+use super::geval::Sections;
+use super::scale::ScoreScale;
+
+/// The scale of a rubric file that names none (Prometheus 2's).
+pub const DEFAULT_SCALE: ScoreScale = match ScoreScale::const_new(1, 5) {
+    Some(scale) => scale,
+    None => panic!("1-5 is a valid scale"),
+};
+
+/// `(group, file text)` of every built-in rubric: SummEval's four attributes, Topical-Chat's
+/// five, and HANNA's six story attributes.
+const BUILTIN: [(&str, &str); 15] = [
+    (
+        "summary",
+        include_str!("../../../rubrics/summary/coherence.toml"),
+    ),
+    (
+        "summary",
+        include_str!("../../../rubrics/summary/consistency.toml"),
+    ),
+    (
+        "summary",
+        include_str!("../../../rubrics/summary/fluency.toml"),
+    ),
+    (
+        "summary",
+        include_str!("../../../rubrics/summary/relevance.toml"),
+    ),
+    (
+        "dialogue",
+        include_str!("../../../rubrics/dialogue/naturalness.toml"),
+    ),
+    (
+        "dialogue",
+        include_str!("../../../rubrics/dialogue/coherence.toml"),
+    ),
+    (
+        "dialogue",
+        include_str!("../../../rubrics/dialogue/engagingness.toml"),
+    ),
+    (
+        "dialogue",
+        include_str!("../../../rubrics/dialogue/groundedness.toml"),
+    ),
+    (
+        "dialogue",
+        include_str!("../../../rubrics/dialogue/understandability.toml"),
+    ),
+    (
+        "story",
+        include_str!("../../../rubrics/story/relevance.toml"),
+    ),
+    (
+        "story",
+        include_str!("../../../rubrics/story/coherence.toml"),
+    ),
+    ("story", include_str!("../../../rubrics/story/empathy.toml")),
+    (
+        "story",
+        include_str!("../../../rubrics/story/surprise.toml"),
+    ),
+    (
+        "story",
+        include_str!("../../../rubrics/story/engagement.toml"),
+    ),
+    (
+        "story",
+        include_str!("../../../rubrics/story/complexity.toml"),
+    ),
+];
+
+/// One criterion with a description of every score of its scale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rubric {
+    /// The criterion's name ("Coherence"): names the attribute and the human scores.
+    pub name: String,
+    /// The question the rubric answers ("Does the summary hold together ...?").
+    pub criterion: String,
+    pub scale: ScoreScale,
+    /// One description per score, lowest score first.
+    pub descriptions: Vec<String>,
+    /// What the candidates were asked to do ("Summarize the following news article."):
+    /// Prometheus' "instruction to evaluate" (with the context after it), Flow-Judge's
+    /// `<instruction>` input. Optional.
+    pub instruction: Option<String>,
+    pub task: Option<Task>,
+    /// Other names that select a built-in rubric.
+    pub aliases: Vec<String>,
+    /// Headings of the context, the reference and the output.
+    pub sections: Sections,
+}
+
+/// The file format (see `rubrics/README.md`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RubricFile {
+    name: String,
+    criterion: String,
+    scale: Option<[i64; 2]>,
+    descriptions: Vec<String>,
+    instruction: Option<String>,
+    task: Option<Task>,
+    #[serde(default)]
+    aliases: Vec<String>,
+    sections: Option<Sections>,
+}
+
+impl Rubric {
+    /// Parse a rubric file's text: JSON when `origin` ends in `.json`, else TOML.
+    /// `origin` names the file in every error, with the field at fault.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let file: RubricFile = if origin.to_ascii_lowercase().ends_with(".json") {
+            serde_json::from_str(text)
+                .with_context(|| format!("{origin}: not a valid rubric file (JSON)"))?
+        } else {
+            toml::from_str(text)
+                .with_context(|| format!("{origin}: not a valid rubric file (TOML)"))?
+        };
+        Self::from_file_fields(file).with_context(|| format!("rubric file {origin}"))
+    }
+
+    fn from_file_fields(file: RubricFile) -> Result<Self> {
+        let scale = match file.scale {
+            Some([low, high]) => ScoreScale::new(low, high).context("field `scale`")?,
+            None => DEFAULT_SCALE,
+        };
+        let rubric = Self {
+            name: file.name.trim().to_string(),
+            criterion: file.criterion.trim().to_string(),
+            scale,
+            descriptions: file
+                .descriptions
+                .iter()
+                .map(|d| d.trim().to_string())
+                .collect(),
+            instruction: file
+                .instruction
+                .map(|i| i.trim().to_string())
+                .filter(|i| !i.is_empty()),
+            task: file.task,
+            aliases: file
+                .aliases
+                .iter()
+                .map(|a| a.trim().to_ascii_lowercase())
+                .collect(),
+            sections: file
+                .sections
+                .unwrap_or_else(|| Sections::for_task(file.task)),
+        };
+        rubric.check()?;
+        Ok(rubric)
+    }
+
+    /// Every field usable: names one line, nothing empty, one description per score.
+    fn check(&self) -> Result<()> {
+        let own = [("name", self.name.as_str()), ("criterion", &self.criterion)];
+        ensure_filled(own.into_iter().chain(self.sections.fields()))?;
+        ensure!(!self.name.contains('\n'), "field `name` must be one line");
+        let scores = self.scale.scores();
+        ensure!(
+            self.descriptions.len() == scores.len(),
+            "field `descriptions`: {} description(s) for the scale {} ({} scores): give one \
+             per score, lowest first",
+            self.descriptions.len(),
+            self.scale,
+            scores.len()
+        );
+        for (index, (description, score)) in self.descriptions.iter().zip(&scores).enumerate() {
+            ensure!(
+                !description.is_empty(),
+                "field `descriptions[{index}]` (score {score}) is empty"
+            );
+            ensure!(
+                !description.contains('\n'),
+                "field `descriptions[{index}]` (score {score}) must be one line: the rubric \
+                 lists one line per score"
+            );
+        }
+        Ok(())
+    }
+
+    /// Read a rubric file (`.json`: JSON, else TOML).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read rubric file {}", path.display()))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Every built-in rubric with its group (`summary`, `dialogue`, `story`).
+    pub fn builtins() -> Result<Vec<(&'static str, Self)>> {
+        BUILTIN
+            .iter()
+            .map(|(group, text)| {
+                Ok((
+                    *group,
+                    Self::parse(text, &format!("built-in {group} rubric"))?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The group a task's built-in rubrics are in.
+    fn group_of(task: Task) -> Option<&'static str> {
+        match task {
+            Task::Summary => Some("summary"),
+            Task::Dialogue => Some("dialogue"),
+            Task::DataToText | Task::Custom => None,
+        }
+    }
+
+    /// The built-in rubric `name`: `group/name` (`story/coherence`), or a name or alias
+    /// alone, taken from the task's group when several groups have it (`coherence` is
+    /// SummEval's for `--task summary`, Topical-Chat's for `--task dialogue`).
+    pub fn builtin(name: &str, task: Task) -> Result<Self> {
+        let wanted = name.trim().to_ascii_lowercase();
+        let (group, short) = match wanted.split_once('/') {
+            Some((group, short)) => (Some(group.to_string()), short.to_string()),
+            None => (None, wanted.clone()),
+        };
+        let matches: Vec<(&str, Self)> = Self::builtins()?
+            .into_iter()
+            .filter(|(g, r)| {
+                group.as_deref().is_none_or(|wanted| wanted == *g)
+                    && (r.name.to_lowercase() == short || r.aliases.contains(&short))
+            })
+            .collect();
+        match matches.len() {
+            0 => bail!(
+                "no built-in rubric `{name}`; built-in: {} (or give a rubric file: --rubric \
+                 FILE.toml or FILE.json, see rubrics/README.md)",
+                Self::builtin_list()?
+            ),
+            1 => Ok(matches
+                .into_iter()
+                .next()
+                .map(|(_, r)| r)
+                .expect("one match")),
+            _ => {
+                let groups: Vec<String> = matches
+                    .iter()
+                    .map(|(g, r)| format!("{g}/{}", r.name.to_lowercase()))
+                    .collect();
+                let preferred = Self::group_of(task);
+                match matches.into_iter().find(|(g, _)| Some(*g) == preferred) {
+                    Some((_, rubric)) => Ok(rubric),
+                    None => bail!(
+                        "the built-in rubric `{name}` exists for several tasks and none is the \
+                         {} task's: name one ({})",
+                        task.name(),
+                        groups.join(", ")
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The built-in rubrics as help texts and errors list them: `group/name`, aliases in
+    /// brackets.
+    pub fn builtin_list() -> Result<String> {
+        let names: Vec<String> = Self::builtins()?
+            .into_iter()
+            .map(|(group, rubric)| {
+                let name = format!("{group}/{}", rubric.name.to_lowercase());
+                if rubric.aliases.is_empty() {
+                    name
+                } else {
+                    format!("{name} ({})", rubric.aliases.join(", "))
+                }
+            })
+            .collect();
+        Ok(names.join(", "))
+    }
+
+    /// The rubric `spec` names: a file when it ends in `.toml` or `.json`, else a
+    /// built-in name ([`Rubric::builtin`]).
+    pub fn load(spec: &str, task: Task) -> Result<Self> {
+        let lower = spec.to_ascii_lowercase();
+        if lower.ends_with(".toml") || lower.ends_with(".json") {
+            Self::from_file(Path::new(spec))
+        } else {
+            Self::builtin(spec, task)
+        }
+    }
+
+    /// `(score, description)` lowest first.
+    pub fn levels(&self) -> impl Iterator<Item = (i64, &str)> {
+        self.scale
+            .scores()
+            .into_iter()
+            .zip(self.descriptions.iter().map(String::as_str))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses_with_one_description_per_score() {
+        let all = Rubric::builtins().unwrap();
+        assert_eq!(all.len(), BUILTIN.len());
+        for (group, rubric) in &all {
+            assert_eq!(rubric.scale, DEFAULT_SCALE, "{group}/{}", rubric.name);
+            assert_eq!(rubric.descriptions.len(), 5);
+            assert!(rubric.instruction.is_some(), "{group}/{}", rubric.name);
+        }
+        let story = all.iter().find(|(g, _)| *g == "story").unwrap();
+        assert_eq!(story.1.sections.output, "Story");
+    }
+
+    #[test]
+    fn builtins_are_chosen_by_group_name_alias_and_task() {
+        let summary = Rubric::builtin("coherence", Task::Summary).unwrap();
+        assert_eq!(summary.sections.output, "Summary");
+        let dialogue = Rubric::builtin("Coherence", Task::Dialogue).unwrap();
+        assert_eq!(dialogue.sections.output, "Response");
+        assert_eq!(
+            Rubric::builtin("continuity", Task::Summary).unwrap(),
+            dialogue
+        );
+        let story = Rubric::builtin("story/coherence", Task::Summary).unwrap();
+        assert_eq!(story.sections.source, "Writing Prompt");
+        // A name only one group has needs no task.
+        assert_eq!(
+            Rubric::builtin("empathy", Task::Dialogue).unwrap().name,
+            "Empathy"
+        );
+        // Several groups and none is the task's: no guess.
+        let error = format!(
+            "{:#}",
+            Rubric::builtin("coherence", Task::Custom).unwrap_err()
+        );
+        assert!(error.contains("summary/coherence"), "{error}");
+        let error = format!("{:#}", Rubric::builtin("wit", Task::Summary).unwrap_err());
+        assert!(
+            error.contains("`wit`") && error.contains("story/surprise"),
+            "{error}"
+        );
+        assert_ne!(summary, dialogue);
+    }
+
+    #[test]
+    fn json_and_toml_files_read_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml_path = dir.path().join("r.toml");
+        std::fs::write(
+            &toml_path,
+            "name = \"Wit\"\ncriterion = \"Is it witty?\"\nscale = [0, 2]\n\
+             descriptions = [\"no\", \"a bit\", \"very\"]\n",
+        )
+        .unwrap();
+        let json_path = dir.path().join("r.json");
+        std::fs::write(
+            &json_path,
+            r#"{"name": "Wit", "criterion": "Is it witty?", "scale": [0, 2],
+               "descriptions": ["no", "a bit", "very"]}"#,
+        )
+        .unwrap();
+        let from_toml = Rubric::from_file(&toml_path).unwrap();
+        assert_eq!(from_toml, Rubric::from_file(&json_path).unwrap());
+        assert_eq!(
+            from_toml.levels().collect::<Vec<_>>(),
+            [(0, "no"), (1, "a bit"), (2, "very")]
+        );
+        assert_eq!(from_toml.sections, Sections::for_task(None));
+        assert_eq!(from_toml.instruction, None);
+        assert_eq!(
+            Rubric::load(&json_path.display().to_string(), Task::Summary).unwrap(),
+            from_toml
+        );
+    }
+
+    #[test]
+    fn bad_files_name_the_file_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let check = |file: &str, text: &str, needles: &[&str]| {
+            let path = dir.path().join(file);
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", Rubric::from_file(&path).unwrap_err());
+            assert!(error.contains(file), "{file}: {error}");
+            for needle in needles {
+                assert!(error.contains(needle), "{needle}: {error}");
+            }
+        };
+        let five = "descriptions = [\"a\", \"b\", \"c\", \"d\", \"e\"]\n";
+        check(
+            "four.toml",
+            "name = \"X\"\ncriterion = \"c\"\ndescriptions = [\"a\", \"b\", \"c\", \"d\"]\n",
+            &["`descriptions`", "4 description(s)", "1-5 (5 scores)"],
+        );
+        check(
+            "nocrit.toml",
+            &format!("name = \"X\"\n{five}"),
+            &["criterion"],
+        );
+        check(
+            "extra.toml",
+            &format!("name = \"X\"\ncriterion = \"c\"\ncolour = 1\n{five}"),
+            &["colour"],
+        );
+        check(
+            "scale.toml",
+            &format!("name = \"X\"\ncriterion = \"c\"\nscale = [5, 1]\n{five}"),
+            &["`scale`", "low < high"],
+        );
+        check(
+            "blank.toml",
+            "name = \"X\"\ncriterion = \"c\"\ndescriptions = [\"a\", \"b\", \" \", \"d\", \"e\"]\n",
+            &["`descriptions[2]` (score 3) is empty"],
+        );
+        check(
+            "lines.toml",
+            "name = \"X\"\ncriterion = \"c\"\ndescriptions = [\"a\", \"b\", \"c\\nd\", \"d\", \"e\"]\n",
+            &["`descriptions[2]`", "one line"],
+        );
+        check(
+            "bad.json",
+            "{\"name\": \"X\",\n \"criterion\": 3}",
+            &["JSON", "line 2"],
+        );
+        let missing = dir.path().join("missing.toml");
+        let error = format!("{:#}", Rubric::from_file(&missing).unwrap_err());
+        assert!(error.contains("missing.toml"), "{error}");
+    }
+}

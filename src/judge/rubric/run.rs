@@ -1,0 +1,210 @@
+//! Rubric grading as a scoring method: the decided method ([`RubricMethod`]) and its
+//! feedback step.
+//!
+//! With feedback (the default), each candidate costs one greedy generation: the model
+//! writes its feedback after the rubric prompt (through
+//! [`crate::engine::runner::generate_cached`], so a rerun reads it back; generations do
+//! not go through the prefix trie). Each feedback is then read ([`super::reading`]) and
+//! the score is asked as a label request after the feedback and the marker, planned,
+//! cached and batched like every label request of `score` (`judge::scoring`). Without
+//! feedback the label request follows the prompt and the marker directly, and the whole
+//! run goes through the prefix trie like prompt scoring.
+
+use anyhow::{Context as _, Result};
+
+use super::protocol::{self, RubricInput};
+use super::reading::{read, Reading};
+use super::{Rubric, RubricProtocol};
+use crate::data::{Candidate, Context};
+use crate::engine::runner::generate_cached;
+use crate::engine::{GenerationRequest, LabelRequest, ResultCache, Scorer};
+use crate::judge::scoring::required_reference;
+use crate::progress::Progress;
+
+/// Kind of the feedback generations in the result cache.
+pub const FEEDBACK_CACHE_KIND: &str = "rubric-feedback";
+
+/// Default bound on a feedback's tokens (Prometheus 2's feedbacks run to a few hundred).
+pub const DEFAULT_FEEDBACK_TOKENS: usize = 512;
+
+/// Version of the rubric prompts and their reading (part of the label cache identity).
+const TEMPLATE_VERSION: &str = "rubric/v1";
+
+/// Where the run's protocol came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolSource {
+    /// The caller named it (`--protocol`).
+    Requested,
+    /// The model card's `[judge] protocol`.
+    Card,
+    /// Neither: the plain format.
+    Default,
+}
+
+impl ProtocolSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProtocolSource::Requested => "as requested",
+            ProtocolSource::Card => "the model card's",
+            ProtocolSource::Default => "the default for models without one",
+        }
+    }
+}
+
+/// Rubric grading with everything decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RubricMethod {
+    pub rubric: Rubric,
+    pub protocol: RubricProtocol,
+    pub protocol_source: ProtocolSource,
+    /// Most tokens of a feedback; `None`: no feedback, the score is read right after the
+    /// prompt and the marker.
+    pub feedback_tokens: Option<usize>,
+    /// Show each candidate's `reference` as the reference answer.
+    pub reference: bool,
+}
+
+impl RubricMethod {
+    /// Settle the protocol: the requested one, else the card's, else plain; and check that
+    /// it can grade on the rubric's scale.
+    pub fn new(
+        scorer: &dyn Scorer,
+        rubric: Rubric,
+        requested: Option<RubricProtocol>,
+        feedback_tokens: Option<usize>,
+        reference: bool,
+    ) -> Result<Self> {
+        let (protocol, protocol_source) =
+            match (requested, scorer.info().conventions.rubric_protocol) {
+                (Some(protocol), _) => (protocol, ProtocolSource::Requested),
+                (None, Some(protocol)) => (protocol, ProtocolSource::Card),
+                (None, None) => (RubricProtocol::Plain, ProtocolSource::Default),
+            };
+        let probe = RubricInput {
+            context: None,
+            reference: None,
+            output: "",
+        };
+        protocol::render(protocol, &rubric, &probe)?;
+        Ok(Self {
+            rubric,
+            protocol,
+            protocol_source,
+            feedback_tokens,
+            reference,
+        })
+    }
+
+    /// Cache identity of the score labels (the prompt's tokens, feedback included, are
+    /// part of every key already).
+    pub fn template_id(&self) -> String {
+        format!(
+            "{TEMPLATE_VERSION}/{}/{}",
+            self.protocol,
+            if self.feedback_tokens.is_some() {
+                "feedback"
+            } else {
+                "direct"
+            }
+        )
+    }
+
+    /// The marker after which the score is read.
+    pub fn marker(&self) -> &'static str {
+        protocol::format(self.protocol).marker
+    }
+
+    /// What is graded of `candidate`.
+    pub fn input<'a>(
+        &self,
+        context: &'a Context,
+        candidate: &'a Candidate,
+    ) -> Result<RubricInput<'a>> {
+        let reference = if self.reference {
+            Some(required_reference(candidate)?)
+        } else {
+            None
+        };
+        Ok(RubricInput {
+            context: Some(context.text.as_str()).filter(|s| !s.trim().is_empty()),
+            reference,
+            output: &candidate.text,
+        })
+    }
+
+    /// The generation of `candidate`'s feedback.
+    pub fn feedback_request(
+        &self,
+        scorer: &dyn Scorer,
+        context: &Context,
+        candidate: &Candidate,
+        max_tokens: usize,
+    ) -> Result<GenerationRequest> {
+        let input = self.input(context, candidate)?;
+        protocol::feedback_request(scorer, self.protocol, &self.rubric, &input, max_tokens)
+    }
+
+    /// The label request reading `candidate`'s score after `answer` (the feedback and
+    /// the marker), or right after the prompt and the marker without feedback.
+    pub fn score_request(
+        &self,
+        scorer: &dyn Scorer,
+        context: &Context,
+        candidate: &Candidate,
+        answer: Option<&str>,
+    ) -> Result<LabelRequest> {
+        let input = self.input(context, candidate)?;
+        let answer = answer.unwrap_or(protocol::direct_answer(self.protocol));
+        protocol::score_request(scorer, self.protocol, &self.rubric, &input, answer)
+    }
+}
+
+/// Every candidate's feedback, read, per context in input order: one generation per
+/// candidate (or its cached copy). Returns the readings and how many were generated now.
+pub fn feedbacks(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    method: &RubricMethod,
+    max_tokens: usize,
+    progress: &Progress,
+    cache: Option<&ResultCache>,
+) -> Result<(Vec<Vec<Reading>>, usize)> {
+    let total: usize = contexts.iter().map(|c| c.candidates.len()).sum();
+    progress.note(&format!(
+        "rubric grading ({} format, {}): writing {total} feedback(s), one generation per \
+         candidate (generations do not go through the prefix trie), then reading each score \
+         after `{}`",
+        method.protocol,
+        method.protocol_source.describe(),
+        method.marker()
+    ));
+    let bar = progress.task(total as u64, "feedbacks written (generation)");
+    let mut generated = 0;
+    let mut readings = Vec::with_capacity(contexts.len());
+    for context in contexts {
+        let mut here = Vec::with_capacity(context.candidates.len());
+        for candidate in &context.candidates {
+            let at = || format!("context `{}`, candidate `{}`", context.id, candidate.id);
+            let request = method
+                .feedback_request(scorer, context, candidate, max_tokens)
+                .with_context(at)?;
+            let (generation, cached) =
+                generate_cached(scorer, cache, FEEDBACK_CACHE_KIND, &request)
+                    .with_context(|| format!("writing the feedback of {}", at()))?;
+            here.push(read(
+                method.protocol,
+                method.rubric.scale,
+                &generation.text,
+                generation.finish,
+            ));
+            if cached {
+                bar.found_in_cache(1);
+            } else {
+                generated += 1;
+                bar.step(1)?;
+            }
+        }
+        readings.push(here);
+    }
+    Ok((readings, generated))
+}

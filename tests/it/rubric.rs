@@ -1,0 +1,446 @@
+//! Rubric grading (`score --method rubric`): the prompts against the fixtures written from
+//! the judges' published templates (`tests/fixtures/rubric/`), byte for byte; the scoring
+//! run with a scripted judge (every way a feedback can break the format still gives a
+//! score and a format count; caching; no feedback; the card's protocol by default); and a
+//! run on SmolLM2 in the plain format.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::common;
+use nlg_judge::data::{Candidate, Context};
+use nlg_judge::engine::{Conventions, DecoderSettings, MockScorer, ResultCache, RubricProtocol};
+use nlg_judge::judge::geval::Sections;
+use nlg_judge::judge::rubric::protocol::{render, RubricInput};
+use nlg_judge::judge::rubric::run::ProtocolSource;
+use nlg_judge::judge::rubric::{FormatOutcome, Rubric};
+use nlg_judge::judge::{
+    resolve_method, run_scoring, write_scored, ResolvedMethod, RubricRequest, ScoreMethod,
+    ScoreOptions, ScoreRequest, ScoreRun, ScoreScale,
+};
+use nlg_judge::progress::Progress;
+use serde_json::Value;
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rubric")
+}
+
+fn fixture(name: &str) -> String {
+    let path = fixture_dir().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The example of `inputs.json` as a rubric and the inputs it grades.
+fn example() -> (Rubric, Value) {
+    let inputs: Value = serde_json::from_str(&fixture("inputs.json")).unwrap();
+    let text = |key: &str| inputs[key].as_str().unwrap().to_string();
+    let rubric = Rubric {
+        name: text("name"),
+        criterion: text("criterion"),
+        scale: ScoreScale::new(1, 5).unwrap(),
+        descriptions: inputs["descriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_string())
+            .collect(),
+        instruction: Some(text("instruction")),
+        task: None,
+        aliases: Vec::new(),
+        sections: Sections {
+            source: text("source_heading"),
+            reference: text("reference_heading"),
+            output: text("output_heading"),
+        },
+    };
+    (rubric, inputs)
+}
+
+#[test]
+fn prometheus_prompts_are_the_published_template_byte_for_byte() {
+    let (rubric, inputs) = example();
+    let input = RubricInput {
+        context: inputs["context"].as_str(),
+        reference: inputs["reference"].as_str(),
+        output: inputs["response"].as_str().unwrap(),
+    };
+    let with_reference = render(RubricProtocol::Prometheus, &rubric, &input).unwrap();
+    assert_eq!(with_reference.user, fixture("prometheus_absolute.txt"));
+    assert_eq!(
+        with_reference.system.as_deref(),
+        Some(fixture("prometheus_system.txt").as_str())
+    );
+    let without = RubricInput {
+        reference: None,
+        ..input
+    };
+    let rendered = render(RubricProtocol::Prometheus, &rubric, &without).unwrap();
+    assert_eq!(
+        rendered.user,
+        fixture("prometheus_absolute_no_reference.txt")
+    );
+}
+
+#[test]
+fn flow_judge_prompts_are_the_published_template_byte_for_byte() {
+    let (mut rubric, inputs) = example();
+    let input = RubricInput {
+        context: inputs["context"].as_str(),
+        reference: inputs["reference"].as_str(),
+        output: inputs["response"].as_str().unwrap(),
+    };
+    let rendered = render(RubricProtocol::FlowJudge, &rubric, &input).unwrap();
+    assert_eq!(rendered.system, None);
+    assert_eq!(rendered.user, fixture("flow_judge_inputs.txt"));
+    // Nothing but the output: the published template without inputs.
+    rubric.instruction = None;
+    let bare = RubricInput {
+        context: None,
+        reference: None,
+        output: input.output,
+    };
+    let rendered = render(RubricProtocol::FlowJudge, &rubric, &bare).unwrap();
+    assert_eq!(rendered.user, fixture("flow_judge_no_inputs.txt"));
+}
+
+// ---- Scoring through the library with a scripted model --------------------------------
+
+/// What the scripted judge writes for a candidate whose text names the case, and the
+/// score its label distribution peaks at (so a test sees which answer the score was read
+/// after).
+const CASES: [(&str, &str, i64); 5] = [
+    ("kept", "Clear and complete. [RESULT] 4", 4),
+    ("twice", "Fine. [RESULT] 3\nOn reflection, [RESULT] 5", 3),
+    ("garbage", "Fine. [RESULT] excellent!", 2),
+    ("none", "Good enough overall.\n", 5),
+    (
+        "cut",
+        "This feedback goes on and on about the summary and never reaches a verdict before the bound",
+        1,
+    ),
+];
+
+/// The answer (after the prompt) each case's score is read after.
+fn answer_of(case: &str) -> &'static str {
+    match case {
+        "kept" => "Clear and complete. [RESULT] ",
+        "twice" => "Fine. [RESULT] ",
+        "garbage" => "Fine. [RESULT] ",
+        "none" => "Good enough overall. [RESULT] ",
+        // Cut at the mock's bound of 60 bytes, then the marker appended.
+        "cut" => "This feedback goes on and on about the summary and never rea [RESULT] ",
+        _ => unreachable!(),
+    }
+}
+
+fn case_of(prompt: &str) -> &'static str {
+    CASES
+        .iter()
+        .map(|(case, _, _)| *case)
+        .find(|case| prompt.contains(&format!("case={case}")))
+        .expect("a case in the prompt")
+}
+
+/// A mock Prometheus judge: the card's protocol, scripted feedback and labels. The labels
+/// fail unless the prompt ends with the answer its case must be read after.
+fn scripted_judge(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
+    MockScorer::new()
+        .with_conventions(Conventions {
+            rubric_protocol: Some(RubricProtocol::Prometheus),
+            ..Conventions::default()
+        })
+        .with_generation(|prompt| {
+            assert!(prompt.ends_with("###Feedback: "), "{prompt}");
+            let case = case_of(prompt);
+            Ok(CASES.iter().find(|c| c.0 == case).unwrap().1.to_string())
+        })
+        .with_labels(move |prompt, labels| {
+            prompts.lock().unwrap().push(prompt.to_string());
+            let case = case_of(prompt);
+            anyhow::ensure!(
+                prompt.ends_with(&format!("###Feedback: {}", answer_of(case))),
+                "case {case}: the score is read after {:?}",
+                &prompt[prompt.len().saturating_sub(80)..]
+            );
+            let peak = CASES.iter().find(|c| c.0 == case).unwrap().2;
+            labels
+                .iter()
+                .map(|label| {
+                    let score: i64 = label.parse()?;
+                    let p: f64 = if score == peak { 0.5 } else { 0.1 };
+                    Ok(p.ln())
+                })
+                .collect()
+        })
+}
+
+fn cased_contexts() -> Vec<Context> {
+    let candidate = |case: &str| Candidate {
+        id: case.to_string(),
+        text: format!("A summary, case={case}."),
+        reference: Some("The gold summary.".into()),
+        scores: BTreeMap::from([("coherence".to_string(), 3.0)]),
+        system_id: None,
+        metadata: Default::default(),
+        source: None,
+    };
+    vec![
+        Context {
+            id: "d1".into(),
+            text: "An article.".into(),
+            candidates: CASES[..3].iter().map(|c| candidate(c.0)).collect(),
+        },
+        Context {
+            id: "d2".into(),
+            text: "Another article.".into(),
+            candidates: CASES[3..].iter().map(|c| candidate(c.0)).collect(),
+        },
+    ]
+}
+
+/// Grade the cased contexts with `method`, without a cache.
+fn grade(judge: &mut MockScorer, method: &ResolvedMethod) -> ScoreRun {
+    run_scoring(judge, &cased_contexts(), method, &Progress::none(), None).unwrap()
+}
+
+fn rubric_options(feedback: bool) -> ScoreOptions {
+    let mut request = ScoreRequest::new(ScoreMethod::Rubric, None);
+    let mut rubric = RubricRequest::new("coherence");
+    rubric.feedback = feedback;
+    rubric.max_feedback_tokens = 60;
+    request.rubric = Some(rubric);
+    request.options(Progress::none()).unwrap()
+}
+
+#[test]
+fn every_feedback_gives_a_score_and_a_format_count() {
+    let prompts = Arc::new(Mutex::new(Vec::new()));
+    let mut judge = scripted_judge(prompts.clone());
+    let calls = judge.calls();
+    let options = rubric_options(true);
+    let method = resolve_method(&mut judge, &options, None).unwrap();
+    let ResolvedMethod::Rubric(rubric) = &method else {
+        panic!("rubric grading expected")
+    };
+    // The model card's protocol, without --protocol.
+    assert_eq!(rubric.protocol, RubricProtocol::Prometheus);
+    assert_eq!(rubric.protocol_source, ProtocolSource::Card);
+    let run = grade(&mut judge, &method);
+    assert_eq!(calls.generations(), 5, "one generation per candidate");
+    assert_eq!(calls.label_calls(), 1, "every score in one scorer call");
+    for (entry, (case, _, peak)) in run.candidates.iter().zip(CASES) {
+        let d = entry.distribution.as_ref().unwrap();
+        assert_eq!(d.argmax, peak, "{case}");
+        // 0.5 on the peak and 0.1 on each other score: normalised 5/9 and 1/9.
+        let sum: f64 = d.normalised.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-12);
+        let expected = (5.0 * peak as f64 + (15 - peak) as f64) / 9.0;
+        assert!(
+            (entry.score - expected).abs() < 1e-12,
+            "{case}: {}",
+            entry.score
+        );
+        assert!((d.mass - 0.9).abs() < 1e-12);
+    }
+    let formats: Vec<FormatOutcome> = run.candidates.iter().map(|c| c.format.unwrap()).collect();
+    assert_eq!(
+        formats,
+        [
+            FormatOutcome::Kept,
+            FormatOutcome::Repeated,
+            FormatOutcome::NoScore,
+            FormatOutcome::Missing,
+            FormatOutcome::Cut
+        ]
+    );
+    let feedback: Vec<&str> = run
+        .candidates
+        .iter()
+        .map(|c| c.feedback.as_deref().unwrap())
+        .collect();
+    assert_eq!(feedback[0], "Clear and complete.");
+    assert_eq!(feedback[3], "Good enough overall.");
+    let check = run.diagnostics.get("format").expect("a format check");
+    assert!((check.value - 0.2).abs() < 1e-12, "{}", check.value);
+    assert!(check.is_warning());
+    assert!(
+        check.message.contains(
+            "the marker without a score 1, repeated 1, never written 1, cut at the token limit 1"
+        ),
+        "{}",
+        check.message
+    );
+    assert!(check
+        .remedy
+        .as_deref()
+        .unwrap()
+        .contains("--max-feedback-tokens"));
+    // The system message does not reach a model without a chat template; the rubric does.
+    let prompts = prompts.lock().unwrap();
+    assert!(prompts[0].contains("###Score Rubrics:\n[Does the summary hold together"));
+    assert!(!prompts[0].contains("###Reference Answer"));
+
+    let mut out = Vec::new();
+    write_scored(&run.candidates, &mut out).unwrap();
+    let rows: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows[0]["feedback"], "Clear and complete.");
+    assert_eq!(rows[4]["format"], "cut");
+    assert_eq!(rows[1]["argmax"], 3);
+}
+
+#[test]
+fn feedbacks_and_scores_are_cached_and_a_rerun_asks_nothing() {
+    let cache = ResultCache::in_memory().unwrap();
+    let options = rubric_options(true);
+    let contexts = cased_contexts();
+    let mut first = scripted_judge(Arc::default());
+    let method = resolve_method(&mut first, &options, Some(&cache)).unwrap();
+    let run = run_scoring(
+        &mut first,
+        &contexts,
+        &method,
+        &Progress::none(),
+        Some(&cache),
+    )
+    .unwrap();
+    assert_eq!((run.computed, run.cached), (5, 0));
+    let mut second = scripted_judge(Arc::default());
+    let calls = second.calls();
+    let again = run_scoring(
+        &mut second,
+        &contexts,
+        &method,
+        &Progress::none(),
+        Some(&cache),
+    )
+    .unwrap();
+    assert_eq!((calls.generations(), calls.labels()), (0, 0));
+    assert_eq!((again.computed, again.cached), (0, 5));
+    assert_eq!(again.candidates, run.candidates);
+}
+
+#[test]
+fn without_feedback_the_score_follows_the_prompt_and_the_marker() {
+    let mut judge = MockScorer::new()
+        .with_conventions(Conventions {
+            rubric_protocol: Some(RubricProtocol::FlowJudge),
+            ..Conventions::default()
+        })
+        .with_generation(|_| anyhow::bail!("no generation without feedback"))
+        .with_labels(|prompt, labels| {
+            anyhow::ensure!(
+                prompt.ends_with("rubric.<score>"),
+                "{:?}",
+                &prompt[prompt.len() - 40..]
+            );
+            // Right after the marker: "1", not " 1".
+            anyhow::ensure!(labels.iter().all(|l| !l.starts_with(' ')), "{labels:?}");
+            Ok(vec![(0.2f64).ln(); labels.len()])
+        });
+    let calls = judge.calls();
+    let mut options = rubric_options(false);
+    options.reference = true;
+    let method = resolve_method(&mut judge, &options, None).unwrap();
+    let run = grade(&mut judge, &method);
+    assert_eq!(calls.generations(), 0);
+    assert!(run
+        .candidates
+        .iter()
+        .all(|c| c.feedback.is_none() && c.format.is_none()));
+    assert!((run.candidates[0].score - 3.0).abs() < 1e-12);
+    assert!(run.diagnostics.get("format").is_none());
+    // Plain when the card names no protocol; --protocol over the card's.
+    let mut plain = MockScorer::new();
+    let method = resolve_method(&mut plain, &options, None).unwrap();
+    let ResolvedMethod::Rubric(rubric) = &method else {
+        panic!()
+    };
+    assert_eq!(
+        (rubric.protocol, rubric.protocol_source),
+        (RubricProtocol::Plain, ProtocolSource::Default)
+    );
+    options.rubric.as_mut().unwrap().protocol = Some(RubricProtocol::Prometheus);
+    let method = resolve_method(&mut judge, &options, None).unwrap();
+    let ResolvedMethod::Rubric(rubric) = &method else {
+        panic!()
+    };
+    assert_eq!(
+        (rubric.protocol, rubric.protocol_source),
+        (RubricProtocol::Prometheus, ProtocolSource::Requested)
+    );
+}
+
+#[test]
+fn a_reference_is_required_with_reference_and_shown_as_score_5() {
+    let mut options = rubric_options(false);
+    options.reference = true;
+    let mut judge = MockScorer::new()
+        .with_conventions(Conventions {
+            rubric_protocol: Some(RubricProtocol::Prometheus),
+            ..Conventions::default()
+        })
+        .with_labels(|prompt, labels| {
+            anyhow::ensure!(
+                prompt.contains("###Reference Answer (Score 5):\nThe gold summary.\n\n"),
+                "{prompt}"
+            );
+            Ok(vec![(0.2f64).ln(); labels.len()])
+        });
+    let method = resolve_method(&mut judge, &options, None).unwrap();
+    grade(&mut judge, &method);
+    let mut contexts = cased_contexts();
+    contexts[1].candidates[0].reference = None;
+    let error = format!(
+        "{:#}",
+        run_scoring(&mut judge, &contexts, &method, &Progress::none(), None).unwrap_err()
+    );
+    assert!(error.contains("`none` has no `reference`"), "{error}");
+}
+
+// ---- SmolLM2 with the plain format ----------------------------------------------------
+
+#[test]
+fn smollm2_writes_a_feedback_and_its_score_distribution_sums_to_one() {
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let mut request = ScoreRequest::new(ScoreMethod::Rubric, None);
+    let mut rubric = RubricRequest::new("fluency");
+    rubric.max_feedback_tokens = 40;
+    request.rubric = Some(rubric);
+    let options = request.options(Progress::none()).unwrap();
+    let method = resolve_method(&mut scorer, &options, None).unwrap();
+    let ResolvedMethod::Rubric(resolved) = &method else {
+        panic!()
+    };
+    assert_eq!(resolved.protocol, RubricProtocol::Plain);
+    let candidates = [
+        "The library opened after a long fundraising.",
+        "library open saturday the the",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, text)| (format!("c{k}"), text.to_string()))
+    .collect::<Vec<_>>();
+    let contexts = vec![common::contexts::context_of(
+        "d",
+        "The town library opened on Saturday after three years of fundraising.",
+        &candidates,
+    )];
+    let run = run_scoring(&mut scorer, &contexts, &method, &Progress::none(), None).unwrap();
+    for entry in &run.candidates {
+        let d = entry.distribution.as_ref().unwrap();
+        assert_eq!(d.scores, [1, 2, 3, 4, 5]);
+        let sum: f64 = d.normalised.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{:?}", d.normalised);
+        assert!(d.mass > 0.0 && d.mass <= 1.0 + 1e-9, "{}", d.mass);
+        assert!(entry.score >= 1.0 && entry.score <= 5.0);
+        let feedback = entry.feedback.as_deref().unwrap();
+        assert!(!feedback.trim().is_empty(), "{:?}", entry.format);
+        assert!(entry.format.is_some());
+    }
+    assert!(run.diagnostics.get("format").is_some());
+}
