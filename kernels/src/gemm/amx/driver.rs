@@ -126,8 +126,10 @@ pub unsafe trait TileUnit {
 }
 
 thread_local! {
-    /// The tiles of the model on this thread.
-    static MODEL: std::cell::RefCell<TileModel> = const { std::cell::RefCell::new(TileModel::new()) };
+    /// The tiles of the model on this thread, on the heap: 8 KiB of tiles in the
+    /// thread-local block itself would overflow the static TLS space glibc keeps for
+    /// libraries loaded later (the Python extension fails to import).
+    static MODEL: std::cell::RefCell<Box<TileModel>> = std::cell::RefCell::new(Box::default());
     /// Rounded (bf16) or quantised (int8) activations, padded to whole tiles.
     static ACTIVATIONS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -137,7 +139,7 @@ thread_local! {
 // SAFETY: runs exactly the named instructions (of the model).
 unsafe impl TileUnit for TileModel {
     fn with_this_thread<R>(body: impl FnOnce(&mut Self) -> R) -> R {
-        crate::reuse::with_reused(&MODEL, body)
+        crate::reuse::with_reused(&MODEL, |model| body(model))
     }
 
     unsafe fn current_config(&mut self) -> TileConfig {
