@@ -114,7 +114,7 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
     })()
     .map_err(super::input_error)?;
     let options = args.model.load_options()?;
-    let resolved = resolve_model(&args.model.model, &options.resolve)?;
+    let resolved = resolve_model(args.model.spec()?, &options.resolve)?;
     let mut scorer = load_decoder(&resolved, &options).with_context(|| {
         format!(
             "cannot load '{}' (the benchmark needs a decoder-only model)",

@@ -9,6 +9,10 @@ use clap::Args;
 
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
+use super::jury::{
+    format_jury, human_agreement, judge_args, jurors, weights as jury_weights,
+    write_jury_diagnostics, write_jury_scores, Juror, WeightsArg,
+};
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
@@ -16,6 +20,7 @@ use crate::data::{empty_candidates_warning, human_key_for, human_keys, read_cont
 use crate::judge::attribute::builtin_attribute_list;
 use crate::judge::attribute::score_keys;
 use crate::judge::diagnostics::{too_long, Audience, Diagnostics};
+use crate::judge::jury::combine_comparisons;
 use crate::judge::pairwise::fit::{set_aside_over_long, SetAside};
 use crate::judge::pairwise::run::method_name;
 use crate::judge::pairwise::StopRule;
@@ -151,6 +156,18 @@ pub struct CompareArgs {
     /// Print the first comparison's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
+
+    /// A jury: a TOML file naming the judges (`[[judge]]` with `model`, optionally
+    /// `backend` and `weight`). Each judge runs in turn (one model in memory at a time,
+    /// its answers cached as its own); their comparisons are experts of one Product of
+    /// Experts (docs: README "Juries"). `--model A --model B` is a jury of A and B too.
+    #[arg(long, value_name = "FILE")]
+    pub jury: Option<PathBuf>,
+
+    /// How a jury's judges weigh where the jury file gives no weights: equal, or learned
+    /// from their agreement (a judge's mean Spearman with the others).
+    #[arg(long, value_enum, default_value_t = WeightsArg::Equal)]
+    pub jury_weights: WeightsArg,
 }
 
 /// The help of `--attribute`: the built-in list is the one the unknown-attribute error
@@ -298,6 +315,83 @@ pub(crate) fn write_file(
     })
 }
 
+/// A jury's run: each judge in turn over the same contexts, then the combined ranking.
+fn run_jury(
+    args: &CompareArgs,
+    options: &CompareOptions,
+    contexts: &[crate::data::Context],
+    jurors: &[Juror],
+) -> Result<()> {
+    let weights = jury_weights(jurors, args.jury_weights).map_err(super::input_error)?;
+    let cache = args.cache.open()?;
+    let cache_path = cache.as_ref().map(|c| c.location().to_string());
+    let mut names = Vec::with_capacity(jurors.len());
+    let mut results = Vec::with_capacity(jurors.len());
+    for (name, model) in judge_args(&args.model, jurors) {
+        eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
+        let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
+        let (kept, set_aside) = set_aside_over_long(scorer.as_ref(), contexts.to_vec(), options)?;
+        if !set_aside.is_empty() {
+            return Err(super::input_error(anyhow::anyhow!(
+                "judge `{name}` cannot compare every candidate, and a jury's judges must judge \
+                 the same ones: {}",
+                set_aside
+                    .iter()
+                    .map(SetAside::describe)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )));
+        }
+        let result = run_compare(scorer.as_mut(), &kept, options, cache.as_ref())
+            .with_context(|| format!("judge `{name}`"))?;
+        names.push(name);
+        results.push(result);
+    }
+    let refs: Vec<&CompareResult> = results.iter().collect();
+    let jury = combine_comparisons(
+        &names,
+        &refs,
+        &weights,
+        !crate::judge::diagnostics::both_orders(options.design),
+    )?;
+    let diagnostics: Vec<Diagnostics> = results.iter().map(|r| r.diagnostics.clone()).collect();
+    let mut report = format_jury(&jury, contexts, &diagnostics);
+    match results.iter().find_map(|r| r.human_key.clone()) {
+        Some(key) if args.correlate => report.push_str(&human_agreement(&jury, contexts, &key)),
+        _ => {}
+    }
+    let scores_line = "scores (context_id, candidate_id, score, rank, judges)";
+    match &args.output {
+        Some(path) => {
+            write_file(path, |out| write_jury_scores(&jury, contexts, out))?;
+            let sidecar = write_jury_diagnostics(path, &jury, &diagnostics)?;
+            report.push_str(&format!("results: {scores_line}: {}\n", path.display()));
+            report.push_str(&format!(
+                "results: each judge's diagnostics and the agreement: {}\n",
+                sidecar.display()
+            ));
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            write_jury_scores(&jury, contexts, &mut out)?;
+            out.flush()?;
+            report.push_str(&format!(
+                "results: {scores_line}: standard output, as JSONL\n"
+            ));
+        }
+    }
+    report.push_str(&match &cache_path {
+        Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),
+        None => "results: nothing cached (--no-cache)\n".to_string(),
+    });
+    match &args.output {
+        Some(_) => print!("{report}"),
+        None => eprint!("{report}"),
+    }
+    Ok(())
+}
+
 /// The command-line name of an option's value ("no-repeat").
 fn value_name<T: clap::ValueEnum>(value: &T) -> String {
     value
@@ -362,13 +456,30 @@ fn fingerprint(
 pub fn run(args: CompareArgs) -> Result<()> {
     // Everything decided from the options and the input file, before any model is
     // loaded: a failure here is the user's to fix (exit code 2).
-    let (options, shard, contexts) = (|| -> Result<_> {
+    let (options, shard, contexts, jury) = (|| -> Result<_> {
         let options = request(&args).options(super::progress::bars("compare"))?;
         let shard = args.shard.resolve()?;
+        let jury = jurors(&args.model, args.jury.as_deref())?;
+        if jury.is_some() {
+            let single_only = [
+                ("--shard/--shards", shard.is_some()),
+                ("--report", args.report.is_some()),
+                ("--comparisons-out", args.comparisons_out.is_some()),
+                ("--design adaptive", args.design == Design::Adaptive),
+                ("--backend", args.model.backend.backend.is_some()),
+            ];
+            if let Some((flag, _)) = single_only.iter().find(|(_, given)| *given) {
+                bail!(
+                    "{flag} takes one judge; a jury (--jury, or --model more than once) runs \
+                     without it (backends of a jury go in the jury file)"
+                );
+            }
+        }
         check_output(shard, args.output.as_deref())?;
         let diagnostics = args.output.as_deref().map(diagnostics_path);
         PlannedPaths::new()
             .input("--input", &args.input)
+            .maybe_input("--jury", args.jury.as_deref())
             .cache(&args.cache)
             .output("--output", args.output.as_deref())
             .output("--output's diagnostics", diagnostics.as_deref())
@@ -390,11 +501,14 @@ pub fn run(args: CompareArgs) -> Result<()> {
             args.human_key.as_deref(),
             &score_keys(&options.attribute.name),
         )?;
-        Ok((options, shard, contexts))
+        Ok((options, shard, contexts, jury))
     })()
     .map_err(super::input_error)?;
     if let Some(warning) = empty_candidates_warning(&contexts) {
         eprintln!("{warning}");
+    }
+    if let Some(jurors) = jury {
+        return run_jury(&args, &options, &contexts, &jurors);
     }
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());

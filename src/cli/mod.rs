@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod cache;
 pub mod cache_args;
+pub mod jury;
 pub mod labels;
 pub mod merge;
 pub mod metric;

@@ -16,9 +16,10 @@ pub struct ModelArgs {
     /// with config.json, safetensors weights and tokenizer.json. Card files are fetched
     /// into the cache on first use. `mock[:delay-ms=N,panic-on=TEXT]` is a scripted model
     /// without weights for testing the service and its clients (its answers are not
-    /// judgements).
+    /// judgements). `compare` and `score` take it more than once: a jury of judges, run
+    /// one after the other and combined into one ranking (README "Juries").
     #[arg(long, default_value = "smollm2-135m-instruct")]
-    pub model: String,
+    pub model: Vec<String>,
 
     /// Device: auto (a GPU when compiled in and present, else the CPU), cpu, cuda[:N],
     /// metal.
@@ -368,16 +369,41 @@ impl ModelArgs {
         Ok(options)
     }
 
+    /// The one model named by `--model`; more than one is a usage error outside `compare`
+    /// and `score` (the commands that take a jury).
+    pub fn spec(&self) -> Result<&str> {
+        match self.model.as_slice() {
+            [one] => Ok(one),
+            more => Err(super::input_error(anyhow::anyhow!(
+                "--model given {} times ({}): only compare and score take several judges (a \
+                 jury)",
+                more.len(),
+                more.join(", ")
+            ))),
+        }
+    }
+
+    /// These arguments for one judge of a jury: `model`, served at `backend` when given.
+    pub fn for_judge(&self, model: &str, backend: Option<&str>) -> ModelArgs {
+        let mut args = self.clone();
+        args.model = vec![model.to_string()];
+        if let Some(url) = backend {
+            args.backend.backend = Some(url.to_string());
+        }
+        args
+    }
+
     /// Resolve, fetch if needed, and load the model (`mock[:...]`: the scripted model,
     /// see [`MockScorer::from_spec`]).
     pub fn load(&self) -> Result<Box<dyn Scorer>> {
+        let spec = self.spec()?;
         if let Some(url) = &self.backend.backend {
             return Ok(Box::new(self.connect(url)?));
         }
-        if let Some(mock) = MockScorer::from_spec(&self.model).map_err(super::input_error)? {
+        if let Some(mock) = MockScorer::from_spec(spec).map_err(super::input_error)? {
             return Ok(Box::new(mock));
         }
-        load_scorer(&self.model, &self.load_options()?)
+        load_scorer(spec, &self.load_options()?)
     }
 }
 
@@ -412,7 +438,7 @@ impl ModelArgs {
                 "--concurrency and --backend-top-k must be at least 1"
             )));
         }
-        let options = config.options(&self.model, super::progress::bars("backend"))?;
+        let options = config.options(self.spec()?, super::progress::bars("backend"))?;
         remote::connect(options)
     }
 }

@@ -10,15 +10,21 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare::{diagnostics_path, write_diagnostics, write_file};
 use super::compare_table::format_score_tables;
+use super::jury::{
+    format_jury, human_agreement, judge_args, jurors, weights as jury_weights,
+    write_jury_diagnostics, write_jury_scores, Juror, WeightsArg,
+};
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
 use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{empty_candidates_warning, human_key_for, human_keys, read_single_contexts};
 use crate::judge::attribute::builtin_attribute_list;
 use crate::judge::attribute::score_keys;
+use crate::judge::diagnostics::Diagnostics;
 use crate::judge::geval::steps::DEFAULT_MAX_TOKENS;
 use crate::judge::geval::Criteria;
 use crate::judge::geval::StepsOrigin;
+use crate::judge::jury::combine_scores;
 use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
 use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::scoring::show_first_prompt;
@@ -165,6 +171,18 @@ pub struct ScoreArgs {
     /// Print the first candidate's prompt as the model reads it, then continue.
     #[arg(long)]
     pub show_prompt: bool,
+
+    /// A jury: a TOML file naming the judges (`[[judge]]` with `model`, optionally
+    /// `backend` and `weight`). Each judge scores every candidate in turn (one model in
+    /// memory at a time); the jury's score is the weighted mean of the judges' scores,
+    /// each standardised over the run. `--model A --model B` is a jury of A and B too.
+    #[arg(long, value_name = "FILE")]
+    pub jury: Option<PathBuf>,
+
+    /// How a jury's judges weigh where the jury file gives no weights: equal, or learned
+    /// from their agreement (a judge's mean Spearman with the others).
+    #[arg(long, value_enum, default_value_t = WeightsArg::Equal)]
+    pub jury_weights: WeightsArg,
 }
 
 /// The help of `--attribute`: the built-in lists are the ones the errors give.
@@ -266,6 +284,76 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
     request.options(progress)
 }
 
+/// A jury's run: each judge scores every candidate in turn (G-Eval's steps written by
+/// each judge for itself), then their standardised scores are averaged.
+fn run_jury(
+    args: &ScoreArgs,
+    options: &ScoreOptions,
+    contexts: &[crate::data::Context],
+    human_key: Option<&str>,
+    jurors: &[Juror],
+) -> Result<()> {
+    let weights = jury_weights(jurors, args.jury_weights).map_err(super::input_error)?;
+    let cache = args.cache.open()?;
+    let cache_path = cache.as_ref().map(|c| c.location().to_string());
+    let mut names = Vec::with_capacity(jurors.len());
+    let mut runs = Vec::with_capacity(jurors.len());
+    for (name, model) in judge_args(&args.model, jurors) {
+        eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
+        let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
+        let method = resolve_method(scorer.as_mut(), options, cache.as_ref())
+            .with_context(|| format!("judge `{name}`"))?;
+        let run = run_scoring(
+            scorer.as_mut(),
+            contexts,
+            &method,
+            &options.progress,
+            cache.as_ref(),
+        )
+        .with_context(|| format!("judge `{name}`"))?;
+        names.push(name);
+        runs.push(run);
+    }
+    let refs: Vec<&ScoreRun> = runs.iter().collect();
+    let jury = combine_scores(&names, &refs, &weights)?;
+    let diagnostics: Vec<Diagnostics> = runs.iter().map(|r| r.diagnostics.clone()).collect();
+    let mut report = format_jury(&jury, contexts, &diagnostics);
+    if let (Some(key), true) = (human_key, args.correlate) {
+        report.push_str(&human_agreement(&jury, contexts, key));
+    }
+    let scores_line = "scores (context_id, candidate_id, score, rank, judges; the jury's score \
+                       is the weighted mean of the judges' standardised scores)";
+    match &args.output {
+        Some(path) => {
+            write_file(path, |out| write_jury_scores(&jury, contexts, out))?;
+            let sidecar = write_jury_diagnostics(path, &jury, &diagnostics)?;
+            report.push_str(&format!("results: {scores_line}: {}\n", path.display()));
+            report.push_str(&format!(
+                "results: each judge's diagnostics and the agreement: {}\n",
+                sidecar.display()
+            ));
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            write_jury_scores(&jury, contexts, &mut out)?;
+            out.flush()?;
+            report.push_str(&format!(
+                "results: {scores_line}: standard output, as JSONL\n"
+            ));
+        }
+    }
+    report.push_str(&match &cache_path {
+        Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),
+        None => "results: nothing cached (--no-cache)\n".to_string(),
+    });
+    match &args.output {
+        Some(_) => print!("{report}"),
+        None => eprint!("{report}"),
+    }
+    Ok(())
+}
+
 /// A summary of the run for people.
 fn summary(run: &ScoreRun) -> String {
     let n = run.candidates.len().max(1) as f64;
@@ -294,13 +382,29 @@ fn summary(run: &ScoreRun) -> String {
 pub fn run(args: ScoreArgs) -> Result<()> {
     // Decided from the options and the input before any model is loaded: a failure
     // here is the user's to fix (exit code 2).
-    let (options, shard, contexts, human_key) = (|| -> Result<_> {
+    let (options, shard, contexts, human_key, jury) = (|| -> Result<_> {
         let options = options(&args)?;
         let shard = args.shard.resolve()?;
+        let jury = jurors(&args.model, args.jury.as_deref())?;
+        if jury.is_some() {
+            let single_only = [
+                ("--shard/--shards", shard.is_some()),
+                ("--report", args.report.is_some()),
+                ("--steps-out", args.steps_out.is_some()),
+                ("--backend", args.model.backend.backend.is_some()),
+            ];
+            if let Some((flag, _)) = single_only.iter().find(|(_, given)| *given) {
+                anyhow::bail!(
+                    "{flag} takes one judge; a jury (--jury, or --model more than once) runs \
+                     without it (backends of a jury go in the jury file)"
+                );
+            }
+        }
         check_output(shard, args.output.as_deref())?;
         let diagnostics = args.output.as_deref().map(diagnostics_path);
         PlannedPaths::new()
             .input("--input", &args.input)
+            .maybe_input("--jury", args.jury.as_deref())
             .maybe_input("--criteria", args.criteria.as_deref())
             .maybe_input("--steps", args.steps.as_deref())
             .maybe_input(
@@ -323,11 +427,14 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             args.human_key.as_deref(),
             &score_keys(&options.attribute),
         )?;
-        Ok((options, shard, contexts, human_key))
+        Ok((options, shard, contexts, human_key, jury))
     })()
     .map_err(super::input_error)?;
     if let Some(warning) = empty_candidates_warning(&contexts) {
         eprintln!("{warning}");
+    }
+    if let Some(jurors) = jury {
+        return run_jury(&args, &options, &contexts, human_key.as_deref(), &jurors);
     }
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());

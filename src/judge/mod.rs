@@ -18,6 +18,7 @@ pub mod attribute;
 pub mod diagnostics;
 pub mod geval;
 pub mod gptscore;
+pub mod jury;
 pub mod pairwise;
 pub mod rubric;
 pub mod scale;

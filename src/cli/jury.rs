@@ -1,0 +1,389 @@
+//! `compare` and `score` with several judges: `--model A --model B` or `--jury FILE`. Each
+//! judge runs on its own, one after the other (one model in memory at a time, each with
+//! its answers cached under its own fingerprint and its own diagnostics), and
+//! `judge::jury` combines their results. This file is the terminal's part: the jury
+//! file, loading each judge, the tables and the files written.
+//!
+//! A jury file is TOML:
+//!
+//! ```toml
+//! [[judge]]
+//! model = "smollm2-135m-instruct"
+//! weight = 1.0
+//!
+//! [[judge]]
+//! model = "qwen2.5-7b-instruct"      # the name the engine serves it under
+//! backend = "http://gpu-node:8000/v1"
+//! weight = 2.0
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use clap::ValueEnum;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::compare::write_file;
+use super::compare_table::first_line;
+use super::model_args::ModelArgs;
+use crate::data::Context;
+use crate::judge::diagnostics::Diagnostics;
+use crate::judge::jury::{JuryResult, JuryWeights};
+use crate::stats::{meta_evaluate, Item, Level, SkipRule};
+
+/// How a jury's judges weigh when the jury file gives no weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WeightsArg {
+    /// Every judge weighs 1 (or its weight in the jury file).
+    Equal,
+    /// A judge's mean Spearman agreement with the others (none where negative).
+    Agreement,
+}
+
+/// One judge of a jury as the file or the flags name it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Juror {
+    pub model: String,
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub weight: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JuryFile {
+    judge: Vec<Juror>,
+}
+
+/// The jury of a run: from `--jury FILE`, else from `--model` given more than once;
+/// `None` for a single judge.
+pub fn jurors(model: &ModelArgs, file: Option<&Path>) -> Result<Option<Vec<Juror>>> {
+    if let Some(path) = file {
+        if model.model.len() > 1 {
+            bail!("--jury names the judges: give --model at most once with it (or not at all)");
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the jury file {}", path.display()))?;
+        let parsed: JuryFile =
+            toml::from_str(&text).with_context(|| format!("jury file {}", path.display()))?;
+        if parsed.judge.is_empty() {
+            bail!("jury file {}: no [[judge]]", path.display());
+        }
+        for (k, juror) in parsed.judge.iter().enumerate() {
+            if juror.model.trim().is_empty() {
+                bail!(
+                    "jury file {}: judge {}: `model` is empty",
+                    path.display(),
+                    k + 1
+                );
+            }
+            if let Some(w) = juror.weight.filter(|w| !w.is_finite() || *w < 0.0) {
+                bail!(
+                    "jury file {}: judge {} (`{}`): weight {w} is not a non-negative number",
+                    path.display(),
+                    k + 1,
+                    juror.model
+                );
+            }
+        }
+        return Ok(Some(parsed.judge));
+    }
+    if model.model.len() > 1 {
+        return Ok(Some(
+            model
+                .model
+                .iter()
+                .map(|m| Juror {
+                    model: m.clone(),
+                    backend: None,
+                    weight: None,
+                })
+                .collect(),
+        ));
+    }
+    Ok(None)
+}
+
+/// The weights of `jurors` under `--jury-weights`: the file's where it gives any.
+pub fn weights(jurors: &[Juror], arg: WeightsArg) -> Result<JuryWeights> {
+    let given: Vec<Option<f64>> = jurors.iter().map(|j| j.weight).collect();
+    if given.iter().any(Option::is_some) {
+        if arg == WeightsArg::Agreement {
+            bail!("the jury file gives weights: --jury-weights agreement would replace them");
+        }
+        return Ok(JuryWeights::Given(
+            given.into_iter().map(|w| w.unwrap_or(1.0)).collect(),
+        ));
+    }
+    Ok(match arg {
+        WeightsArg::Equal => JuryWeights::Equal,
+        WeightsArg::Agreement => JuryWeights::FromAgreement,
+    })
+}
+
+/// Each juror's model arguments and a distinct name (`model`, `model#2` for a repeat).
+pub fn judge_args(model: &ModelArgs, jurors: &[Juror]) -> Vec<(String, ModelArgs)> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    jurors
+        .iter()
+        .map(|juror| {
+            let count = seen.entry(juror.model.clone()).or_insert(0);
+            *count += 1;
+            let name = match *count {
+                1 => juror.model.clone(),
+                k => format!("{}#{k}", juror.model),
+            };
+            (
+                name,
+                model.for_judge(&juror.model, juror.backend.as_deref()),
+            )
+        })
+        .collect()
+}
+
+/// The terminal's account of a jury: a table per context (the jury's rank and score,
+/// then each judge's score), the judges and their weights, their agreement, and each
+/// judge's diagnostics in one line.
+pub fn format_jury(
+    result: &JuryResult,
+    contexts: &[Context],
+    diagnostics: &[Diagnostics],
+) -> String {
+    let mut text = String::new();
+    let names: Vec<&str> = result.judges.iter().map(|j| j.name.as_str()).collect();
+    let width = |name: &str| name.chars().count().clamp(8, 40);
+    for context in &result.contexts {
+        let _ = writeln!(text, "context {}:", context.context_id);
+        let id_width = context
+            .candidate_ids
+            .iter()
+            .map(|id| id.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("candidate".len());
+        let mut header = format!("  {:>5}  {:>8}  {:<id_width$}", "rank", "jury", "candidate");
+        for name in &names {
+            let w = width(name);
+            let shown: String = name.chars().take(w).collect();
+            let _ = write!(header, "  {shown:>w$}");
+        }
+        let _ = writeln!(text, "{header}  text");
+        let mut order: Vec<usize> = (0..context.candidate_ids.len()).collect();
+        order.sort_by(|&a, &b| {
+            context.ranks[a]
+                .total_cmp(&context.ranks[b])
+                .then(a.cmp(&b))
+        });
+        let source = contexts.iter().find(|c| c.id == context.context_id);
+        for k in order {
+            let id = &context.candidate_ids[k];
+            let mut row = format!(
+                "  {:>5}  {:>8.4}  {id:<id_width$}",
+                context.ranks[k], context.scores[k]
+            );
+            for (judge, name) in context.judge_scores.iter().zip(&names) {
+                let w = width(name);
+                let _ = write!(row, "  {:>w$.4}", judge[k]);
+            }
+            let snippet = source
+                .and_then(|c| c.candidates.iter().find(|x| &x.id == id))
+                .map(|x| first_line(&x.text, 40))
+                .unwrap_or_default();
+            let _ = writeln!(text, "{row}  {snippet}");
+        }
+    }
+    let _ = writeln!(
+        text,
+        "jury of {}: {}",
+        names.len(),
+        result
+            .judges
+            .iter()
+            .map(|j| format!("{} (weight {})", j.name, trim(j.weight)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        text,
+        "agreement between the judges (Spearman within contexts, mean):"
+    );
+    write_matrix(&mut text, &names, &result.agreement.spearman);
+    if let Some(kappa) = &result.agreement.kappa {
+        let _ = writeln!(text, "agreement of their decisions (Cohen's kappa):");
+        write_matrix(&mut text, &names, kappa);
+        if kappa.iter().flatten().any(Option::is_none) {
+            let _ = writeln!(
+                text,
+                "  (-: undefined; a judge made the same decision on every comparison, or the \
+                 two judges shared none)"
+            );
+        }
+    }
+    for (name, d) in names.iter().zip(diagnostics) {
+        let warnings: Vec<&str> = d
+            .checks
+            .iter()
+            .filter(|c| c.is_warning())
+            .map(|c| c.name)
+            .collect();
+        let _ = writeln!(
+            text,
+            "judge {name}: {} diagnostics warning{}{}",
+            warnings.len(),
+            if warnings.len() == 1 { "" } else { "s" },
+            if warnings.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", warnings.join(", "))
+            }
+        );
+    }
+    text
+}
+
+fn trim(x: f64) -> String {
+    let text = format!("{x:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn write_matrix(text: &mut String, names: &[&str], matrix: &[Vec<Option<f64>>]) {
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(6, 40);
+    let mut header = format!("  {:width$}", "");
+    for name in names {
+        let shown: String = name.chars().take(width).collect();
+        let _ = write!(header, "  {shown:>width$}");
+    }
+    let _ = writeln!(text, "{header}");
+    for (name, row) in names.iter().zip(matrix) {
+        let shown: String = name.chars().take(width).collect();
+        let mut line = format!("  {shown:<width$}");
+        for value in row {
+            match value {
+                Some(v) => {
+                    let _ = write!(line, "  {v:>width$.3}");
+                }
+                None => {
+                    let _ = write!(line, "  {:>width$}", "-");
+                }
+            }
+        }
+        let _ = writeln!(text, "{line}");
+    }
+}
+
+/// One line per candidate: context_id, candidate_id, the jury's score and rank, each
+/// judge's score under `judges`, and (from the input) `system_id` and the human
+/// `scores`, so that `correlate` reads the file as it is.
+pub fn write_jury_scores(
+    result: &JuryResult,
+    contexts: &[Context],
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
+    for context in &result.contexts {
+        let input = contexts.iter().find(|c| c.id == context.context_id);
+        for (k, id) in context.candidate_ids.iter().enumerate() {
+            let judges: serde_json::Map<String, serde_json::Value> = result
+                .judges
+                .iter()
+                .zip(&context.judge_scores)
+                .map(|(judge, scores)| (judge.name.clone(), json!(scores[k])))
+                .collect();
+            let mut line = json!({
+                "context_id": context.context_id,
+                "candidate_id": id,
+                "score": context.scores[k],
+                "rank": context.ranks[k],
+                "judges": judges,
+            });
+            if let Some(candidate) = input.and_then(|c| c.candidates.iter().find(|x| &x.id == id)) {
+                if let Some(system) = &candidate.system_id {
+                    line["system_id"] = json!(system);
+                }
+                if !candidate.scores.is_empty() {
+                    line["scores"] = json!(candidate.scores);
+                }
+            }
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `OUT.diagnostics.json` of a jury: each judge's diagnostics, and the agreement.
+pub fn write_jury_diagnostics(
+    output: &Path,
+    result: &JuryResult,
+    diagnostics: &[Diagnostics],
+) -> Result<PathBuf> {
+    let path = super::compare::diagnostics_path(output);
+    let judges: serde_json::Map<String, serde_json::Value> = result
+        .judges
+        .iter()
+        .zip(diagnostics)
+        .map(|(judge, d)| Ok((judge.name.clone(), serde_json::to_value(d)?)))
+        .collect::<Result<_>>()?;
+    let value = json!({
+        "judges": judges,
+        "weights": result.judges,
+        "agreement": result.agreement,
+    });
+    let mut text = serde_json::to_string_pretty(&value)?;
+    text.push('\n');
+    write_file(&path, |out| Ok(out.write_all(text.as_bytes())?))?;
+    Ok(path)
+}
+
+/// The summary-level agreement with the human scores `key` of the jury and of each judge
+/// (Spearman, averaged over contexts), one line each.
+pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> String {
+    let spearman_of = |scores: &dyn Fn(&crate::judge::jury::JuryContext) -> Vec<f64>| {
+        let mut items = Vec::new();
+        for context in &result.contexts {
+            let Some(input) = contexts.iter().find(|c| c.id == context.context_id) else {
+                continue;
+            };
+            let values = scores(context);
+            for (k, id) in context.candidate_ids.iter().enumerate() {
+                let Some(candidate) = input.candidates.iter().find(|x| &x.id == id) else {
+                    continue;
+                };
+                if let Some(&human) = candidate.scores.get(key) {
+                    items.push(Item {
+                        group: context.context_id.clone(),
+                        system: candidate.system_id.clone().unwrap_or_else(|| id.clone()),
+                        pred: values[k],
+                        human,
+                    });
+                }
+            }
+        }
+        meta_evaluate(&items, Level::Summary, SkipRule::Authors)
+            .ok()
+            .and_then(|r| r.correlations.spearman)
+    };
+    let shown = |v: Option<f64>| v.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}"));
+    let mut text = format!(
+        "agreement with the human scores `{key}` (summary-level Spearman): jury {}",
+        shown(spearman_of(&|c| c.scores.clone()))
+    );
+    for (j, judge) in result.judges.iter().enumerate() {
+        let _ = write!(
+            text,
+            "; {} {}",
+            judge.name,
+            shown(spearman_of(&|c| c.judge_scores[j].clone()))
+        );
+    }
+    text.push('\n');
+    text
+}
