@@ -14,6 +14,11 @@
 //! Where the CPU has AMX tiles (and the OS grants them), [`measure_amx`] measures the
 //! tile unit's bf16 ceiling the same way: four independent `tdpbf16ps` per round on tiles
 //! loaded once (see `gemm::amx`), on every thread at once; `None` elsewhere.
+//!
+//! Where the CPU has AVX512-BF16 (Intel since Cooper Lake, AMD Zen 4 and 5),
+//! [`measure_bf16_dot`] measures the vector bf16 ceiling: twelve independent chains of
+//! `vdpbf16ps` (16 lanes, each adding two bf16 products into an f32), the instruction the
+//! bf16 products run on without AMX; bf16 runs compare with this figure, not the f32 one.
 
 use std::time::Instant;
 
@@ -151,6 +156,74 @@ pub fn measure_amx() -> Option<AmxPeak> {
     })
 }
 
+/// The measured AVX512-BF16 (`vdpbf16ps`) ceiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bf16DotPeak {
+    /// Threads that ran at once (the rayon pool's).
+    pub threads: usize,
+    /// The slowest thread's best rate (GFLOP/s, a multiply-add counting two).
+    pub gflops_per_thread: f64,
+    /// The sum over threads of their best rates.
+    pub gflops: f64,
+}
+
+/// Multiply-adds of one `vdpbf16ps`: 16 lanes, two products each.
+pub const BF16_DOT_MULTIPLY_ADDS: usize = 32;
+
+/// The `vdpbf16ps` ceiling on every thread of the current rayon pool at once, or `None`
+/// where the CPU lacks AVX512-BF16 (like the other peaks, `NLG_JUDGE_CPU` does not lower
+/// it).
+pub fn measure_bf16_dot() -> Option<Bf16DotPeak> {
+    if !bf16_dot_available() {
+        return None;
+    }
+    let rates: Vec<f64> = rayon::broadcast(|_| {
+        let start = std::hint::black_box([0f32; CHAINS]);
+        std::hint::black_box(run_bf16_dot_chains(start, STEPS / 8));
+        let best = best_seconds(|| {
+            std::hint::black_box(run_bf16_dot_chains(start, STEPS));
+        });
+        gflops(CHAINS * STEPS, BF16_DOT_MULTIPLY_ADDS, best)
+    });
+    Some(Bf16DotPeak {
+        threads: rates.len(),
+        gflops_per_thread: rates.iter().copied().fold(f64::INFINITY, f64::min),
+        gflops: rates.iter().sum(),
+    })
+}
+
+/// Whether this CPU runs `vdpbf16ps` (AVX-512F and AVX512-BF16, on x86_64).
+pub fn bf16_dot_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Each chain's value after `steps` `vdpbf16ps` from `start`: every step adds the two
+/// products `BF16_DOT_A * 1` (exact, so the result is `start + 2 steps BF16_DOT_A` where
+/// that is exact; tests check it). Lane 0 of each chain comes back.
+///
+/// # Panics
+/// If the CPU lacks AVX512-BF16.
+pub fn run_bf16_dot_chains(start: [f32; CHAINS], steps: usize) -> [f32; CHAINS] {
+    assert!(bf16_dot_available(), "vdpbf16ps is not available here");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the assertion above checked AVX-512F and AVX512-BF16.
+    return unsafe { x86::bf16_dot_chains(start, steps) };
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("checked above")
+}
+
+/// The bf16 value each chain's products multiply by one: a power of two, so every sum
+/// below 2^24 of its multiples is exact in f32.
+pub const BF16_DOT_A: f32 = 1.0 / 4096.0;
+
 /// The shortest of [`ROUNDS`] runs of `run`, in seconds.
 fn best_seconds(mut run: impl FnMut()) -> f64 {
     let mut best = f64::INFINITY;
@@ -255,6 +328,32 @@ mod x86 {
         }
         out
     }
+
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn bf16_dot_chains(start: [f32; CHAINS], steps: usize) -> [f32; CHAINS] {
+        // bf16 bit patterns: the top halves of the f32 values.
+        let a_bits = super::BF16_DOT_A.to_bits() >> 16;
+        let one_bits = 1f32.to_bits() >> 16;
+        let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(((a_bits << 16) | a_bits) as i32));
+        let one: __m512bh =
+            std::mem::transmute(_mm512_set1_epi32(((one_bits << 16) | one_bits) as i32));
+        let mut c = [_mm512_setzero_ps(); CHAINS];
+        for (value, &s) in c.iter_mut().zip(&start) {
+            *value = _mm512_set1_ps(s);
+        }
+        for _ in 0..steps {
+            for value in c.iter_mut() {
+                *value = _mm512_dpbf16_ps(*value, a, one);
+            }
+        }
+        let mut out = [0f32; CHAINS];
+        for (o, value) in out.iter_mut().zip(c) {
+            *o = _mm512_cvtss_f32(value);
+        }
+        out
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -310,6 +409,27 @@ mod tests {
                 crate::gemm::amx::status().reason.as_deref().unwrap_or("")
             ),
         }
+    }
+
+    #[test]
+    fn the_bf16_dot_chains_run_every_step_they_count() {
+        if !bf16_dot_available() {
+            eprintln!("skipped: no AVX512-BF16 on this CPU");
+            assert!(measure_bf16_dot().is_none());
+            return;
+        }
+        // Every sum is a multiple of 2^-12 below 2^12: exact, so the result counts the
+        // steps that ran (an optimised-away loop would not reach it).
+        let steps = 10_000;
+        let out = run_bf16_dot_chains(start(), steps);
+        for (k, (&got, &from)) in out.iter().zip(&start()).enumerate() {
+            assert_eq!(got, from + 2.0 * steps as f32 * BF16_DOT_A, "chain {k}");
+        }
+        let peak = measure_bf16_dot().unwrap();
+        assert!(
+            peak.threads >= 1 && peak.gflops_per_thread > 0.0,
+            "{peak:?}"
+        );
     }
 
     #[test]

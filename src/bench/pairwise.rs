@@ -93,6 +93,9 @@ pub struct FmaPeakReport {
     /// The AMX tiles' bf16 ceiling (`tdpbf16ps` on resident tiles) on the same threads,
     /// where the CPU has them and the OS grants them; `None` elsewhere.
     pub amx_gflops: Option<f64>,
+    /// The AVX512-BF16 vector ceiling (`vdpbf16ps` chains) on the same threads, where
+    /// the CPU has it: what bf16 products reach without tiles (Zen 4 and 5).
+    pub bf16_dot_gflops: Option<f64>,
 }
 
 impl FmaPeakReport {
@@ -106,6 +109,7 @@ impl FmaPeakReport {
             gflops: peak.gflops,
             gflops_per_thread: peak.gflops_per_thread,
             amx_gflops: nlg_judge_kernels::peak::measure_amx().map(|amx| amx.gflops),
+            bf16_dot_gflops: nlg_judge_kernels::peak::measure_bf16_dot().map(|p| p.gflops),
         }
     }
 }

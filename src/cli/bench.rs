@@ -279,6 +279,10 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "peak_fma_path": result.fma_peak.as_ref().map(|p| p.path.clone()),
         "peak_fma_threads": result.fma_peak.as_ref().map(|p| p.threads),
         "peak_amx_gflops": result.fma_peak.as_ref().and_then(|p| p.amx_gflops),
+        "peak_bf16_dot_gflops": result.fma_peak.as_ref().and_then(|p| p.bf16_dot_gflops),
+        "fraction_of_bf16_dot_peak_tree": tree
+            .zip(result.fma_peak.as_ref().and_then(|p| p.bf16_dot_gflops))
+            .map(|(r, peak)| r.achieved_gflops / peak),
         "fraction_of_peak_tree": tree.zip(result.fma_peak.as_ref()).map(|(r, p)| r.achieved_gflops / p.gflops),
         "peak_rss_bytes": result.runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
         "peak_rss_bytes_naive": naive.and_then(|r| r.peak_rss_bytes),
@@ -327,6 +331,10 @@ fn table(result: &PairwiseBench, model: &str) -> String {
                 peak.amx_gflops
                     .map(|amx| format!(" (AMX bf16 tiles: {amx:.1} GFLOP/s)"))
                     .unwrap_or_default()
+                    + &peak
+                        .bf16_dot_gflops
+                        .map(|dot| format!(" (AVX512-BF16 vdpbf16ps: {dot:.1} GFLOP/s)"))
+                        .unwrap_or_default()
             ),
             None => String::new(),
         },
@@ -414,6 +422,7 @@ mod tests {
                 gflops: 32.0,
                 gflops_per_thread: 16.0,
                 amx_gflops: Some(6400.0),
+                bf16_dot_gflops: Some(128.0),
             }),
             model_shapes: ShapeCalibration {
                 rows: 25,
@@ -446,11 +455,13 @@ mod tests {
         assert_eq!(json["peak_fma_path"], "avx2 fma (256-bit)");
         assert_eq!(json["fraction_of_peak_tree"], 0.25);
         assert_eq!(json["peak_amx_gflops"], 6400.0);
+        assert_eq!(json["peak_bf16_dot_gflops"], 128.0);
+        assert_eq!(json["fraction_of_bf16_dot_peak_tree"], 0.0625);
         let text = table(&result, "m");
         assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
         assert!(text.contains(
             "multiply-add peak (avx2 fma (256-bit), 2 threads): 32.0 GFLOP/s (AMX bf16 tiles: \
-             6400.0 GFLOP/s)"
+             6400.0 GFLOP/s) (AVX512-BF16 vdpbf16ps: 128.0 GFLOP/s)"
         ));
         let tree_row = text
             .lines()
