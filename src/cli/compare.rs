@@ -28,6 +28,9 @@ use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
     CompareRequest, CompareResult, Debias, Design,
 };
+use crate::judge::rubric::relative::RelativeGrading;
+use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
+use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::Task;
 use crate::rank::RankMethod;
 use crate::report::Report;
@@ -45,8 +48,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    #[arg(long, help = attribute_help())]
-    pub attribute: String,
+    #[arg(long, required_unless_present = "rubric", help = attribute_help())]
+    pub attribute: Option<String>,
 
     /// The comparative the question uses for the attribute: "more empathetic" asks
     /// "Which Story is more empathetic, ...?". Needed for an attribute of your own.
@@ -168,6 +171,56 @@ pub struct CompareArgs {
     /// from their agreement (a judge's mean Spearman with the others).
     #[arg(long, value_enum, default_value_t = WeightsArg::Equal)]
     pub jury_weights: WeightsArg,
+
+    /// Relative rubric grading: the two candidates of each comparison put to the judge in
+    /// its own pairwise format with a rubric's criterion (built-in name or a rubric file,
+    /// as `score --rubric`); the judge writes a feedback comparing them, then P(A) is read
+    /// after its result marker (`[RESULT] ` for Prometheus 2). One generation per ordered
+    /// pair: N(N-1) for a full design of N candidates (see --no-feedback). The attribute
+    /// defaults to the rubric's name (README "Rubric grading").
+    #[arg(long, value_name = "NAME|FILE")]
+    pub rubric: Option<String>,
+
+    /// Relative rubric grading: the format (prometheus or plain; default: the model card's
+    /// `[judge] protocol`, else plain). Flow-Judge has no pairwise format.
+    #[arg(long, value_enum, value_name = "PROTOCOL", requires = "rubric")]
+    pub protocol: Option<RubricProtocol>,
+
+    /// Relative rubric grading: no feedback; read A or B right after the prompt and the
+    /// result marker, through the prefix trie (no generation).
+    #[arg(long, requires = "rubric")]
+    pub no_feedback: bool,
+
+    /// Relative rubric grading: most tokens of each feedback (a feedback cut here gets the
+    /// marker appended, and counts in the `format` diagnostic).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FEEDBACK_TOKENS, requires = "rubric")]
+    pub max_feedback_tokens: usize,
+
+    /// Relative rubric grading: show the candidates' `reference` as the reference answer
+    /// (both candidates of a context must give the same one).
+    #[arg(long, requires = "rubric")]
+    pub reference: bool,
+}
+
+/// The rubric of `--rubric` and the attribute it stands for, checked before any model
+/// loads; `None` without `--rubric`.
+fn chosen_rubric(args: &CompareArgs) -> Result<Option<Rubric>> {
+    let Some(spec) = &args.rubric else {
+        return Ok(None);
+    };
+    for (flag, given) in [
+        ("--adjective", args.adjective.is_some()),
+        ("--question", args.question.is_some()),
+        ("--template", args.template != "c1"),
+    ] {
+        if given {
+            bail!("{flag} does not apply with --rubric: the rubric names the criterion");
+        }
+    }
+    if args.no_feedback && args.max_feedback_tokens != DEFAULT_FEEDBACK_TOKENS {
+        bail!("--max-feedback-tokens does not apply with --no-feedback (no feedback is written)");
+    }
+    Ok(Some(Rubric::load(spec, args.task).context("--rubric")?))
 }
 
 /// The help of `--attribute`: the built-in list is the one the unknown-attribute error
@@ -180,12 +233,20 @@ fn attribute_help() -> String {
     )
 }
 
-/// The library's request from the arguments.
-fn request(args: &CompareArgs) -> CompareRequest {
+/// The library's request from the arguments (and the rubric of `--rubric`, whose name is
+/// the attribute when none is given and whose criterion stands for the question).
+fn request(args: &CompareArgs, rubric: Option<&Rubric>) -> CompareRequest {
     CompareRequest {
-        attribute: args.attribute.clone(),
+        attribute: match (&args.attribute, rubric) {
+            (Some(attribute), _) => attribute.clone(),
+            (None, Some(rubric)) => rubric.name.to_lowercase(),
+            (None, None) => String::new(),
+        },
         adjective: args.adjective.clone(),
-        question: args.question.clone(),
+        question: match rubric {
+            Some(rubric) => Some(rubric.criterion.clone()),
+            None => args.question.clone(),
+        },
         template: args.template.clone(),
         task: args.task,
         item: args.item.clone(),
@@ -203,8 +264,8 @@ fn request(args: &CompareArgs) -> CompareRequest {
 }
 
 /// The attribute's name as the human key defaults to it.
-fn result_attribute(args: &CompareArgs) -> String {
-    args.attribute.trim().to_ascii_lowercase()
+fn result_attribute(options: &CompareOptions) -> String {
+    options.attribute.name.trim().to_ascii_lowercase()
 }
 
 /// What the report says about how the run was made.
@@ -222,7 +283,7 @@ fn report_facts(
             "question".to_string(),
             options.attribute.question(&options.nouns.item),
         ),
-        ("template".to_string(), options.template.id().to_string()),
+        ("template".to_string(), options.template_id()),
         (
             "design".to_string(),
             match options.comparisons {
@@ -422,7 +483,7 @@ fn fingerprint(
     put("attribute", serde_json::to_string(&options.attribute)?);
     put("task", options.task.name().to_string());
     put("nouns", serde_json::to_string(&options.nouns)?);
-    put("template", options.template.id().to_string());
+    put("template", options.template_id());
     put("design", value_name(&options.design));
     put("comparisons", or_default(options.comparisons));
     if options.design == Design::Adaptive {
@@ -456,12 +517,14 @@ fn fingerprint(
 pub fn run(args: CompareArgs) -> Result<()> {
     // Everything decided from the options and the input file, before any model is
     // loaded: a failure here is the user's to fix (exit code 2).
-    let (options, shard, contexts, jury) = (|| -> Result<_> {
-        let options = request(&args).options(super::progress::bars("compare"))?;
+    let (mut options, shard, contexts, jury, rubric) = (|| -> Result<_> {
+        let rubric = chosen_rubric(&args)?;
+        let options = request(&args, rubric.as_ref()).options(super::progress::bars("compare"))?;
         let shard = args.shard.resolve()?;
         let jury = jurors(&args.model, args.jury.as_deref())?;
         if jury.is_some() {
             let single_only = [
+                ("--rubric", rubric.is_some()),
                 ("--shard/--shards", shard.is_some()),
                 ("--report", args.report.is_some()),
                 ("--comparisons-out", args.comparisons_out.is_some()),
@@ -501,7 +564,14 @@ pub fn run(args: CompareArgs) -> Result<()> {
             args.human_key.as_deref(),
             &score_keys(&options.attribute.name),
         )?;
-        Ok((options, shard, contexts, jury))
+        if rubric.is_some() && !args.no_feedback && args.design == Design::Adaptive {
+            bail!(
+                "relative rubric grading with feedback cannot use --design adaptive (the \
+                 feedbacks are written before the comparisons are read): add --no-feedback, \
+                 or use another design"
+            );
+        }
+        Ok((options, shard, contexts, jury, rubric))
     })()
     .map_err(super::input_error)?;
     if let Some(warning) = empty_candidates_warning(&contexts) {
@@ -513,6 +583,32 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let cache = args.cache.open()?;
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut scorer = args.model.load()?;
+    if let Some(rubric) = rubric {
+        let relative = RelativeGrading::new(
+            scorer.as_ref(),
+            rubric,
+            args.protocol,
+            (!args.no_feedback).then_some(args.max_feedback_tokens),
+            args.reference,
+        )
+        .map_err(super::input_error)?;
+        eprintln!(
+            "relative rubric grading: rubric {} ({}), {} format ({}), {}",
+            relative.rubric.name,
+            relative.rubric.criterion,
+            relative.protocol,
+            relative.protocol_source.describe(),
+            match relative.feedback_tokens {
+                Some(tokens) => format!(
+                    "a feedback of at most {tokens} tokens per ordered pair, then A or B read \
+                     after `{}`",
+                    relative.marker()
+                ),
+                None => format!("A or B read right after `{}`", relative.marker()),
+            }
+        );
+        options.relative = Some(Box::new(relative));
+    }
     if args.show_prompt {
         eprint!(
             "{}",
@@ -621,7 +717,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
             "warning: no human score matches `{}`{}; the human scores in {} are: {}\n",
             args.human_key
                 .as_deref()
-                .unwrap_or(&result_attribute(&args)),
+                .unwrap_or(&result_attribute(&options)),
             if args.human_key.is_some() {
                 ""
             } else {

@@ -614,8 +614,8 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
             FORMAT_KEPT_MIN,
             WarnWhen::Below,
             format!(
-                "{} of {total} feedbacks kept to the format (`{}` once, then a score); the marker \
-             without a score {}, repeated {}, never written {}, cut at the token limit {} (the \
+                "{} of {total} feedbacks kept to the format (`{}` once, then a result: a score, or A or \
+             B); the marker without a result {}, repeated {}, never written {}, cut at the token limit {} (the \
              marker appended where missing)",
                 counts.kept,
                 marker.trim_end(),
@@ -625,8 +625,8 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
                 counts.cut
             ),
             &remedy(
-                "the judge does not keep to its rubric format (its score is still read after the \
-             marker)",
+                "the judge does not keep to its rubric format (its result is still read after \
+             the marker)",
                 &actions,
                 audience,
             ),

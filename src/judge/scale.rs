@@ -194,6 +194,60 @@ fn label_tokens(
     scale: ScoreScale,
     separator: Option<&str>,
 ) -> Result<Vec<Vec<u32>>> {
+    let words: Vec<String> = scale.scores().iter().map(|s| s.to_string()).collect();
+    words_label_tokens(scorer, prompt, chat, &words, separator).map_err(|clash| match clash {
+        LabelClash::Same(i, j, tokens) => anyhow::anyhow!(
+            "scores {} and {} have the same tokens {tokens:?}",
+            scale.low + i as i64,
+            scale.low + j as i64
+        ),
+        LabelClash::Other(error) => error,
+    })
+}
+
+/// The token ids of each of `words` as the model would write it `separator` after the
+/// prompt's answer so far (`""`: right after it, as after a result marker such as
+/// `[RESULT] `): the tokens the words add to the prompt's own, or the word encoded alone
+/// where it merges with the prompt's last token. Two words with the same tokens are an
+/// error naming both.
+pub fn text_label_tokens_after(
+    scorer: &dyn Scorer,
+    prompt: &TextPrompt,
+    chat: bool,
+    words: &[&str],
+    separator: &str,
+) -> Result<Vec<Vec<u32>>> {
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    words_label_tokens(scorer, prompt, chat, &words, Some(separator)).map_err(|clash| match clash {
+        LabelClash::Same(i, j, tokens) => anyhow::anyhow!(
+            "the labels {:?} and {:?} have the same tokens {tokens:?}",
+            words[i],
+            words[j]
+        ),
+        LabelClash::Other(error) => error,
+    })
+}
+
+/// Why label words could not be told apart.
+enum LabelClash {
+    /// Words `.0` and `.1` have the same tokens.
+    Same(usize, usize, Vec<u32>),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for LabelClash {
+    fn from(error: anyhow::Error) -> Self {
+        LabelClash::Other(error)
+    }
+}
+
+fn words_label_tokens(
+    scorer: &dyn Scorer,
+    prompt: &TextPrompt,
+    chat: bool,
+    words: &[String],
+    separator: Option<&str>,
+) -> std::result::Result<Vec<Vec<u32>>, LabelClash> {
     let prompt = &tail_of(prompt);
     let wrap = |text: TextPrompt| {
         if chat {
@@ -212,20 +266,20 @@ fn label_tokens(
         },
     };
     let base = scorer.encode_prompt(&base_prompt)?;
-    let mut labels = Vec::with_capacity(scale.scores().len());
-    for score in scale.scores() {
-        let written = format!("{space}{score}");
+    let mut labels = Vec::with_capacity(words.len());
+    for word in words {
+        let written = format!("{space}{word}");
         let mut full_text = prompt.clone();
         full_text.answer_prefix.push_str(&written);
         let full = scorer.encode_prompt(&wrap(full_text))?;
         let tokens = match added_tokens(&base, &full) {
             Some(tokens) if !tokens.is_empty() => tokens,
             _ => {
-                // The number merged with the prompt's last token: score it as the
-                // tokeniser writes the number on its own.
+                // The word merged with the prompt's last token: score it as the
+                // tokeniser writes the word on its own.
                 tracing::debug!(
-                    score,
-                    "score label does not extend the prompt's tokens; encoding it alone"
+                    word,
+                    "label does not extend the prompt's tokens; encoding it alone"
                 );
                 scorer.encode_label(&crate::engine::Label::Text(written.clone()))?
             }
@@ -234,11 +288,7 @@ fn label_tokens(
     }
     for (i, a) in labels.iter().enumerate() {
         if let Some(j) = labels[i + 1..].iter().position(|b| b == a) {
-            bail!(
-                "scores {} and {} have the same tokens {a:?}",
-                scale.low + i as i64,
-                scale.low + (i + 1 + j) as i64
-            );
+            return Err(LabelClash::Same(i, i + 1 + j, a.clone()));
         }
     }
     Ok(labels)

@@ -41,6 +41,7 @@ mod report;
 mod reproduce;
 mod resolve;
 mod rubric;
+mod rubric_relative;
 mod score_cli;
 mod score_mock;
 mod score_smollm2;

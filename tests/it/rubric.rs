@@ -26,13 +26,13 @@ fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rubric")
 }
 
-fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     let path = fixture_dir().join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The example of `inputs.json` as a rubric and the inputs it grades.
-fn example() -> (Rubric, Value) {
+pub(crate) fn example() -> (Rubric, Value) {
     let inputs: Value = serde_json::from_str(&fixture("inputs.json")).unwrap();
     let text = |key: &str| inputs[key].as_str().unwrap().to_string();
     let rubric = Rubric {
@@ -266,7 +266,7 @@ fn every_feedback_gives_a_score_and_a_format_count() {
     assert!(check.is_warning());
     assert!(
         check.message.contains(
-            "the marker without a score 1, repeated 1, never written 1, cut at the token limit 1"
+            "the marker without a result 1, repeated 1, never written 1, cut at the token limit 1"
         ),
         "{}",
         check.message

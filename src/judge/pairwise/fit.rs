@@ -129,7 +129,7 @@ fn fits_by_bytes(
 ) -> Result<bool> {
     let mut by_length: Vec<usize> = (0..context.candidates.len()).collect();
     by_length.sort_by_key(|&k| std::cmp::Reverse(context.candidates[k].text.len()));
-    let request = comparison_request_for(scorer, context, options, (by_length[0], by_length[1]));
+    let request = comparison_request_for(scorer, context, options, (by_length[0], by_length[1]))?;
     let bytes = match &request.prompt {
         Prompt::Tokens(tokens) => tokens.input.len() + tokens.decoder_prefix.len(),
         prompt => {
@@ -174,8 +174,9 @@ fn tokens_with_shortest_other(
     let requests = pairs
         .iter()
         .map(|&pair| comparison_request_for(scorer, context, options, pair))
-        .collect();
-    let planned = plan_labels(scorer, options.template.id(), requests, Some(labels));
+        .collect::<Result<Vec<_>>>()?;
+    let labels = options.relative.is_none().then_some(labels);
+    let planned = plan_labels(scorer, &options.template_id(), requests, labels);
     let lengths: Vec<usize> = planned
         .into_iter()
         .map(|planned| {

@@ -26,6 +26,8 @@ use crate::engine::runner::{fill_together, plan_labels, LabelPlan, PlannedLabel}
 use crate::engine::{Conventions, Label, LabelRequest, LabelResult, ResultCache, Scorer};
 use crate::judge::attribute::{Attribute, Nouns, Task};
 use crate::judge::diagnostics::{self, Diagnostics};
+use crate::judge::rubric::relative::{write_feedbacks, RelativeGrading};
+use crate::judge::rubric::{FormatCounts, Reading};
 use crate::progress::Progress;
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
@@ -73,6 +75,9 @@ pub struct CompareOptions {
     pub progress: Progress,
     /// Whose words the diagnostics' remedies use.
     pub audience: crate::judge::diagnostics::Audience,
+    /// Relative rubric grading in the judge's own pairwise format instead of `template`
+    /// (`compare --rubric`); `None`: the template.
+    pub relative: Option<Box<RelativeGrading>>,
 }
 
 impl CompareOptions {
@@ -93,6 +98,15 @@ impl CompareOptions {
             score_field: None,
             progress: Progress::none(),
             audience: Default::default(),
+            relative: None,
+        }
+    }
+
+    /// The label cache's name for this run's prompts.
+    pub fn template_id(&self) -> String {
+        match &self.relative {
+            Some(relative) => relative.template_id(),
+            None => self.template.id().to_string(),
         }
     }
 }
@@ -160,6 +174,10 @@ pub struct CompareResult {
     /// Whether the judge was judging: positional bias, order consistency, ties, label
     /// mass, each with its threshold and remedy.
     pub diagnostics: Diagnostics,
+    /// Relative rubric grading's feedbacks, read, by (context id, first id, second id);
+    /// empty otherwise.
+    #[serde(skip)]
+    pub feedbacks: std::collections::BTreeMap<(String, String, String), Reading>,
 }
 
 impl CompareResult {
@@ -202,10 +220,7 @@ pub fn plan_context(
     options: &CompareOptions,
     labels: &[Vec<u32>],
 ) -> Result<Plan> {
-    let mut rng = context_rng(options.seed, &context.id);
-    let pairs = options
-        .design
-        .pairs(context.candidates.len(), options.comparisons, &mut rng)?;
+    let pairs = design_pairs(context, options)?;
     let labels = plan_pairs(scorer, context, options, labels, &pairs)?;
     Ok(Plan { pairs, labels })
 }
@@ -219,13 +234,25 @@ pub fn plan_pairs(
     pairs: &[(usize, usize)],
 ) -> Result<LabelPlan> {
     let conventions = &scorer.info().conventions;
-    let question = options.attribute.question(&options.nouns.item);
-    let requests = pairs
-        .iter()
-        .map(|&pair| comparison_request(conventions, context, options, &question, pair))
-        .collect();
+    let (requests, labels) = match &options.relative {
+        Some(relative) => (
+            pairs
+                .iter()
+                .map(|&pair| relative.choice_request(scorer, context, pair))
+                .collect::<Result<Vec<_>>>()?,
+            None,
+        ),
+        None => {
+            let question = options.attribute.question(&options.nouns.item);
+            let requests = pairs
+                .iter()
+                .map(|&pair| comparison_request(conventions, context, options, &question, pair))
+                .collect();
+            (requests, Some(labels))
+        }
+    };
     let mut plan = LabelPlan::new();
-    let planned = plan_labels(scorer, options.template.id(), requests, Some(labels));
+    let planned = plan_labels(scorer, &options.template_id(), requests, labels);
     for (planned, &(i, j)) in planned.into_iter().zip(pairs) {
         plan.push(planned.with_context(|| {
             format!(
@@ -238,21 +265,38 @@ pub fn plan_pairs(
 }
 
 /// The label request comparing candidate `first` (shown as A) with `second` (as B) of
-/// `context`, in the scorer's conventions.
+/// `context`, in the scorer's conventions; for relative rubric grading the request read
+/// right after the prompt and the marker (what a feedback is written after).
 pub(crate) fn comparison_request_for(
     scorer: &dyn Scorer,
     context: &Context,
     options: &CompareOptions,
     pair: (usize, usize),
-) -> LabelRequest {
+) -> Result<LabelRequest> {
+    if let Some(relative) = &options.relative {
+        let direct = RelativeGrading {
+            feedback_tokens: None,
+            readings: Default::default(),
+            ..(**relative).clone()
+        };
+        return direct.choice_request(scorer, context, pair);
+    }
     let question = options.attribute.question(&options.nouns.item);
-    comparison_request(
+    Ok(comparison_request(
         &scorer.info().conventions,
         context,
         options,
         &question,
         pair,
-    )
+    ))
+}
+
+/// The ordered pairs the design compares in `context` (as [`plan_context`] draws them).
+pub fn design_pairs(context: &Context, options: &CompareOptions) -> Result<Vec<(usize, usize)>> {
+    let mut rng = context_rng(options.seed, &context.id);
+    options
+        .design
+        .pairs(context.candidates.len(), options.comparisons, &mut rng)
 }
 
 /// The label request comparing candidate `first` (shown as A) with `second` (as B).
@@ -347,6 +391,11 @@ pub fn run_compare(
     cache: Option<&ResultCache>,
 ) -> Result<CompareResult> {
     options.design.check_request(options.comparisons)?;
+    if let Some(relative) = &options.relative {
+        if relative.feedback_tokens.is_some() && relative.readings.is_empty() {
+            return run_relative_with_feedback(scorer, contexts, options, relative, cache);
+        }
+    }
     let labels = pairwise_labels(scorer)?;
     if options.design == Design::Adaptive {
         return run_adaptive(scorer, contexts, options, cache, &labels);
@@ -408,6 +457,56 @@ pub fn run_compare(
     let mut result = summarise(contexts, all_comparisons, options)?;
     result.computed = computed;
     result.cached = cached;
+    Ok(result)
+}
+
+/// [`run_compare`] for relative rubric grading with feedback: every ordered pair's
+/// feedback first (one generation each, cached), then the comparisons read after them;
+/// the diagnostics count how often the judge kept to its format.
+fn run_relative_with_feedback(
+    scorer: &mut dyn Scorer,
+    contexts: &[Context],
+    options: &CompareOptions,
+    relative: &RelativeGrading,
+    cache: Option<&ResultCache>,
+) -> Result<CompareResult> {
+    if options.design == Design::Adaptive {
+        bail!(
+            "relative rubric grading with feedback cannot use --design adaptive (the \
+             feedbacks are written before the comparisons are read): add --no-feedback, or \
+             use another design"
+        );
+    }
+    let pairs = contexts
+        .iter()
+        .map(|context| {
+            design_pairs(context, options).with_context(|| format!("context `{}`", context.id))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut relative = Box::new(relative.clone());
+    write_feedbacks(
+        scorer,
+        contexts,
+        &pairs,
+        &mut relative,
+        &options.progress,
+        cache,
+    )?;
+    let marker = relative.marker();
+    let mut with_feedbacks = options.clone();
+    with_feedbacks.relative = Some(relative);
+    let mut result = run_compare(scorer, contexts, &with_feedbacks, cache)?;
+    let feedbacks = with_feedbacks
+        .relative
+        .map(|r| r.readings)
+        .unwrap_or_default();
+    let counts = FormatCounts::of(feedbacks.values().map(|r| r.format));
+    result.diagnostics.checks.extend(diagnostics::rubric_format(
+        &counts,
+        marker,
+        options.audience,
+    ));
+    result.feedbacks = feedbacks;
     Ok(result)
 }
 
@@ -559,6 +658,7 @@ pub fn summarise(
         cached: 0,
         rank: options.rank,
         diagnostics: Diagnostics::default(),
+        feedbacks: Default::default(),
     };
     for (context, comparisons) in contexts.iter().zip(comparisons) {
         let n = context.candidates.len();
@@ -731,11 +831,28 @@ pub fn write_scores(
 pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<()> {
     for context in &result.contexts {
         for c in &context.comparisons {
+            let (a, b) = (
+                &context.candidate_ids[c.first],
+                &context.candidate_ids[c.second],
+            );
+            // Relative rubric grading's feedback on this pair and whether the judge kept
+            // to its format.
+            let feedback = result
+                .feedbacks
+                .get(&(context.context_id.clone(), a.clone(), b.clone()))
+                .map(|r| {
+                    format!(
+                        ",\"feedback\":{},\"format\":{}",
+                        json!(r.feedback),
+                        json!(r.format.name())
+                    )
+                })
+                .unwrap_or_default();
             let line = format!(
-                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}}}\n",
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}}}\n",
                 json!(context.context_id),
-                json!(context.candidate_ids[c.first]),
-                json!(context.candidate_ids[c.second]),
+                json!(a),
+                json!(b),
                 fixed(c.p_a, 6),
                 c.label_mass
             );
@@ -766,14 +883,7 @@ pub fn show_first_prompt(
     let Some(&(i, j)) = pairs.first() else {
         bail!("context `{}` has no comparisons", context.id);
     };
-    let question = options.attribute.question(&options.nouns.item);
-    let request = comparison_request(
-        &scorer.info().conventions,
-        context,
-        options,
-        &question,
-        (i, j),
-    );
+    let request = comparison_request_for(scorer, context, options, (i, j))?;
     let rendered = scorer.render(&request.prompt)?;
     let labels: Vec<String> = request
         .labels
@@ -788,7 +898,7 @@ pub fn show_first_prompt(
         context.id,
         context.candidates[i].id,
         context.candidates[j].id,
-        options.template.id(),
+        options.template_id(),
         rendered.input
     );
     if !rendered.decoder_prefix.is_empty() {

@@ -13,10 +13,12 @@
 //!   (`tests/fixtures/rubric/` holds the published templates' renderings);
 //! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
 //!   appended), and whether the model kept to its format;
-//! - [`run`]: the decided method and its feedback step (one generation per candidate).
+//! - [`run`]: the decided method and its feedback step (one generation per candidate);
+//! - [`relative`]: relative grading of two responses (`compare --rubric`).
 
 pub mod protocol;
 pub mod reading;
+pub mod relative;
 pub mod run;
 
 use std::path::Path;

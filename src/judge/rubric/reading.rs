@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::protocol::format;
+use super::protocol::{format, ProtocolFormat};
 use crate::engine::{FinishReason, RubricProtocol};
 use crate::judge::scale::ScoreScale;
 
@@ -65,7 +65,20 @@ pub fn read(
     generated: &str,
     finish: FinishReason,
 ) -> Reading {
-    let format = format(protocol);
+    read_answer(protocol, format(protocol), generated, finish, |after| {
+        leading_score(after).is_some_and(|s| s >= scale.low() && s <= scale.high())
+    })
+}
+
+/// [`read`] for an answer in `format` (absolute or relative grading's), where `is_result`
+/// says whether the text after the marker starts with a result of the scale.
+pub fn read_answer(
+    protocol: RubricProtocol,
+    format: ProtocolFormat,
+    generated: &str,
+    finish: FinishReason,
+    is_result: impl Fn(&str) -> bool,
+) -> Reading {
     let marker = format.marker;
     let first = generated.find(marker);
     let (before, answer, outcome) = match first {
@@ -74,7 +87,7 @@ pub fn read(
             let after = &generated[at + marker.len()..];
             let outcome = if after.contains(marker) {
                 FormatOutcome::Repeated
-            } else if leading_score(after).is_some_and(|s| s >= scale.low() && s <= scale.high()) {
+            } else if is_result(after) {
                 FormatOutcome::Kept
             } else {
                 FormatOutcome::NoScore
