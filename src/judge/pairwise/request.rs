@@ -116,6 +116,7 @@ impl CompareRequest {
             score_field: self.human_key.clone(),
             progress,
             audience: Default::default(),
+            prior: None,
         })
     }
 }
