@@ -23,6 +23,7 @@ use crate::judge::diagnostics::{too_long, Audience, Diagnostics};
 use crate::judge::jury::combine_comparisons;
 use crate::judge::pairwise::fit::{set_aside_over_long, SetAside};
 use crate::judge::pairwise::run::method_name;
+use crate::judge::pairwise::PriorScores;
 use crate::judge::pairwise::StopRule;
 use crate::judge::pairwise::{
     run_compare, show_first_prompt, write_comparisons, write_scores, CompareOptions,
@@ -32,6 +33,7 @@ use crate::judge::rubric::relative::RelativeGrading;
 use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
 use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::Task;
+use crate::rank::hybrid::DEFAULT_PRIOR_WEIGHT;
 use crate::rank::RankMethod;
 use crate::report::Report;
 use crate::shard::fingerprint::file_sha256;
@@ -200,6 +202,18 @@ pub struct CompareArgs {
     /// (both candidates of a context must give the same one).
     #[arg(long, requires = "rubric")]
     pub reference: bool,
+
+    /// Absolute scores as experts beside the comparisons: `nlg-judge score`'s output for
+    /// the same input (matched by context_id and candidate_id). The scores are then one
+    /// Product of Experts of the comparisons and these scores, mapped onto the
+    /// comparisons' scale by a fitted line; --design adaptive uses them as its prior.
+    #[arg(long, value_name = "FILE")]
+    pub prior_scores: Option<PathBuf>,
+
+    /// With --prior-scores: the weight of one candidate's absolute score against one
+    /// comparison.
+    #[arg(long, value_name = "LAMBDA", default_value_t = DEFAULT_PRIOR_WEIGHT)]
+    pub prior_weight: f64,
 }
 
 /// The rubric of `--rubric` and the attribute it stands for, checked before any model
@@ -231,6 +245,33 @@ fn attribute_help() -> String {
          --question",
         builtin_attribute_list()
     )
+}
+
+/// The absolute scores of `--prior-scores`, checked against every context of the input
+/// (a shard's too, so that every shard refuses the same file).
+fn prior_scores(
+    args: &CompareArgs,
+    contexts: &[crate::data::Context],
+) -> Result<Option<PriorScores>> {
+    let Some(path) = &args.prior_scores else {
+        if args.prior_weight != DEFAULT_PRIOR_WEIGHT {
+            bail!("--prior-weight weighs the absolute scores of --prior-scores: give the file");
+        }
+        return Ok(None);
+    };
+    if let Some(rank) = args.rank.filter(|r| *r != RankMethod::Poe) {
+        bail!(
+            "--prior-scores ranks by one Product of Experts of the comparisons and the absolute \
+             scores; --rank {} cannot take them (leave --rank out, or give --rank poe)",
+            value_name(&rank)
+        );
+    }
+    let prior = PriorScores::read(path, args.prior_weight)
+        .with_context(|| format!("--prior-scores {}", path.display()))?;
+    prior
+        .check_contexts(contexts)
+        .with_context(|| format!("--prior-scores against --input {}", args.input.display()))?;
+    Ok(Some(prior))
 }
 
 /// The library's request from the arguments (and the rubric of `--rubric`, whose name is
@@ -293,7 +334,7 @@ fn report_facts(
                 None => format!("{:?}", options.design).to_lowercase(),
             },
         ),
-        ("scores".to_string(), rank_name(result.rank).to_string()),
+        ("scores".to_string(), scores_name(args, result)),
         (
             "debiasing".to_string(),
             match options.debias {
@@ -319,6 +360,20 @@ fn report_facts(
 /// The ranking method's name in words.
 fn rank_name(rank: RankMethod) -> &'static str {
     method_name(rank)
+}
+
+/// How the scores were made, in words: the ranking method, or the joint fit with the
+/// absolute scores.
+fn scores_name(args: &CompareArgs, result: &CompareResult) -> String {
+    match &args.prior_scores {
+        Some(path) => format!(
+            "Product of Experts of the comparisons and the absolute scores in {} (weight {} \
+             each)",
+            path.display(),
+            args.prior_weight
+        ),
+        None => rank_name(result.rank).to_string(),
+    }
 }
 
 /// `OUT.diagnostics.json` beside `output`.
@@ -503,6 +558,10 @@ fn fingerprint(
     put("seed", options.seed.to_string());
     put("rank", value_name(&options.rank));
     put("debias", value_name(&options.debias));
+    if let Some(path) = &args.prior_scores {
+        put("prior_scores_sha256", file_sha256(path)?);
+        put("prior_weight", args.prior_weight.to_string());
+    }
     put(
         "score_field",
         options
@@ -530,6 +589,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
                 ("--comparisons-out", args.comparisons_out.is_some()),
                 ("--design adaptive", args.design == Design::Adaptive),
                 ("--backend", args.model.backend.backend.is_some()),
+                ("--prior-scores", args.prior_scores.is_some()),
             ];
             if let Some((flag, _)) = single_only.iter().find(|(_, given)| *given) {
                 bail!(
@@ -543,6 +603,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         PlannedPaths::new()
             .input("--input", &args.input)
             .maybe_input("--jury", args.jury.as_deref())
+            .maybe_input("--prior-scores", args.prior_scores.as_deref())
             .cache(&args.cache)
             .output("--output", args.output.as_deref())
             .output("--output's diagnostics", diagnostics.as_deref())
@@ -555,7 +616,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
                  alone would decide differently from a single run: run it unsharded"
             );
         }
-        let contexts = take_shard(read_contexts(&args.input)?, shard);
+        let all = read_contexts(&args.input)?;
+        let options = options.with_prior(prior_scores(&args, &all)?);
+        let contexts = take_shard(all, shard);
         // The human scores are checked now (the run reads them again when it ends): a
         // missing --human-key or a score that is not a number is refused before any model
         // call.

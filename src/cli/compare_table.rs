@@ -130,6 +130,31 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
             .unwrap_or_default(),
         rate_text(result.accuracy)
     );
+    let slopes: Vec<f64> = result
+        .contexts
+        .iter()
+        .filter_map(|c| c.prior_slope)
+        .collect();
+    if !slopes.is_empty() {
+        let mean = slopes.iter().sum::<f64>() / slopes.len() as f64;
+        let (low, high) = slopes
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &s| {
+                (l.min(s), h.max(s))
+            });
+        let against = slopes.iter().filter(|&&s| s < 0.0).count();
+        let _ = writeln!(
+            text,
+            "absolute scores as experts: fitted slope {} logits per standard deviation (from {} \
+             to {}); negative, i.e. ordering the candidates against the comparisons, in {} of {} \
+             contexts",
+            fixed(mean, 3),
+            fixed(low, 3),
+            fixed(high, 3),
+            against,
+            slopes.len()
+        );
+    }
     text.push_str(&result.diagnostics.text());
     text
 }

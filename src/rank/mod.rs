@@ -1,5 +1,6 @@
 //! From pairwise outcomes to scores and ranks: win ratios, Bradley-Terry, Product of
-//! Experts, debiasing, and positional-bias statistics. Pure functions.
+//! Experts (alone, or with absolute scores as experts beside the comparisons: [`hybrid`]),
+//! debiasing, and positional-bias statistics. Pure functions.
 //!
 //! Every method reads a list of [`Outcome`]s over candidates `0..n`: `p` is the
 //! probability that the candidate shown first (`first`) is better than the one shown
@@ -8,6 +9,7 @@
 pub mod bias;
 pub mod bradley_terry;
 pub mod debias;
+pub mod hybrid;
 mod linalg;
 pub mod poe;
 pub mod ranks;
@@ -20,6 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use bias::{first_position_rate, order_consistency, pairwise_accuracy, Rate};
 pub use bradley_terry::BradleyTerry;
 pub use debias::{balanced_threshold, reweight, reweight_factor};
+pub use hybrid::{hybrid_fit, hybrid_scores, hybrid_scores_at_threshold, HybridFit};
 pub use poe::poe_gaussian;
 pub use ranks::ranks_from_scores;
 pub use win_ratio::{soft_win_ratio, win_ratio};

@@ -14,7 +14,16 @@
 //! `sigma^2` is the residual variance of the fit with one pseudo-observation of prior
 //! variance 1 (logit units) so that it is defined before there are more pairs than
 //! free scores: `(RSS + 1) / (pairs - (n - 1) + 1)`.
+//!
+//! With absolute scores as experts ([`fit_pair_differences_with_prior`]) the fit is the
+//! joint one of [`super::hybrid`] over `(s, b)`: each pair difference (the mean of two
+//! comparisons) counts as two comparisons, so each absolute expert weighs `lambda / 2`
+//! against one pair. The absolute experts pin the offset (no ground needed), the
+//! covariance is read from the inverse of the `(n + 1) x (n + 1)` normal matrix (the
+//! slope's uncertainty included), and `sigma^2` counts the absolute experts' weighted
+//! residuals and observations too: `(RSS + 1) / (pairs - 1 + 1)` with `n + 1` unknowns.
 
+use super::hybrid::standardise;
 use super::linalg::solve_spd;
 use super::poe::CLIP;
 use super::Outcome;
@@ -30,11 +39,14 @@ const GROUND: f64 = 1e-6;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairFit {
     n: usize,
+    /// Side of `inverse`: `n`, or `n + 1` with the absolute scores' slope.
+    dim: usize,
     /// Least-squares scores (each connected group centred).
     pub scores: Vec<f64>,
     /// Residual variance of one pair observation (see the module header).
     pub sigma2: f64,
-    /// `(L + J/n + GROUND I)^-1`, row-major: `L+` plus a constant on connected graphs.
+    /// `(L + J/n + GROUND I)^-1`, row-major: `L+` plus a constant on connected graphs;
+    /// with absolute scores, the inverse of the joint normal matrix.
     inverse: Vec<f64>,
     /// Unordered pairs observed.
     pub pairs: usize,
@@ -43,7 +55,7 @@ pub struct PairFit {
 impl PairFit {
     /// Effective resistance between `i` and `j` in the current graph of pairs.
     pub fn resistance(&self, i: usize, j: usize) -> f64 {
-        let n = self.n;
+        let n = self.dim;
         (self.inverse[i * n + i] + self.inverse[j * n + j] - 2.0 * self.inverse[i * n + j]).max(0.0)
     }
 
@@ -54,10 +66,13 @@ impl PairFit {
 
     /// Standard deviation of `s_i` about the mean of all scores.
     pub fn score_sd(&self, i: usize) -> f64 {
-        let n = self.n;
-        let row = &self.inverse[i * n..(i + 1) * n];
+        let (n, dim) = (self.n, self.dim);
+        let row = &self.inverse[i * dim..i * dim + n];
         let row_mean = row.iter().sum::<f64>() / n as f64;
-        let all_mean = self.inverse.iter().sum::<f64>() / (n * n) as f64;
+        let all_mean = (0..n)
+            .map(|a| self.inverse[a * dim..a * dim + n].iter().sum::<f64>())
+            .sum::<f64>()
+            / (n * n) as f64;
         (self.sigma2 * (row[i] - 2.0 * row_mean + all_mean).max(0.0)).sqrt()
     }
 
@@ -75,7 +90,7 @@ impl PairFit {
     /// The resistances as they would be after comparing `i` and `j` once more (a
     /// Sherman-Morrison update of the inverse); scores and `sigma2` stay.
     pub fn add_pair(&mut self, i: usize, j: usize) {
-        let n = self.n;
+        let n = self.dim;
         // u = e_i - e_j; M^-1 u = column i - column j (M is symmetric).
         let w: Vec<f64> = (0..n)
             .map(|k| self.inverse[k * n + i] - self.inverse[k * n + j])
@@ -145,16 +160,7 @@ pub fn fit_pair_differences(n: usize, pairs: &[(usize, usize, f64)]) -> Result<P
         rhs[j] -= d;
     }
     let scores = solve_spd(&matrix, &rhs)?;
-    let mut inverse = vec![0.0; n * n];
-    let mut unit = vec![0.0; n];
-    for k in 0..n {
-        unit.iter_mut().for_each(|u| *u = 0.0);
-        unit[k] = 1.0;
-        let column = solve_spd(&matrix, &unit)?;
-        for (row, value) in column.into_iter().enumerate() {
-            inverse[row * n + k] = value;
-        }
-    }
+    let inverse = invert_spd(&matrix, n)?;
     let rss: f64 = pairs
         .iter()
         .map(|&(i, j, d)| (d - (scores[i] - scores[j])).powi(2))
@@ -163,6 +169,104 @@ pub fn fit_pair_differences(n: usize, pairs: &[(usize, usize, f64)]) -> Result<P
     let sigma2 = (rss + 1.0) / (dof.max(0.0) + 1.0);
     Ok(PairFit {
         n,
+        dim: n,
+        scores,
+        sigma2,
+        inverse,
+        pairs: pairs.len(),
+    })
+}
+
+/// The inverse of the symmetric positive-definite `dim x dim` matrix, column by column.
+fn invert_spd(matrix: &[f64], dim: usize) -> Result<Vec<f64>> {
+    let mut inverse = vec![0.0; dim * dim];
+    let mut unit = vec![0.0; dim];
+    for k in 0..dim {
+        unit.iter_mut().for_each(|u| *u = 0.0);
+        unit[k] = 1.0;
+        let column = solve_spd(matrix, &unit)?;
+        for (row, value) in column.into_iter().enumerate() {
+            inverse[row * dim + k] = value;
+        }
+    }
+    Ok(inverse)
+}
+
+/// Check the pairs of a fit over `n` candidates.
+fn check_pairs(n: usize, pairs: &[(usize, usize, f64)]) -> Result<()> {
+    for &(i, j, d) in pairs {
+        if i >= n || j >= n || i == j {
+            bail!("pair ({i}, {j}) is not a pair of distinct candidates among {n}");
+        }
+        if !d.is_finite() {
+            bail!("pair ({i}, {j}): difference {d} is not finite");
+        }
+    }
+    Ok(())
+}
+
+/// [`fit_pair_differences`] with one absolute score per candidate as an expert of weight
+/// `lambda` (per comparison; see the module header): the joint fit of
+/// [`super::hybrid`] on pair differences, with its uncertainty. `absolute` on any
+/// scale; `None` gives [`fit_pair_differences`].
+pub fn fit_pair_differences_with_prior(
+    n: usize,
+    pairs: &[(usize, usize, f64)],
+    prior: Option<(&[f64], f64)>,
+) -> Result<PairFit> {
+    let Some((absolute, lambda)) = prior else {
+        return fit_pair_differences(n, pairs);
+    };
+    super::hybrid::check_prior_weight(lambda)?;
+    if n == 0 {
+        bail!("no candidates to fit");
+    }
+    if absolute.len() != n {
+        bail!("{} absolute scores for {n} candidates", absolute.len());
+    }
+    check_pairs(n, pairs)?;
+    let z = standardise(absolute)?;
+    // One pair difference is the mean of two comparisons.
+    let weight = lambda / 2.0;
+    let kappa = super::hybrid::SLOPE_PRIOR * weight * n as f64;
+    let dim = n + 1;
+    let mut matrix = vec![0.0; dim * dim];
+    let mut rhs = vec![0.0; dim];
+    for i in 0..n {
+        matrix[i * dim + i] = weight;
+        matrix[i * dim + n] = -weight * z[i];
+        matrix[n * dim + i] = -weight * z[i];
+    }
+    matrix[n * dim + n] = weight * z.iter().map(|v| v * v).sum::<f64>() + kappa;
+    rhs[n] = kappa;
+    for &(i, j, d) in pairs {
+        matrix[i * dim + i] += 1.0;
+        matrix[j * dim + j] += 1.0;
+        matrix[i * dim + j] -= 1.0;
+        matrix[j * dim + i] -= 1.0;
+        rhs[i] += d;
+        rhs[j] -= d;
+    }
+    let mut solution = solve_spd(&matrix, &rhs)?;
+    let slope = solution.pop().unwrap_or(1.0);
+    let mean = solution.iter().sum::<f64>() / n as f64;
+    let scores: Vec<f64> = solution.iter().map(|s| s - mean).collect();
+    let inverse = invert_spd(&matrix, dim)?;
+    let rss: f64 = pairs
+        .iter()
+        .map(|&(i, j, d)| (d - (scores[i] - scores[j])).powi(2))
+        .sum::<f64>()
+        + weight
+            * scores
+                .iter()
+                .zip(&z)
+                .map(|(s, z)| (s - slope * z).powi(2))
+                .sum::<f64>();
+    let dof = pairs.len() as f64 - 1.0;
+    let sigma2 = (rss + 1.0) / (dof.max(0.0) + 1.0);
+    Ok(PairFit {
+        n,
+        dim,
         scores,
         sigma2,
         inverse,
@@ -261,6 +365,48 @@ mod tests {
         assert!((fit.flip_probability(0, 2) - 0.5).abs() < 1e-3);
         assert!(fit.flip_probability(0, 1) < 0.2);
         assert!(fit.resistance(1, 3) > 1e5);
+    }
+
+    #[test]
+    fn absolute_scores_place_every_candidate_and_updates_match_a_fresh_fit() {
+        let absolute = [3.0, 9.0, 5.0, 1.0];
+        let alone = fit_pair_differences_with_prior(4, &[], Some((&absolute, 1.0))).unwrap();
+        let z = standardise(&absolute).unwrap();
+        for (s, z) in alone.scores.iter().zip(&z) {
+            assert!((s - z).abs() < 1e-6, "{:?}", alone.scores);
+        }
+        // Nothing compared: the scale is unknown, so no order is sure, the closest
+        // absolute scores (0 and 2, then 0 and 3) least of all.
+        assert!(alone.flip_probability(0, 2) > alone.flip_probability(1, 3));
+        assert!(alone.flip_probability(0, 2) < 0.5);
+        // The joint fit equals the hybrid fit on both orders of each pair (a pair
+        // difference is two comparisons).
+        let pairs = [(0, 1, -1.5), (1, 2, 0.8), (2, 3, 0.4)];
+        let fit = fit_pair_differences_with_prior(4, &pairs, Some((&absolute, 0.7))).unwrap();
+        let outcomes: Vec<Outcome> = pairs
+            .iter()
+            .flat_map(|&(i, j, d)| {
+                [
+                    Outcome::new(i, j, logistic(d)),
+                    Outcome::new(j, i, logistic(-d)),
+                ]
+            })
+            .collect();
+        let hybrid = super::super::hybrid_scores(4, &outcomes, &absolute, 0.7).unwrap();
+        for (a, b) in fit.scores.iter().zip(&hybrid) {
+            assert!((a - b).abs() < 1e-9, "{:?} vs {hybrid:?}", fit.scores);
+        }
+        let mut updated = fit.clone();
+        updated.add_pair(0, 3);
+        let mut more = pairs.to_vec();
+        more.push((0, 3, 0.0));
+        let fresh = fit_pair_differences_with_prior(4, &more, Some((&absolute, 0.7))).unwrap();
+        for (i, j) in [(0, 1), (0, 3), (1, 2), (2, 3)] {
+            let (a, b) = (updated.resistance(i, j), fresh.resistance(i, j));
+            assert!((a - b).abs() < 1e-6 * b.max(1.0), "({i}, {j}): {a} vs {b}");
+        }
+        assert!(fit_pair_differences_with_prior(4, &pairs, Some((&absolute[..3], 1.0))).is_err());
+        assert!(fit_pair_differences_with_prior(4, &pairs, Some((&absolute, -1.0))).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The subset-of-comparisons figure (the paper's Figures 4-5): the curves of every
-//! design as a line figure of [`crate::figure`].
+//! design (and the hybrid curve, where there is one) as a line figure of
+//! [`crate::figure`].
 
-use super::subset::{CurvePoint, DESIGNS};
+use super::subset::{CurvePoint, CURVES};
 use crate::figure::{Figure, Panel, Series, PALETTE};
 
 /// Which Spearman of a curve point a figure plots.
@@ -25,8 +26,7 @@ pub fn subset_figure(
         .iter()
         .map(|column| {
             let mut series = Vec::new();
-            for (design, color) in DESIGNS.iter().zip(PALETTE) {
-                let name = super::subset::design_name(*design);
+            for (name, color) in CURVES.into_iter().zip(PALETTE) {
                 for debiased in [false, true] {
                     let mut line: Vec<(f64, f64)> = points
                         .iter()

@@ -6,7 +6,8 @@
 //! meta-evaluated per prompt and averaged over the prompts ([`rows`]). From the full
 //! comparison matrices come the positional bias, order consistency and pairwise
 //! accuracy of each prompt ([`comparative`]) and the subset-of-comparisons curves
-//! ([`subset`]), without more model calls. [`report`] turns the [`Reproduction`] into
+//! ([`subset`]), without more model calls; with absolute-scoring rows, the curves add
+//! the hybrid one (a subset of comparisons with the absolute scores as experts). [`report`] turns the [`Reproduction`] into
 //! Markdown, CSV and figures ([`figure`]).
 //!
 //! Everything model-dependent goes through the result cache, so a rerun computes
@@ -202,6 +203,9 @@ pub fn reproduce(
     // The comparative runs read from the cache what the prefetch computed: count the
     // prefetch's work for them.
     let (mut computed, mut cached) = (prefetched, found);
+    // Per attribute, the absolute scores of the hybrid curve: prompt scoring's, else the
+    // first absolute row's.
+    let mut priors: Vec<Option<Vec<Vec<f64>>>> = vec![None; columns.len()];
     for (index, column) in columns.iter().enumerate() {
         let human = rows::human_scores(contexts, column)?;
         let task = AttributeTask {
@@ -227,6 +231,13 @@ pub fn reproduce(
                 cached += source_rows.cached;
             }
             for row in source_rows.rows {
+                if row.family == "absolute" {
+                    if let Some(first) = row.per_prompt.first() {
+                        if priors[index].is_none() || row.method == "prompt scoring" {
+                            priors[index] = Some(first.scores.clone());
+                        }
+                    }
+                }
                 let cell = rows::evaluate_row(&row, contexts, &human, options.bootstrap)
                     .with_context(|| format!("{} {}, {}", row.family, row.method, column.label))?;
                 let slot = match rows.iter().position(|r| {
@@ -266,13 +277,15 @@ pub fn reproduce(
         Some(curve_options) => {
             let mut curve_options = curve_options.clone();
             curve_options.progress = options.progress.clone();
-            let points = subset::subset_curves(&comparative.runs, contexts, &curve_options)?;
+            let points =
+                subset::subset_curves(&comparative.runs, contexts, &curve_options, &priors)?;
             let budget = subset::budget_table(
                 &comparative.runs,
                 contexts,
                 subset::BUDGET_FRACTION,
                 curve_options.seeds,
                 subset::BUDGET_RESAMPLES,
+                &priors,
             )?;
             (points, budget, curve_options.grid, curve_options.seeds)
         }

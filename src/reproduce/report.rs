@@ -394,8 +394,8 @@ pub fn markdown(report: &Reproduction) -> String {
              Win ratio over R comparisons per context drawn by each design (seeds 0..{}), \
              looked up in the full comparison matrices; summary-level Spearman x100, averaged \
              over prompts, then over seeds. Adaptive (ours): `compare --design adaptive` \
-             replayed on the matrices, ranked by PoE. Debiased (dashed): threshold balanced \
-             over the subset's own comparisons. R grid: {}.\n\n\
+             replayed on the matrices, ranked by PoE.{} Debiased (dashed): threshold \
+             balanced over the subset's own comparisons. R grid: {}.\n\n\
              ![subset curves]({SUBSET_PNG})\n\n\
              [SVG]({SUBSET_SVG}) · [CSV]({SUBSET_CSV})\n\n\
              The same subsets' agreement with the full-design ranking of the same method \
@@ -404,6 +404,17 @@ pub fn markdown(report: &Reproduction) -> String {
              ![agreement with the full design]({SUBSET_FULL_PNG})\n\n\
              [SVG]({SUBSET_FULL_SVG})\n",
             report.curve_seeds,
+            if report
+                .curves
+                .iter()
+                .any(|p| p.design == super::subset::HYBRID)
+            {
+                " Hybrid (ours): the random design's subsets (the same draws) with the \
+                 prompt-scoring row's scores as experts in one PoE (`compare --design random \
+                 --prior-scores`), compared with the full design's PoE."
+            } else {
+                ""
+            },
             report
                 .curve_grid
                 .iter()
@@ -568,10 +579,20 @@ fn budget_table(report: &Reproduction) -> String {
          over prompts and seeds, then over contexts (a constant ranking counts 0), with 95% \
          bootstrap intervals over contexts (1000 resamples). Debiased: each subset's \
          threshold balanced over its own comparisons, the full design's over all of them. \
-         Adaptive: `compare --design adaptive` replayed on the full matrices.\n\n\
+         Adaptive: `compare --design adaptive` replayed on the full matrices.{}\n\n\
          | attribute | design | ranking | with full design | with humans |\n\
          |---|---|---|---:|---:|\n",
-        first.r
+        first.r,
+        if report
+            .budget
+            .iter()
+            .any(|r| r.design == super::subset::HYBRID)
+        {
+            " Hybrid: the random design's subsets with the prompt-scoring row's scores as \
+             experts (`compare --prior-scores`), against the full design's PoE."
+        } else {
+            ""
+        }
     );
     for row in &report.budget {
         let _ = writeln!(
@@ -696,9 +717,8 @@ pub fn redraw_figures(dir: &Path, experiment: super::Experiment) -> Result<Vec<P
                 )
             })
         };
-        let design = super::subset::DESIGNS
-            .iter()
-            .map(|d| super::subset::design_name(*d))
+        let design = super::subset::CURVES
+            .into_iter()
             .find(|name| *name == &record[2])
             .with_context(|| {
                 format!(

@@ -19,6 +19,12 @@
 //! subset would have); summary-level Spearman x100 under the authors' skip rule; then
 //! the mean over the prompts, and the mean and standard deviation over seeds.
 //!
+//! The hybrid curve (ours, where the reproduction has absolute-scoring rows): the random
+//! design's subsets, the same draws as its curve, with the prompt-scoring row's scores
+//! (else the first absolute row's) as experts beside the comparisons in one Product of
+//! Experts ([`crate::rank::hybrid`], weight 1, as `compare --design random --prior-scores`
+//! ranks), compared with the full design's PoE ranking.
+//!
 //! R is per context. A context with fewer candidates than the largest takes
 //! `min(R, most its design allows)`; the no-repeat curve stops at N(N-1)/2 of the
 //! largest context.
@@ -34,7 +40,10 @@ use crate::judge::pairwise::adaptive::select_adaptively;
 use crate::judge::pairwise::design::context_rng;
 use crate::judge::pairwise::{AdaptiveSelector, AdaptiveSettings, Design};
 use crate::progress::Progress;
-use crate::rank::{balanced_threshold, score_at_threshold, Outcome, RankMethod};
+use crate::rank::hybrid::DEFAULT_PRIOR_WEIGHT;
+use crate::rank::{
+    balanced_threshold, hybrid_scores_at_threshold, score_at_threshold, Outcome, RankMethod,
+};
 use crate::stats::input::is_constant;
 use crate::stats::spearman;
 
@@ -45,6 +54,48 @@ pub const DESIGNS: [Design; 4] = [
     Design::Symmetric,
     Design::Adaptive,
 ];
+
+/// The hybrid curve's name (see the module header).
+pub const HYBRID: &str = "hybrid";
+
+/// Every curve's name, in the figures' order: the designs, then the hybrid curve.
+pub const CURVES: [&str; 5] = ["random", "no-repeat", "symmetric", "adaptive", HYBRID];
+
+/// Per attribute, the absolute scores (per context, per candidate) the hybrid curve uses
+/// as experts; `None`: no hybrid curve for that attribute.
+pub type Priors = [Option<Vec<Vec<f64>>>];
+
+/// A curve: a design ranked its own way, or the hybrid one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Curve {
+    Design(Design),
+    Hybrid,
+}
+
+impl Curve {
+    fn name(self) -> &'static str {
+        match self {
+            Curve::Design(design) => design_name(design),
+            Curve::Hybrid => HYBRID,
+        }
+    }
+
+    /// The design whose subsets the curve ranks.
+    fn design(self) -> Design {
+        match self {
+            Curve::Design(design) => design,
+            Curve::Hybrid => Design::Random,
+        }
+    }
+
+    /// The full-design ranking it is compared with (PoE for the hybrid curve).
+    fn method(self) -> RankMethod {
+        match self {
+            Curve::Design(design) => design_method(design),
+            Curve::Hybrid => RankMethod::Poe,
+        }
+    }
+}
 
 /// The design's name as the paper and our CLI write it.
 pub fn design_name(design: Design) -> &'static str {
@@ -233,10 +284,12 @@ fn draw_point(
     contexts: &[Context],
     human: &[Vec<f64>],
     skip: &[bool],
-    design: Design,
+    curve: Curve,
+    prior: Option<&Vec<Vec<f64>>>,
     r: usize,
     seed: u64,
 ) -> Result<[Draw; 2]> {
+    let design = curve.design();
     let mut outcomes = Vec::with_capacity(contexts.len());
     for (matrix, context) in run.matrices.iter().zip(contexts) {
         outcomes.push(subset_outcomes(matrix, context, design, r, seed)?);
@@ -246,12 +299,23 @@ fn draw_point(
     for ((slot, tau), full) in values
         .iter_mut()
         .zip([0.5, balanced_threshold(&all_p)])
-        .zip(&full[method_index(design_method(design))])
+        .zip(&full[method_index(curve.method())])
     {
         let preds: Vec<Vec<f64>> = outcomes
             .iter()
             .zip(&run.matrices)
-            .map(|(o, matrix)| subset_scores(design, matrix.len(), o, tau))
+            .enumerate()
+            .map(|(k, (o, matrix))| match (curve, prior) {
+                (Curve::Hybrid, Some(prior)) => hybrid_scores_at_threshold(
+                    matrix.len(),
+                    o,
+                    &prior[k],
+                    DEFAULT_PRIOR_WEIGHT,
+                    tau,
+                ),
+                (Curve::Hybrid, None) => bail!("the hybrid curve needs absolute scores"),
+                (Curve::Design(design), _) => subset_scores(design, matrix.len(), o, tau),
+            })
             .collect::<Result<_>>()?;
         slot.0 = authors_spearman(&preds, human, skip)?.map(|s| 100.0 * s);
         slot.1 = mean_agreement(&preds, full)?.map(|s| 100.0 * s);
@@ -275,11 +339,14 @@ fn mean_sd(values: &[Option<f64>]) -> Option<(f64, f64, usize)> {
     Some((mean, sd, k))
 }
 
-/// Every curve point of every attribute: per prompt and averaged over prompts.
+/// Every curve point of every attribute: per prompt and averaged over prompts; the
+/// hybrid curve for the attributes with absolute scores in `priors` (one entry per
+/// attribute, or empty for none).
 pub fn subset_curves(
     runs: &[AttributeRuns],
     contexts: &[Context],
     options: &SubsetOptions,
+    priors: &Priors,
 ) -> Result<Vec<CurvePoint>> {
     ensure!(options.seeds >= 1, "the curves need at least one seed");
     let max_candidates = contexts
@@ -294,11 +361,16 @@ pub fn subset_curves(
         .iter()
         .map(|runs| runs.prompts.iter().map(full_rankings).collect())
         .collect::<Result<_>>()?;
+    let prior_of = |a: usize| priors.get(a).and_then(Option::as_ref);
     for a in 0..runs.len() {
-        for design in DESIGNS {
+        let mut curves: Vec<Curve> = DESIGNS.into_iter().map(Curve::Design).collect();
+        if prior_of(a).is_some() {
+            curves.push(Curve::Hybrid);
+        }
+        for curve in curves {
             for &r in &options.grid {
-                if r <= design.max_comparisons(max_candidates) {
-                    tasks.push((a, design, r));
+                if r <= curve.design().max_comparisons(max_candidates) {
+                    tasks.push((a, curve, r));
                 }
             }
         }
@@ -314,14 +386,23 @@ pub fn subset_curves(
     let bar = options.progress.task(tasks.len() as u64, "curve points");
     let results = tasks
         .par_iter()
-        .map(|&(a, design, r)| {
+        .map(|&(a, curve, r)| {
             // values[prompt][debiased][seed]
             let mut values = Vec::with_capacity(runs[a].prompts.len());
             for (run, full) in runs[a].prompts.iter().zip(&fulls[a]) {
                 let mut per_debias = [Vec::new(), Vec::new()];
                 for seed in 0..options.seeds {
-                    let point =
-                        draw_point(run, full, contexts, &humans[a], &skips[a], design, r, seed)?;
+                    let point = draw_point(
+                        run,
+                        full,
+                        contexts,
+                        &humans[a],
+                        &skips[a],
+                        curve,
+                        prior_of(a),
+                        r,
+                        seed,
+                    )?;
                     per_debias[0].push(point[0]);
                     per_debias[1].push(point[1]);
                 }
@@ -335,7 +416,7 @@ pub fn subset_curves(
     let results = results?;
 
     let mut points = Vec::new();
-    for (&(a, design, r), values) in tasks.iter().zip(results) {
+    for (&(a, curve, r), values) in tasks.iter().zip(results) {
         let runs = &runs[a];
         for (d, debiased) in [false, true].into_iter().enumerate() {
             let mut push = |prompt: String, seeds: &[Draw]| {
@@ -346,7 +427,7 @@ pub fn subset_curves(
                         mean_sd(&full).map_or((f64::NAN, f64::NAN), |(m, s, _)| (m, s));
                     points.push(CurvePoint {
                         column: runs.column.label.clone(),
-                        design: design_name(design),
+                        design: curve.name(),
                         debiased,
                         r,
                         prompt,
@@ -438,13 +519,16 @@ fn bootstrap_mean(values: &[f64], resamples: usize) -> Option<(f64, f64, f64)> {
 
 /// The budget table at `fraction` of the comparisons, debiased as `--debias threshold`
 /// does (threshold balanced over the subset's own comparisons, pooled over contexts),
-/// each ranking compared with the same method's debiased full-design ranking.
+/// each ranking compared with the same method's debiased full-design ranking; for the
+/// attributes with absolute scores in `priors`, also the hybrid row (the random design's
+/// subsets with the absolute scores as experts, compared with the full design's PoE).
 pub fn budget_table(
     runs: &[AttributeRuns],
     contexts: &[Context],
     fraction: f64,
     seeds: u64,
     resamples: usize,
+    priors: &Priors,
 ) -> Result<Vec<BudgetRow>> {
     ensure!(
         seeds >= 1 && resamples >= 1,
@@ -457,16 +541,25 @@ pub fn budget_table(
         .unwrap_or(0);
     let r = budget_at(fraction, max_candidates);
     let mut rows = Vec::new();
-    for runs in runs {
+    for (a, runs) in runs.iter().enumerate() {
+        let prior = priors.get(a).and_then(Option::as_ref);
+        let mut rankers: Vec<(Curve, RankMethod)> = BUDGET_METHODS
+            .iter()
+            .map(|&(design, method)| (Curve::Design(design), method))
+            .collect();
+        if prior.is_some() {
+            rankers.push((Curve::Hybrid, RankMethod::Poe));
+        }
         let human = human_scores(contexts, &runs.column)?;
         let fulls: Vec<[[Rankings; 2]; 2]> = runs
             .prompts
             .iter()
             .map(full_rankings)
             .collect::<Result<_>>()?;
-        let per_method = BUDGET_METHODS
+        let per_method = rankers
             .par_iter()
-            .map(|&(design, method)| -> Result<BudgetRow> {
+            .map(|&(curve, method)| -> Result<BudgetRow> {
+                let design = curve.design();
                 // Per context: sums over prompts and seeds.
                 let mut full_sum = vec![0.0; contexts.len()];
                 let mut human_sum = vec![0.0; contexts.len()];
@@ -487,7 +580,16 @@ pub fn budget_table(
                         for (k, (matrix, outcomes)) in
                             run.matrices.iter().zip(&outcomes).enumerate()
                         {
-                            let scores = score_at_threshold(method, matrix.len(), outcomes, tau)?;
+                            let scores = match (curve, prior) {
+                                (Curve::Hybrid, Some(prior)) => hybrid_scores_at_threshold(
+                                    matrix.len(),
+                                    outcomes,
+                                    &prior[k],
+                                    DEFAULT_PRIOR_WEIGHT,
+                                    tau,
+                                )?,
+                                _ => score_at_threshold(method, matrix.len(), outcomes, tau)?,
+                            };
                             full_sum[k] += spearman(&scores, &reference[k])?.unwrap_or(0.0);
                             human_sum[k] += spearman(&scores, &human[k])?.unwrap_or(0.0);
                         }
@@ -502,8 +604,11 @@ pub fn budget_table(
                     .collect();
                 Ok(BudgetRow {
                     column: runs.column.label.clone(),
-                    design: design_name(design),
-                    rank: rank_name(method),
+                    design: curve.name(),
+                    rank: match curve {
+                        Curve::Hybrid => "PoE with absolute scores",
+                        Curve::Design(_) => rank_name(method),
+                    },
                     r,
                     vs_full: bootstrap_mean(&vs_full, resamples)
                         .context("no contexts for the budget table")?,

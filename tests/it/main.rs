@@ -24,6 +24,7 @@ mod dhp_pipeline;
 mod diagnostics;
 mod fuzz;
 mod hub_source;
+mod hybrid;
 mod jury;
 mod level_plan;
 mod llama_model;

@@ -714,3 +714,81 @@ fn absolute_scoring_rows_join_the_tables_and_a_rerun_computes_nothing() {
     assert_eq!(rerun.computed, 0);
     assert_eq!(rerun.rows, report.rows);
 }
+
+/// With absolute-scoring rows and curves, the hybrid curve (the random design's subsets
+/// with the prompt scores as experts) joins the curves, the budget table and the report,
+/// and a redraw reads it back from subset.csv.
+#[test]
+fn the_hybrid_curve_joins_the_curves_with_absolute_rows() {
+    let grid = vec![2, 10, 30];
+    let options = options(grid.clone(), 3);
+    let mut extra: Vec<Box<dyn RowSource>> =
+        vec![Box::new(AbsoluteSource::new(vec![ScoreMethod::Prompt], 64))];
+    let report = reproduce(
+        &mut mock_with_scores(),
+        &loaded(),
+        &options,
+        None,
+        &mut extra,
+    )
+    .unwrap();
+    let point_of = |design: &str, column: &str, r: usize, prompt: &str| {
+        report
+            .curves
+            .iter()
+            .find(|p| {
+                p.design == design
+                    && p.column == column
+                    && p.r == r
+                    && !p.debiased
+                    && p.prompt == prompt
+            })
+            .unwrap_or_else(|| panic!("no {design} point for {column} at R = {r}"))
+    };
+    let point = |design: &str, column: &str, r: usize| point_of(design, column, r, "mean");
+    for column in ["COH", "CON", "FLU", "REL"] {
+        for &r in &grid {
+            point("hybrid", column, r);
+        }
+    }
+    // The prompt scores follow the coherence exactly: with two comparisons per context
+    // from the unbiased prompt (c2), the hybrid ranking is nearly the humans', the random
+    // design's win ratio far from it. (Under c1 the first position wins almost every
+    // comparison, and its few comparisons pull the hybrid fit off the prompt scores.)
+    let (hybrid, random) = (
+        point_of("hybrid", "COH", 2, "c2"),
+        point_of("random", "COH", 2, "c2"),
+    );
+    assert!(hybrid.mean > 90.0, "hybrid {}", hybrid.mean);
+    assert!(
+        hybrid.mean > random.mean + 20.0,
+        "hybrid {} vs random {}",
+        hybrid.mean,
+        random.mean
+    );
+    // One more row per attribute in the budget table.
+    assert_eq!(report.budget.len(), 4 * 8);
+    assert_eq!(
+        report
+            .budget
+            .iter()
+            .filter(|r| r.design == "hybrid")
+            .count(),
+        4
+    );
+    let text = markdown(&report);
+    assert!(text.contains("Hybrid (ours)"), "{text}");
+    assert!(
+        text.contains("| COH | hybrid | PoE with absolute scores |"),
+        "{text}"
+    );
+    let out = tempfile::tempdir().unwrap();
+    write_outputs(&report, out.path()).unwrap();
+    let redrawn =
+        nlg_judge::reproduce::report::redraw_figures(out.path(), Experiment::Summeval).unwrap();
+    assert!(!redrawn.is_empty());
+    // Without absolute rows there is no hybrid curve.
+    let plain = reproduce(&mut mock(), &loaded(), &options, None, &mut []).unwrap();
+    assert!(plain.curves.iter().all(|p| p.design != "hybrid"));
+    assert_eq!(plain.budget.len(), 4 * 7);
+}

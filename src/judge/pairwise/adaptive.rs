@@ -16,6 +16,13 @@
 //! 4. Every pair is asked in both orders in the same round, so a constant positional
 //!    bias cancels, and a pair is never asked twice (the model's answer would not change).
 //!
+//! With absolute scores as experts (`--prior-scores`), every fit is the joint fit of
+//! comparisons and absolute scores ([`crate::rank::hybrid`], its uncertainty from
+//! [`fit_pair_differences_with_prior`]) and there is no random first round: the
+//! absolute scores already place every candidate, so the first round too takes the pairs
+//! whose order the combined fit is least sure of (at first, those of closest absolute
+//! scores, the slope onto the logit scale being unknown).
+//!
 //! The run stops at the budget R, when every pair has been compared, or by a stop rule:
 //! `stable:T` (Kendall's tau-b between the fits of two consecutive rounds >= T) or
 //! `ci:W` (every score's 95% interval, `±1.96 sd`, narrower than W in logit units).
@@ -31,7 +38,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use crate::rank::uncertainty::{fit_pair_differences, pair_differences};
+use crate::rank::uncertainty::{fit_pair_differences_with_prior, pair_differences};
 use crate::rank::Outcome;
 use crate::stats::kendall_tau_b;
 
@@ -159,6 +166,8 @@ pub struct AdaptiveSelector {
     rounds: usize,
     previous: Option<Vec<f64>>,
     ending: Option<Ending>,
+    /// The absolute scores and their weight as experts, when given.
+    prior: Option<(Vec<f64>, f64)>,
 }
 
 impl AdaptiveSelector {
@@ -170,7 +179,26 @@ impl AdaptiveSelector {
         settings: &AdaptiveSettings,
         rng: &mut StdRng,
     ) -> Result<Self> {
+        Self::with_prior(n, r, settings, rng, None)
+    }
+
+    /// [`Self::new`] with absolute scores (one per candidate, any scale) as experts of
+    /// weight `lambda` each in every fit (see the module header).
+    pub fn with_prior(
+        n: usize,
+        r: Option<usize>,
+        settings: &AdaptiveSettings,
+        rng: &mut StdRng,
+        prior: Option<(Vec<f64>, f64)>,
+    ) -> Result<Self> {
         settings.check(r)?;
+        if let Some((absolute, lambda)) = &prior {
+            crate::rank::hybrid::check_prior_weight(*lambda)?;
+            if absolute.len() != n {
+                bail!("{} absolute scores for {n} candidates", absolute.len());
+            }
+            crate::rank::hybrid::standardise(absolute)?;
+        }
         let full = n * n.saturating_sub(1);
         let budget = r.unwrap_or(full);
         if budget > full {
@@ -182,6 +210,7 @@ impl AdaptiveSelector {
         let mut permutation: Vec<usize> = (0..n).collect();
         permutation.shuffle(rng);
         let cycle: Vec<(usize, usize)> = match n {
+            _ if prior.is_some() => Vec::new(),
             0 | 1 => Vec::new(),
             2 => vec![(0, 1)],
             _ => (0..n)
@@ -215,6 +244,7 @@ impl AdaptiveSelector {
             rounds: 0,
             previous: None,
             ending: None,
+            prior,
         })
     }
 
@@ -241,10 +271,12 @@ impl AdaptiveSelector {
         }
         let remaining = self.budget - 2 * self.asked.len();
         let mut chosen = Vec::new();
-        if self.rounds == 0 {
+        if self.rounds == 0 && self.prior.is_none() {
             chosen.extend(self.cycle.iter().copied().take(remaining / 2));
         } else {
-            let mut fit = fit_pair_differences(self.n, &pair_differences(outcomes))?;
+            let prior = self.prior.as_ref().map(|(a, l)| (a.as_slice(), *l));
+            let mut fit =
+                fit_pair_differences_with_prior(self.n, &pair_differences(outcomes), prior)?;
             if let Some(ending) = self.check_stop(&fit)? {
                 self.ending = Some(ending);
                 return Ok(Vec::new());
@@ -515,6 +547,61 @@ mod tests {
             "{ending:?}"
         );
         assert!(outcomes.len() < 90, "{}", outcomes.len());
+    }
+
+    #[test]
+    fn with_absolute_scores_every_round_follows_the_joint_fit() {
+        let n = 16;
+        let truth: Vec<f64> = (0..n).map(|k| (k as f64 * 1.7).cos() * 1.5).collect();
+        // Absolute scores: the truth on a 1-10 scale, with an error.
+        let absolute: Vec<f64> = truth
+            .iter()
+            .enumerate()
+            .map(|(k, t)| 5.0 + 2.0 * t + ((k * 7 % 5) as f64 - 2.0) * 0.3)
+            .collect();
+        let mut s = AdaptiveSelector::with_prior(
+            n,
+            Some(24),
+            &AdaptiveSettings::default(),
+            &mut context_rng(3, "doc"),
+            Some((absolute.clone(), 1.0)),
+        )
+        .unwrap();
+        let first = s.next_round(&[]).unwrap();
+        // No random cycle: the first round is N = 16 comparisons, 8 pairs, the first of
+        // them the pair of closest absolute scores.
+        assert_eq!(first.len(), 16);
+        let closest = (0..n)
+            .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+            .min_by(|&(a, b), &(c, d)| {
+                (absolute[a] - absolute[b])
+                    .abs()
+                    .total_cmp(&(absolute[c] - absolute[d]).abs())
+            })
+            .unwrap();
+        assert!(first.contains(&closest), "{first:?} lacks {closest:?}");
+        let mut s = AdaptiveSelector::with_prior(
+            n,
+            Some(24),
+            &AdaptiveSettings::default(),
+            &mut context_rng(3, "doc"),
+            Some((absolute.clone(), 1.0)),
+        )
+        .unwrap();
+        let (outcomes, ending) = select_adaptively(&mut s, judge(&truth)).unwrap();
+        assert_eq!((outcomes.len(), ending), (24, Ending::Budget));
+        let scores = crate::rank::hybrid_scores(n, &outcomes, &absolute, 1.0).unwrap();
+        let rho = crate::stats::spearman(&scores, &truth).unwrap().unwrap();
+        assert!(rho > 0.95, "hybrid adaptive Spearman {rho}");
+        // A prior of the wrong length is refused.
+        assert!(AdaptiveSelector::with_prior(
+            n,
+            Some(24),
+            &AdaptiveSettings::default(),
+            &mut context_rng(3, "doc"),
+            Some((vec![1.0; 3], 1.0)),
+        )
+        .is_err());
     }
 
     #[test]

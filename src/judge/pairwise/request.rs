@@ -117,6 +117,7 @@ impl CompareRequest {
             progress,
             audience: Default::default(),
             relative: None,
+            prior: None,
         })
     }
 }

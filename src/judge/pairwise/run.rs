@@ -8,8 +8,11 @@
 //! one by one as they arrive, so a killed run resumes where it stopped. Once every
 //! probability is known, the run's decision threshold is set (0.5, or the balanced
 //! threshold over all comparisons of the run when debiasing), and each context's
-//! candidates are scored, ranked and summarised. Outputs are written in input order with
-//! fixed float formats, so a resumed run writes the same bytes as an uninterrupted one.
+//! candidates are scored, ranked and summarised; with absolute scores as experts
+//! ([`CompareOptions::prior`]) the scores are the joint Product of Experts of the
+//! comparisons and those scores ([`crate::rank::hybrid`]). Outputs are written in input
+//! order with fixed float formats, so a resumed run writes the same bytes as an
+//! uninterrupted one.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -20,6 +23,7 @@ use serde_json::json;
 
 use super::adaptive::{AdaptiveSelector, AdaptiveSettings, Ending};
 use super::design::{context_rng, Design};
+use super::prior::PriorScores;
 use super::template::{first_wins, Fill, PairwiseTemplate};
 use crate::data::{find_human_key_among, human_keys, Context};
 use crate::engine::runner::{fill_together, plan_labels, LabelPlan, PlannedLabel};
@@ -30,8 +34,8 @@ use crate::judge::rubric::relative::{write_feedbacks, RelativeGrading};
 use crate::judge::rubric::{FormatCounts, Reading};
 use crate::progress::Progress;
 use crate::rank::{
-    balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
-    ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate,
+    balanced_threshold, first_position_rate, hybrid_fit, order_consistency, pairwise_accuracy,
+    ranks_from_scores, reweight, reweight_factor, score_at_threshold, Outcome, RankMethod, Rate,
 };
 use crate::stats::Item;
 
@@ -78,6 +82,10 @@ pub struct CompareOptions {
     /// Relative rubric grading in the judge's own pairwise format instead of `template`
     /// (`compare --rubric`); `None`: the template.
     pub relative: Option<Box<RelativeGrading>>,
+    /// Absolute scores as experts beside the comparisons: the scores are then their
+    /// joint Product of Experts (`rank` and `rank_fallback` unused), and the adaptive
+    /// design's fit is the joint one. `None`: comparisons alone.
+    pub prior: Option<PriorScores>,
 }
 
 impl CompareOptions {
@@ -99,6 +107,7 @@ impl CompareOptions {
             progress: Progress::none(),
             audience: Default::default(),
             relative: None,
+            prior: None,
         }
     }
 
@@ -108,6 +117,17 @@ impl CompareOptions {
             Some(relative) => relative.template_id(),
             None => self.template.id().to_string(),
         }
+    }
+
+    /// These options with absolute scores as experts (see [`Self::prior`]): the ranking
+    /// is then Product of Experts, with no fallback.
+    pub fn with_prior(mut self, prior: Option<PriorScores>) -> Self {
+        if prior.is_some() {
+            self.rank = RankMethod::Poe;
+            self.rank_fallback = None;
+        }
+        self.prior = prior;
+        self
     }
 }
 
@@ -139,6 +159,11 @@ pub struct ContextResult {
     /// How the adaptive design went here (`None` for the other designs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveRun>,
+    /// With absolute scores as experts: their fitted slope, in logits per standard
+    /// deviation of the absolute scores (negative: they order the candidates against the
+    /// comparisons).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prior_slope: Option<f64>,
 }
 
 /// One context's adaptive selection: the rounds it took and why it stopped.
@@ -524,11 +549,16 @@ fn run_adaptive(
     let mut selectors = contexts
         .iter()
         .map(|context| {
-            AdaptiveSelector::new(
+            let prior = match &options.prior {
+                Some(prior) => Some((prior.for_context(context)?, prior.weight)),
+                None => None,
+            };
+            AdaptiveSelector::with_prior(
                 context.candidates.len(),
                 options.comparisons,
                 &options.adaptive,
                 &mut context_rng(options.seed, &context.id),
+                prior,
             )
             .with_context(|| format!("context `{}`", context.id))
         })
@@ -661,12 +691,11 @@ pub fn summarise(
         feedbacks: Default::default(),
     };
     for (context, comparisons) in contexts.iter().zip(comparisons) {
-        let n = context.candidates.len();
         let outcomes: Vec<Outcome> = comparisons
             .iter()
             .map(|c| Outcome::new(c.first, c.second, c.p_a))
             .collect();
-        let scores = score_at_threshold(options.rank, n, &outcomes, tau)
+        let (scores, prior_slope) = rank_context(context, &outcomes, options, tau)
             .with_context(|| format!("context `{}`: ranking", context.id))?;
         let human = context.human_scores(&field);
         if human.is_none() && options.score_field.is_some() {
@@ -695,13 +724,40 @@ pub fn summarise(
             consistency,
             accuracy,
             adaptive: None,
+            prior_slope,
         });
     }
     out.diagnostics = diagnostics::for_compare(&out, options);
-    if let Some(fallback) = options.rank_fallback {
+    if let (Some(fallback), None) = (options.rank_fallback, &options.prior) {
         fall_back(&mut out, options, fallback)?;
     }
     Ok(out)
+}
+
+/// One context's scores from its outcomes at threshold `tau`: the options' ranking, or
+/// with absolute scores the joint fit (probabilities reweighted to `tau` as the
+/// probability-based rankings read them) and its slope.
+fn rank_context(
+    context: &Context,
+    outcomes: &[Outcome],
+    options: &CompareOptions,
+    tau: f64,
+) -> Result<(Vec<f64>, Option<f64>)> {
+    let n = context.candidates.len();
+    let Some(prior) = &options.prior else {
+        return Ok((score_at_threshold(options.rank, n, outcomes, tau)?, None));
+    };
+    let factor = reweight_factor(tau);
+    let weighted = outcomes.iter().map(|o| {
+        let p = if tau == 0.5 {
+            o.p
+        } else {
+            reweight(o.p, factor)
+        };
+        (Outcome::new(o.first, o.second, p), 1.0)
+    });
+    let fit = hybrid_fit(n, weighted, &prior.for_context(context)?, prior.weight)?;
+    Ok((fit.scores, Some(fit.slope)))
 }
 
 /// Rank with `fallback` instead of the options' method when the diagnostics show that
@@ -875,8 +931,18 @@ pub fn show_first_prompt(
     let n = context.candidates.len();
     let pairs = match options.design {
         Design::Adaptive => {
-            AdaptiveSelector::new(n, options.comparisons, &options.adaptive, &mut rng)?
-                .next_round(&[])?
+            let prior = match &options.prior {
+                Some(prior) => Some((prior.for_context(context)?, prior.weight)),
+                None => None,
+            };
+            AdaptiveSelector::with_prior(
+                n,
+                options.comparisons,
+                &options.adaptive,
+                &mut rng,
+                prior,
+            )?
+            .next_round(&[])?
         }
         design => design.pairs(n, options.comparisons, &mut rng)?,
     };
