@@ -32,7 +32,8 @@ use super::model_args::ModelArgs;
 use crate::data::Context;
 use crate::judge::diagnostics::Diagnostics;
 use crate::judge::jury::{JuryResult, JuryWeights};
-use crate::stats::{meta_evaluate, Item, Level, SkipRule};
+use crate::stats::report::RUN_RESAMPLES;
+use crate::stats::{bootstrap_ci, meta_evaluate, BootstrapOptions, Item, Level, SkipRule};
 
 /// How a jury's judges weigh when the jury file gives no weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -346,7 +347,7 @@ pub fn write_jury_diagnostics(
 /// The summary-level agreement with the human scores `key` of the jury and of each judge
 /// (Spearman, averaged over contexts), one line each.
 pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> String {
-    let spearman_of = |scores: &dyn Fn(&crate::judge::jury::JuryContext) -> Vec<f64>| {
+    let items_of = |scores: &dyn Fn(&crate::judge::jury::JuryContext) -> Vec<f64>| {
         let mut items = Vec::new();
         for context in &result.contexts {
             let Some(input) = contexts.iter().find(|c| c.id == context.context_id) else {
@@ -367,23 +368,52 @@ pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> 
                 }
             }
         }
-        meta_evaluate(&items, Level::Summary, SkipRule::Authors)
-            .ok()
-            .and_then(|r| r.correlations.spearman)
+        items
     };
-    let shown = |v: Option<f64>| v.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}"));
-    let mut text = format!(
-        "agreement with the human scores `{key}` (summary-level Spearman): jury {}",
-        shown(spearman_of(&|c| c.scores.clone()))
-    );
+    let options = BootstrapOptions {
+        resamples: RUN_RESAMPLES,
+        confidence: 0.95,
+        seed: 0,
+    };
+    let mut rows: Vec<(String, Vec<Item>)> =
+        vec![("jury".to_string(), items_of(&|c| c.scores.clone()))];
     for (j, judge) in result.judges.iter().enumerate() {
-        let _ = write!(
+        rows.push((judge.name.clone(), items_of(&|c| c.judge_scores[j].clone())));
+    }
+    let width = rows
+        .iter()
+        .map(|(name, _)| name.chars().count())
+        .max()
+        .unwrap_or(4);
+    let mut text = format!(
+        "agreement with the human scores `{key}` (summary-level Spearman; 95% bootstrap \
+         interval over contexts, {RUN_RESAMPLES} resamples, seed 0):\n"
+    );
+    let mut withheld = None;
+    for (name, items) in &rows {
+        let value = meta_evaluate(items, Level::Summary, SkipRule::Authors)
+            .ok()
+            .and_then(|r| r.correlations.spearman);
+        let interval = bootstrap_ci(items, Level::Summary, SkipRule::Authors, &options, || {});
+        let shown_interval = match &interval {
+            Ok(ci) if ci.withheld.is_some() => {
+                withheld = ci.withheld.clone();
+                String::new()
+            }
+            Ok(ci) => match ci.spearman.interval {
+                Some(i) => format!("  [{:.4}, {:.4}]", i.lower, i.upper),
+                None => "  [undefined]".to_string(),
+            },
+            Err(_) => String::new(),
+        };
+        let _ = writeln!(
             text,
-            "; {} {}",
-            judge.name,
-            shown(spearman_of(&|c| c.judge_scores[j].clone()))
+            "  {name:<width$}  {}{shown_interval}",
+            value.map_or_else(|| "undefined".to_string(), |v| format!("{v:>7.4}"))
         );
     }
-    text.push('\n');
+    if let Some(reason) = withheld {
+        let _ = writeln!(text, "  (no intervals: {reason})");
+    }
     text
 }

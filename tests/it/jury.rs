@@ -231,7 +231,7 @@ fn a_jury_through_the_command_line() {
             "--model",
             "smollm2-135m-instruct",
         ])
-        .arg("--output")
+        .args(["--correlate", "--output"])
         .arg(&output)
         .env("NLG_JUDGE_CACHE", dir.path().join("cache"))
         .output()
@@ -248,6 +248,20 @@ fn a_jury_through_the_command_line() {
         ),
         "{stdout}"
     );
+    // Each ranking's agreement with the human scores, and why one context gives no
+    // interval.
+    let agreement = stdout
+        .split("agreement with the human scores `coherence`")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    for row in [
+        "\n  jury ",
+        "\n  smollm2-135m-instruct ",
+        "\n  smollm2-135m-instruct#2 ",
+    ] {
+        assert!(agreement.contains(row), "{row:?} in {agreement}");
+    }
+    assert!(agreement.contains("(no intervals: "), "{agreement}");
     let lines: Vec<Value> = std::fs::read_to_string(&output)
         .unwrap()
         .lines()
