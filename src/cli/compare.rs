@@ -10,8 +10,8 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
 use super::jury::{
-    format_jury, human_agreement, judge_args, jurors, weights as jury_weights,
-    write_jury_diagnostics, write_jury_scores, Juror, WeightsArg,
+    format_jury, human_agreement, judge_args, jurors, weights as jury_weights, write_jury_run,
+    Juror, WeightsArg,
 };
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
@@ -477,35 +477,15 @@ fn run_jury(
         _ => {}
     }
     let scores_line = "scores (context_id, candidate_id, score, rank, judges)";
-    match &args.output {
-        Some(path) => {
-            write_file(path, |out| write_jury_scores(&jury, contexts, out))?;
-            let sidecar = write_jury_diagnostics(path, &jury, &diagnostics)?;
-            report.push_str(&format!("results: {scores_line}: {}\n", path.display()));
-            report.push_str(&format!(
-                "results: each judge's diagnostics and the agreement: {}\n",
-                sidecar.display()
-            ));
-        }
-        None => {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            write_jury_scores(&jury, contexts, &mut out)?;
-            out.flush()?;
-            report.push_str(&format!(
-                "results: {scores_line}: standard output, as JSONL\n"
-            ));
-        }
-    }
-    report.push_str(&match &cache_path {
-        Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),
-        None => "results: nothing cached (--no-cache)\n".to_string(),
-    });
-    match &args.output {
-        Some(_) => print!("{report}"),
-        None => eprint!("{report}"),
-    }
-    Ok(())
+    write_jury_run(
+        report,
+        &jury,
+        contexts,
+        &diagnostics,
+        args.output.as_deref(),
+        cache_path.as_deref(),
+        scores_line,
+    )
 }
 
 /// The command-line name of an option's value ("no-repeat").

@@ -413,7 +413,52 @@ pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> 
         );
     }
     if let Some(reason) = withheld {
-        let _ = writeln!(text, "  (no intervals: {reason})");
+        let _ = writeln!(text, "  ({reason})");
     }
     text
+}
+
+/// Write a jury's scores (to `output`, else standard output as JSONL) and, with an
+/// output file, its diagnostics sidecar; then print `report` with the `results:` lines
+/// (to standard error when the scores went to standard output). `scores_line` says
+/// what the scores file holds.
+pub fn write_jury_run(
+    mut report: String,
+    jury: &JuryResult,
+    contexts: &[Context],
+    diagnostics: &[Diagnostics],
+    output: Option<&Path>,
+    cache_path: Option<&str>,
+    scores_line: &str,
+) -> Result<()> {
+    use std::io::Write as _;
+    match output {
+        Some(path) => {
+            write_file(path, |out| write_jury_scores(jury, contexts, out))?;
+            let sidecar = write_jury_diagnostics(path, jury, diagnostics)?;
+            report.push_str(&format!("results: {scores_line}: {}\n", path.display()));
+            report.push_str(&format!(
+                "results: each judge's diagnostics and the agreement: {}\n",
+                sidecar.display()
+            ));
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            write_jury_scores(jury, contexts, &mut out)?;
+            out.flush()?;
+            report.push_str(&format!(
+                "results: {scores_line}: standard output, as JSONL\n"
+            ));
+        }
+    }
+    report.push_str(&match cache_path {
+        Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),
+        None => "results: nothing cached (--no-cache)\n".to_string(),
+    });
+    match output {
+        Some(_) => print!("{report}"),
+        None => eprint!("{report}"),
+    }
+    Ok(())
 }

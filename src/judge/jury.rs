@@ -254,14 +254,7 @@ pub fn combine_comparisons(
     }
     let kappa = kappa_matrix(results);
     Ok(JuryResult {
-        judges: names
-            .iter()
-            .zip(&weights)
-            .map(|(name, &weight)| JudgeEntry {
-                name: name.clone(),
-                weight,
-            })
-            .collect(),
+        judges: judge_entries(names, &weights),
         contexts,
         agreement: Agreement {
             spearman,
@@ -379,14 +372,7 @@ pub fn combine_scores(
         })
         .collect();
     Ok(JuryResult {
-        judges: names
-            .iter()
-            .zip(&weights)
-            .map(|(name, &weight)| JudgeEntry {
-                name: name.clone(),
-                weight,
-            })
-            .collect(),
+        judges: judge_entries(names, &weights),
         contexts,
         agreement: Agreement {
             spearman,
@@ -399,6 +385,18 @@ pub fn combine_scores(
 /// One context's candidates as one judge scored them: the context id, the candidate ids
 /// and their scores, in the run's order.
 type ScoredGroup = (String, Vec<String>, Vec<f64>);
+
+/// The judges as the result lists them: each name with its weight.
+fn judge_entries(names: &[String], weights: &[f64]) -> Vec<JudgeEntry> {
+    names
+        .iter()
+        .zip(weights)
+        .map(|(name, &weight)| JudgeEntry {
+            name: name.clone(),
+            weight,
+        })
+        .collect()
+}
 
 fn group_by_context(run: &ScoreRun) -> Vec<ScoredGroup> {
     let mut groups: Vec<ScoredGroup> = Vec::new();
