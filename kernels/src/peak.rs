@@ -112,13 +112,24 @@ pub fn measure(features: CpuFeatures) -> FmaPeak {
 /// # Panics
 /// If `path` is not available on this machine.
 pub fn measure_path(path: FmaPath) -> FmaPeak {
-    let rates: Vec<f64> = rayon::broadcast(|_| best_rate(path));
+    let (threads, gflops_per_thread, gflops) = on_every_thread(|| best_rate(path));
     FmaPeak {
         path,
-        threads: rates.len(),
-        gflops_per_thread: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        gflops: rates.iter().sum(),
+        threads,
+        gflops_per_thread,
+        gflops,
     }
+}
+
+/// Run `rate` on every thread of the current rayon pool at once: the threads, the
+/// slowest thread's rate and the sum of the rates.
+fn on_every_thread(rate: impl Fn() -> f64 + Sync) -> (usize, f64, f64) {
+    let rates: Vec<f64> = rayon::broadcast(|_| rate());
+    (
+        rates.len(),
+        rates.iter().copied().fold(f64::INFINITY, f64::min),
+        rates.iter().sum(),
+    )
 }
 
 /// The measured AMX bf16 ceiling.
@@ -144,15 +155,15 @@ pub fn measure_amx() -> Option<AmxPeak> {
     if !amx::peak_available() {
         return None;
     }
-    let rates: Vec<f64> = rayon::broadcast(|_| {
+    let (threads, gflops_per_thread, gflops) = on_every_thread(|| {
         amx::peak_rounds(AMX_ROUNDS / 16);
         let seconds = best_seconds(|| amx::peak_rounds(AMX_ROUNDS));
         (AMX_ROUNDS * amx::PEAK_FLOPS_PER_ROUND) as f64 / seconds / 1e9
     });
     Some(AmxPeak {
-        threads: rates.len(),
-        gflops_per_thread: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        gflops: rates.iter().sum(),
+        threads,
+        gflops_per_thread,
+        gflops,
     })
 }
 
@@ -177,7 +188,7 @@ pub fn measure_bf16_dot() -> Option<Bf16DotPeak> {
     if !bf16_dot_available() {
         return None;
     }
-    let rates: Vec<f64> = rayon::broadcast(|_| {
+    let (threads, gflops_per_thread, gflops) = on_every_thread(|| {
         let start = std::hint::black_box([0f32; CHAINS]);
         std::hint::black_box(run_bf16_dot_chains(start, STEPS / 8));
         let best = best_seconds(|| {
@@ -186,9 +197,9 @@ pub fn measure_bf16_dot() -> Option<Bf16DotPeak> {
         gflops(CHAINS * STEPS, BF16_DOT_MULTIPLY_ADDS, best)
     });
     Some(Bf16DotPeak {
-        threads: rates.len(),
-        gflops_per_thread: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        gflops: rates.iter().sum(),
+        threads,
+        gflops_per_thread,
+        gflops,
     })
 }
 
