@@ -42,6 +42,7 @@ mod report;
 mod reproduce;
 mod resolve;
 mod rubric;
+mod rubric_parity;
 mod rubric_relative;
 mod score_cli;
 mod score_mock;

@@ -158,8 +158,10 @@ fn scripted_judge(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
         .with_labels(move |prompt, labels| {
             prompts.lock().unwrap().push(prompt.to_string());
             let case = case_of(prompt);
+            // Read after the marker's last visible character, the score written with
+            // the marker's space (` 3`), as Prometheus writes `[RESULT] 3`.
             anyhow::ensure!(
-                prompt.ends_with(&format!("###Feedback: {}", answer_of(case))),
+                prompt.ends_with(&format!("###Feedback: {}", answer_of(case).trim_end())),
                 "case {case}: the score is read after {:?}",
                 &prompt[prompt.len().saturating_sub(80)..]
             );
@@ -167,7 +169,10 @@ fn scripted_judge(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
             labels
                 .iter()
                 .map(|label| {
-                    let score: i64 = label.parse()?;
+                    let score: i64 = label
+                        .strip_prefix(' ')
+                        .ok_or_else(|| anyhow::anyhow!("{label:?} without the marker's space"))?
+                        .parse()?;
                     let p: f64 = if score == peak { 0.5 } else { 0.1 };
                     Ok(p.ln())
                 })

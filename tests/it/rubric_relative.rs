@@ -92,13 +92,17 @@ fn scripted_judge(generations: Arc<AtomicUsize>) -> MockScorer {
             })
         })
         .with_labels(|prompt, labels| {
-            assert_eq!(labels, ["A", "B"], "the choices are read as A and B");
+            assert_eq!(
+                labels,
+                [" A", " B"],
+                "the choices are read as ` A` and ` B` after `[RESULT]`"
+            );
             let (a, b) = (
                 quality(prompt, "###Response A:"),
                 quality(prompt, "###Response B:"),
             );
             let better = if a > b { "A" } else { "B" };
-            let expected = format!("Response {better} holds together better. [RESULT] ");
+            let expected = format!("Response {better} holds together better. [RESULT]");
             anyhow::ensure!(
                 prompt.ends_with(&expected),
                 "the choice is read after the feedback and the marker: {:?}",
@@ -233,7 +237,7 @@ fn without_feedback_the_choice_follows_the_prompt_and_the_marker() {
             }
         })
         .with_labels(|prompt, _| {
-            anyhow::ensure!(prompt.ends_with("###Feedback: [RESULT] "), "{prompt}");
+            anyhow::ensure!(prompt.ends_with("###Feedback: [RESULT]"), "{prompt}");
             Ok(vec![0.6f64.ln(), 0.4f64.ln()])
         });
     let options = relative_options(&judge, None);

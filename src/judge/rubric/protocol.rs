@@ -374,18 +374,28 @@ pub fn score_request(
     input: &RubricInput,
     answer: &str,
 ) -> Result<LabelRequest> {
-    let (text, chat) = prompt(scorer, protocol, rubric, input, answer)?;
-    let labels = score_label_tokens_after(
-        scorer,
-        &text,
-        chat,
-        rubric.scale,
-        format(protocol).separator,
-    )?;
+    let (answer, written_before) = reading_point(answer, format(protocol).separator);
+    let (text, chat) = prompt(scorer, protocol, rubric, input, &answer)?;
+    let labels = score_label_tokens_after(scorer, &text, chat, rubric.scale, &written_before)?;
     Ok(LabelRequest {
         prompt: wrap(text, chat),
         labels: labels.into_iter().map(Label::Tokens).collect(),
     })
+}
+
+/// Where a result is read after `answer` (which ends with the marker): the answer up to
+/// the marker's last visible character, and what the model writes before the result
+/// there (the marker's trailing blanks, then `separator`). A marker that ends in a blank
+/// (`[RESULT] `) gives its blank to the result, so that `[RESULT] A` is read as the model
+/// writes it: the tokenisers of Llama, Mistral and GPT-2 attach a space to the word after
+/// it (`▁A`, `ĠA`), and a prompt that ends in a lone space token is one the model never
+/// saw before a result.
+pub fn reading_point(answer: &str, separator: &str) -> (String, String) {
+    let kept = answer.trim_end();
+    (
+        kept.to_string(),
+        format!("{}{separator}", &answer[kept.len()..]),
+    )
 }
 
 /// The answer read right after the prompt without a feedback (`--no-feedback`): the

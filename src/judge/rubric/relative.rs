@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::protocol::{ProtocolFormat, RubricPrompt};
+use super::protocol::{reading_point, ProtocolFormat, RubricPrompt};
 use super::reading::{read_answer, Reading};
 use super::run::ProtocolSource;
 use super::{Rubric, RubricProtocol};
@@ -61,7 +61,7 @@ use crate::progress::Progress;
 pub const FEEDBACK_CACHE_KIND: &str = "rubric-relative-feedback";
 
 /// Version of the relative prompts and their reading (part of the label cache identity).
-const TEMPLATE_VERSION: &str = "rubric-relative/v1";
+const TEMPLATE_VERSION: &str = "rubric-relative/v2";
 
 /// The two choices, in the order the comparison reads them (first shown as A).
 pub const CHOICES: [&str; 2] = ["A", "B"];
@@ -363,8 +363,9 @@ impl RelativeGrading {
             }
         };
         let chat = scorer.info().conventions.chat;
+        let (answer, written_before) = reading_point(&answer, format.separator);
         let text = self.text_prompt(&self.input(context, pair)?, &answer)?;
-        let labels = text_label_tokens_after(scorer, &text, chat, &CHOICES, format.separator)?;
+        let labels = text_label_tokens_after(scorer, &text, chat, &CHOICES, &written_before)?;
         Ok(LabelRequest {
             prompt: wrap(text, chat),
             labels: labels.into_iter().map(Label::Tokens).collect(),

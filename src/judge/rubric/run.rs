@@ -28,7 +28,7 @@ pub const FEEDBACK_CACHE_KIND: &str = "rubric-feedback";
 pub const DEFAULT_FEEDBACK_TOKENS: usize = 512;
 
 /// Version of the rubric prompts and their reading (part of the label cache identity).
-const TEMPLATE_VERSION: &str = "rubric/v1";
+const TEMPLATE_VERSION: &str = "rubric/v2";
 
 /// Where the run's protocol came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
