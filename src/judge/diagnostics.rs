@@ -94,6 +94,8 @@ enum Action {
     NoFeedback,
     /// Give the feedback more tokens.
     MoreFeedbackTokens,
+    /// Compare more pairs per context.
+    MoreComparisons,
 }
 
 impl Action {
@@ -134,6 +136,15 @@ impl Action {
             (Action::LargerModel, CommandLine) => "a larger model (--model)",
             (Action::LargerModel, Service) => "a larger model (serve one with --model)",
             (Action::LargerModel, Python) => "a larger model (Judge(model=...))",
+            (Action::MoreComparisons, CommandLine) => {
+                "more comparisons per context (--comparisons N, or --design full)"
+            }
+            (Action::MoreComparisons, Service) => {
+                "more comparisons per context (field \"comparisons\", or \"design\": \"full\")"
+            }
+            (Action::MoreComparisons, Python) => {
+                "more comparisons per context (comparisons=N, or design=\"full\")"
+            }
             (Action::ShowPrompt, CommandLine) => "--show-prompt (to check the prompt)",
             (Action::ShowPrompt, _) => return None,
             (Action::StepsFile, CommandLine) => "evaluation steps of your own (--steps FILE)",
@@ -460,6 +471,48 @@ pub fn ties(scores: &[&[f64]], remedy: &str) -> Option<Check> {
     )
 }
 
+/// Coverage: candidates that are in no comparison of their context (a sparse design's
+/// budget did not reach them). Every ranking puts them at its neutral value, in the middle
+/// of their context, from no evidence; any such candidate warns. `None` where no context
+/// has two candidates. `contexts`: each context's number of candidates and its compared
+/// pairs (candidate indices).
+pub fn uncompared(contexts: &[(usize, Vec<(usize, usize)>)], audience: Audience) -> Option<Check> {
+    let (mut missing, mut candidates, mut with_missing) = (0usize, 0usize, 0usize);
+    for (size, pairs) in contexts.iter().filter(|(size, _)| *size >= 2) {
+        let mut seen = vec![false; *size];
+        for &(first, second) in pairs {
+            seen[first] = true;
+            seen[second] = true;
+        }
+        let here = seen.iter().filter(|s| !**s).count();
+        missing += here;
+        candidates += seen.len();
+        with_missing += usize::from(here > 0);
+    }
+    if candidates == 0 {
+        return None;
+    }
+    Some(
+        Check::new(
+            "uncompared",
+            missing as f64 / candidates as f64,
+            0.0,
+            WarnWhen::Above,
+            format!(
+                "{missing} of {candidates} candidates are in no comparison (in {with_missing} \
+                 context{}); they sit at the middle of their context's ranking",
+                if with_missing == 1 { "" } else { "s" }
+            ),
+            &remedy(
+                "the design's budget did not reach every candidate",
+                &[Action::MoreComparisons],
+                audience,
+            ),
+        )
+        .over(candidates),
+    )
+}
+
 /// Label mass: the mean (and in the message the least) probability the answer labels
 /// received.
 pub fn label_mass(masses: &[f64], labels: &str, audience: Audience) -> Option<Check> {
@@ -636,7 +689,15 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
 }
 
 /// The remedy for ties under the run's `choices`.
-fn ties_remedy(choices: RunChoices) -> String {
+fn ties_remedy(choices: RunChoices, constant_judge: bool) -> String {
+    if constant_judge {
+        // Every ranking of equal probabilities ties: only another judge helps.
+        return remedy(
+            "the judge gave every comparison the same probability, which no ranking separates",
+            &[Action::LargerModel],
+            choices.audience,
+        );
+    }
     match choices.rank {
         RankMethod::WinRatio => {
             let mut actions = vec![Action::RankProbabilities];
@@ -698,7 +759,21 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
         .iter()
         .map(|c| c.scores.as_slice())
         .collect();
-    checks.extend(ties(&scores, &ties_remedy(choices)));
+    let constant_judge = comparisons
+        .windows(2)
+        .all(|pair| pair[0].p_a.to_bits() == pair[1].p_a.to_bits());
+    checks.extend(ties(&scores, &ties_remedy(choices, constant_judge)));
+    if options.prior.is_none() {
+        let coverage: Vec<(usize, Vec<(usize, usize)>)> = result
+            .contexts
+            .iter()
+            .map(|c| {
+                let pairs = c.comparisons.iter().map(|k| (k.first, k.second)).collect();
+                (c.candidate_ids.len(), pairs)
+            })
+            .collect();
+        checks.extend(uncompared(&coverage, choices.audience));
+    }
     let masses: Vec<f64> = comparisons.iter().map(|c| c.label_mass).collect();
     checks.extend(label_mass(&masses, "labels A and B", choices.audience));
     Diagnostics::new(checks)
@@ -1003,7 +1078,7 @@ mod tests {
                         let remedies: Vec<String> = [
                             positional_bias(0.95, 0.9, 100, choices).remedy,
                             order_consistency(0.1, 50, choices).remedy,
-                            Some(ties_remedy(choices)),
+                            Some(ties_remedy(choices, false)),
                         ]
                         .into_iter()
                         .flatten()
@@ -1075,6 +1150,55 @@ mod tests {
         assert!(check.is_warning());
         assert_eq!(check.remedy.as_deref(), Some("remedy"));
         assert!(ties(&[&[1.0][..]], "remedy").is_none());
+    }
+
+    #[test]
+    fn a_constant_judge_is_offered_another_judge_not_another_ranking() {
+        for audience in [Audience::CommandLine, Audience::Service, Audience::Python] {
+            for rank in [RankMethod::WinRatio, RankMethod::Poe] {
+                let choices = RunChoices {
+                    rank,
+                    audience,
+                    ..plain()
+                };
+                let remedy = ties_remedy(choices, true);
+                assert!(remedy.contains("same probability"), "{remedy}");
+                assert!(remedy.contains("larger model"), "{remedy}");
+                assert!(
+                    !remedy.contains("poe") && !remedy.contains("bt"),
+                    "{remedy}"
+                );
+            }
+        }
+        // A judge that does separate keeps the ranking remedy under the win ratio.
+        assert!(ties_remedy(plain(), false).contains("--rank poe"));
+    }
+
+    #[test]
+    fn candidates_in_no_comparison_warn_and_are_counted() {
+        let contexts = vec![
+            (4, vec![(0, 1), (1, 0), (2, 1)]),
+            (3, vec![(0, 1), (1, 2)]),
+            (1, vec![]),
+        ];
+        let check = uncompared(&contexts, Audience::CommandLine).unwrap();
+        assert!(check.is_warning());
+        assert!((check.value - 1.0 / 7.0).abs() < 1e-12);
+        assert!(
+            check
+                .message
+                .contains("1 of 7 candidates are in no comparison (in 1 context)"),
+            "{}",
+            check.message
+        );
+        assert!(check.remedy.as_deref().unwrap().contains("--comparisons N"));
+        let python = uncompared(&contexts, Audience::Python).unwrap();
+        assert!(python.remedy.as_deref().unwrap().contains("comparisons=N"));
+        let full = vec![(3, vec![(0, 1), (1, 2)])];
+        assert!(!uncompared(&full, Audience::CommandLine)
+            .unwrap()
+            .is_warning());
+        assert!(uncompared(&[(1, vec![])], Audience::CommandLine).is_none());
     }
 
     #[test]

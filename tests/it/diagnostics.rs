@@ -174,7 +174,9 @@ fn a_discerning_judge_passes_every_check() {
     let result = run_compare(&mut judge(4.0, 0.0, 0.8), &contexts(), &options, None).unwrap();
     let d = &result.diagnostics;
     assert_eq!(d.warnings, 0, "{}", d.text());
-    assert_eq!(d.checks.len(), 4);
+    assert_eq!(d.checks.len(), 5);
+    let coverage = d.get("uncompared").unwrap();
+    assert_eq!((coverage.status, coverage.value), (Status::Ok, 0.0));
     assert_eq!(result.rank, RankMethod::WinRatio);
     assert!(d.text().starts_with("judge diagnostics: 0 warnings\n"));
 }
