@@ -96,6 +96,8 @@ enum Action {
     MoreFeedbackTokens,
     /// Compare more pairs per context.
     MoreComparisons,
+    /// Keep less room for the feedback.
+    FewerFeedbackTokens,
 }
 
 impl Action {
@@ -168,7 +170,13 @@ impl Action {
                 "a larger --max-feedback-tokens (room to finish the feedback)"
             }
             // Rubric grading is the command line's only so far.
-            (Action::NoFeedback | Action::MoreFeedbackTokens, Service | Python) => return None,
+            (Action::FewerFeedbackTokens, CommandLine) => {
+                "a smaller --max-feedback-tokens (less room kept for the feedback)"
+            }
+            (
+                Action::NoFeedback | Action::MoreFeedbackTokens | Action::FewerFeedbackTokens,
+                Service | Python,
+            ) => return None,
         })
     }
 }
@@ -567,7 +575,16 @@ pub fn too_long(aside: &[super::pairwise::fit::SetAside], audience: Audience) ->
             ),
             &remedy(
                 "they do not fit the model with any other candidate",
-                &[Action::Shorten, Action::LongerModel],
+                &if aside.iter().any(|s| s.feedback_tokens.is_some()) {
+                    vec![
+                        Action::FewerFeedbackTokens,
+                        Action::NoFeedback,
+                        Action::Shorten,
+                        Action::LongerModel,
+                    ]
+                } else {
+                    vec![Action::Shorten, Action::LongerModel]
+                },
                 audience,
             ),
         )

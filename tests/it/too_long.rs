@@ -79,6 +79,88 @@ fn over_long_candidates_are_named_and_the_rest_are_ranked() {
     );
 }
 
+/// Relative rubric grading with feedback keeps room for the feedback: a candidate whose
+/// direct comparison fits, but not with the feedback's token bound after it, is set aside
+/// (a generation past the window would fail the run), named with the feedback's share, and
+/// the remedy offers less feedback room or none.
+#[test]
+fn relative_grading_keeps_room_for_the_feedback() {
+    use nlg_judge::engine::{Conventions, RubricProtocol};
+    use nlg_judge::judge::rubric::relative::RelativeGrading;
+    use nlg_judge::judge::rubric::Rubric;
+    use nlg_judge::judge::Task;
+
+    let contexts = vec![common::contexts::context_of(
+        "d1",
+        "A short article.",
+        &[
+            ("a".into(), "A summary.".into()),
+            ("mid".into(), "word ".repeat(200)),
+            ("b".into(), "Another summary.".into()),
+        ],
+    )];
+    let mock = MockScorer::new().with_conventions(Conventions {
+        rubric_protocol: Some(RubricProtocol::Prometheus),
+        ..Conventions::default()
+    });
+    let rubric = Rubric::builtin("coherence", Task::Summary).unwrap();
+    let direct = RelativeGrading::new(&mock, rubric, None, None, false).unwrap();
+    // The mock counts bytes: the longest direct comparison (`mid` against `a`).
+    let longest = direct
+        .choice_request(&mock, &contexts[0], (1, 0))
+        .map(|r| mock.encode_prompt(&r.prompt).unwrap().input.len())
+        .unwrap();
+    let shortest = direct
+        .choice_request(&mock, &contexts[0], (0, 2))
+        .map(|r| mock.encode_prompt(&r.prompt).unwrap().input.len())
+        .unwrap();
+    // A window that holds every direct comparison, and the short pair with 100 tokens of
+    // feedback, but not `mid`'s comparisons with them.
+    let window = longest + 50;
+    assert!(shortest + 100 + 8 < window && longest + 100 > window);
+    let info = ModelInfo {
+        context_window: window,
+        ..mock.info().clone()
+    };
+    let mock = mock.with_info(info);
+    let options_with = |feedback: Option<usize>| {
+        let mut options = CompareRequest::new("coherence")
+            .options(Progress::none())
+            .unwrap();
+        let relative = RelativeGrading {
+            feedback_tokens: feedback,
+            ..direct.clone()
+        };
+        options.relative = Some(Box::new(relative));
+        options
+    };
+    let (kept, aside) = set_aside_over_long(&mock, contexts.clone(), &options_with(None)).unwrap();
+    assert!(aside.is_empty(), "{aside:?}");
+    assert_eq!(kept[0].candidates.len(), 3);
+    let (kept, aside) = set_aside_over_long(&mock, contexts, &options_with(Some(100))).unwrap();
+    let ids: Vec<&str> = kept[0].candidates.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(aside[0].candidate_id, "mid");
+    assert_eq!(aside[0].feedback_tokens, Some(100));
+    assert!(aside[0].tokens.unwrap() > window, "{aside:?}");
+    assert!(
+        aside[0]
+            .describe()
+            .contains("(100 of them for the feedback)"),
+        "{}",
+        aside[0].describe()
+    );
+    let remedy = too_long(&aside, Audience::CommandLine)
+        .unwrap()
+        .remedy
+        .unwrap();
+    assert!(
+        remedy.contains("--max-feedback-tokens") && remedy.contains("--no-feedback"),
+        "{remedy}"
+    );
+}
+
 #[test]
 fn a_50000_word_candidate_is_left_out_by_name_and_the_others_ranked() {
     let model = common::card_file("smollm2-135m-instruct");

@@ -6,6 +6,9 @@
 //! out, and the others are compared and ranked among themselves. A context left with
 //! fewer than two candidates is not ranked, and said so.
 //!
+//! Relative rubric grading with feedback also keeps room for the feedback: the judge
+//! writes up to its token bound after the prompt, and the choice is read after that.
+//!
 //! Only tokenisation is asked of the model. A context whose longest possible comparison
 //! fits by a byte count (a token holds at least one byte, whatever the tokeniser) is
 //! not tokenised at all, so ordinary runs pay nothing.
@@ -34,6 +37,11 @@ pub struct SetAside {
     pub tokens: Option<usize>,
     /// The model's limit.
     pub limit: usize,
+    /// Of `tokens`, those kept for the judge's feedback (relative grading with feedback:
+    /// the feedback is generated after the prompt, up to its token bound, and the choice
+    /// read after it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback_tokens: Option<usize>,
 }
 
 impl SetAside {
@@ -45,9 +53,13 @@ impl SetAside {
             .map_or_else(String::new, |s| format!(" ({s})"));
         match self.tokens {
             Some(tokens) => format!(
-                "`{}` of context `{}`{at}: its comparisons need {tokens} tokens, more than the \
-                 model's window of {}",
-                self.candidate_id, self.context_id, self.limit
+                "`{}` of context `{}`{at}: its comparisons need {tokens} tokens{}, more than \
+                 the model's window of {}",
+                self.candidate_id,
+                self.context_id,
+                self.feedback_tokens
+                    .map_or_else(String::new, |n| format!(" ({n} of them for the feedback)")),
+                self.limit
             ),
             None => format!(
                 "`{}` of context `{}`{at}: no other candidate of its context is left to compare \
@@ -68,11 +80,15 @@ pub fn set_aside_over_long(
     let Some(limit) = scorer.length_limit() else {
         return Ok((contexts, Vec::new()));
     };
+    let feedback_tokens = options.relative.as_ref().and_then(|r| r.feedback_tokens);
+    let reserve = feedback_tokens.unwrap_or(0);
     let mut labels: Option<Vec<Vec<u32>>> = None;
     let mut kept = Vec::with_capacity(contexts.len());
     let mut aside = Vec::new();
     for mut context in contexts {
-        if context.candidates.len() < 2 || fits_by_bytes(scorer, &context, options, limit)? {
+        if context.candidates.len() < 2
+            || fits_by_bytes(scorer, &context, options, limit.saturating_sub(reserve))?
+        {
             kept.push(context);
             continue;
         }
@@ -87,7 +103,7 @@ pub fn set_aside_over_long(
         context.candidates.retain(|candidate| {
             let (tokens, blamed) = needs[index];
             index += 1;
-            let tokens = tokens + longest_label;
+            let tokens = tokens + longest_label + reserve;
             if tokens > limit && blamed {
                 aside.push(SetAside {
                     context_id: context.id.clone(),
@@ -95,6 +111,7 @@ pub fn set_aside_over_long(
                     source: candidate.source.clone(),
                     tokens: Some(tokens),
                     limit,
+                    feedback_tokens,
                 });
                 false
             } else {
@@ -112,6 +129,7 @@ pub fn set_aside_over_long(
                     source: candidate.source,
                     tokens: None,
                     limit,
+                    feedback_tokens: None,
                 });
             }
         }
