@@ -1,9 +1,10 @@
 """nlg-judge: evaluate generated text with local open language models.
 
-Pairwise comparative assessment, G-Eval, prompt scoring and GPTScore on a local model
-(:class:`Judge`), meta-evaluation against human scores (:func:`correlate`),
-reference-based metrics (:mod:`nlg_judge.metrics`) and the DHP discernment benchmark
-(:mod:`nlg_judge.dhp`), on the Rust engine of the ``nlg-judge`` command: same routes,
+Pairwise comparative assessment, G-Eval, prompt scoring, GPTScore and rubric grading on
+a local model (:class:`Judge`), juries of several (:class:`Jury`), meta-evaluation
+against human scores (:func:`correlate`), reference-based metrics
+(:mod:`nlg_judge.metrics`) and the DHP discernment benchmark (:mod:`nlg_judge.dhp`),
+on the Rust engine of the ``nlg-judge`` command: same routes,
 same result cache, same numbers.
 
     >>> import nlg_judge
@@ -20,15 +21,26 @@ and the field), :class:`NlgJudgeError` for the rest; Ctrl-C raises
 
 from ._native import NlgJudgeError, __version__
 from ._judge import Judge
-from ._results import CompareResult, ContextResult, Correlation, ScoreResult
+from ._jury import Jury
+from ._results import (
+    CompareResult,
+    ContextResult,
+    Correlation,
+    JuryContext,
+    JuryResult,
+    ScoreResult,
+)
 from ._correlate import correlate
 from . import dhp, metrics
 
 __all__ = [
     "Judge",
+    "Jury",
     "CompareResult",
     "ContextResult",
     "ScoreResult",
+    "JuryResult",
+    "JuryContext",
     "Correlation",
     "correlate",
     "metrics",

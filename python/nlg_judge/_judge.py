@@ -290,6 +290,92 @@ class Judge:
             )
         )
 
+    def grade(
+        self,
+        data: Data,
+        rubric: Union[str, PathLike, Dict[str, Any]] = "coherence",
+        *,
+        protocol: Optional[str] = None,
+        feedback: bool = True,
+        max_feedback_tokens: Optional[int] = None,
+        reference: bool = False,
+        task: str = "summary",
+        attribute: Optional[str] = None,
+        human_key: Optional[str] = None,
+        progress: Any = None,
+    ) -> ScoreResult:
+        """Grade each candidate on a rubric in the judge model's own format (``nlg-judge
+        score --method rubric``): the model writes a feedback, then its score is read as
+        its distribution over the scale right after the result marker (``[RESULT] ``,
+        ``<score>``, ``Score:``).
+
+        Args:
+            data: the candidates (see :meth:`compare`); a context may have one.
+            rubric: a built-in rubric's name (``"coherence"``, ``"dialogue/engagingness"``;
+                a name alone is taken from ``task``'s group), a rubric file (``.toml`` or
+                ``.json``, see rubrics/README.md), or a dict with ``criterion`` and
+                ``descriptions`` (one per score, lowest first) and optionally ``name``,
+                ``scale`` ([low, high], default [1, 5]), ``instruction`` and ``sections``
+                (``{"source", "reference", "output"}`` headings; default: ``task``'s).
+            protocol: ``prometheus``, ``flow-judge`` or ``plain`` (default: the model
+                card's, so prometheus-7b-v2 and flow-judge-v0.1 grade in their own; plain
+                for every other model).
+            feedback: write a feedback before the score (one generation per candidate);
+                False reads the score right after the rubric prompt and the marker.
+            max_feedback_tokens: most tokens of each feedback (default 512; a feedback
+                cut there gets the marker appended and counts as ``cut`` in
+                ``format_counts``).
+            reference: show each candidate's ``reference`` as the reference answer
+                (Prometheus' "Reference Answer (Score 5)").
+            task: ``summary``, ``dialogue``, ``data-to-text`` or ``custom``: picks a
+                built-in rubric's group and a dict rubric's headings.
+            attribute: names the human scores for :meth:`ScoreResult.correlate`
+                (default: the rubric's name).
+            human_key: key of the human scores (default: the attribute's).
+            progress: None (tqdm when installed), False, or ``f(done, total, unit)``.
+
+        Returns:
+            A :class:`ScoreResult` with ``feedback`` (each candidate's feedback text),
+            ``formats`` and ``format_counts`` (whether the judge kept to its format), and
+            ``rubric`` (name, criterion, protocol and where it came from);
+            ``to_pandas()`` has the columns ``feedback`` and ``format``.
+
+        Raises:
+            ValueError: bad options, an unknown rubric or a bad dict (the message names
+                the field), or a bad row. NlgJudgeError: model or cache failures.
+            KeyboardInterrupt: Ctrl-C (what was computed is cached).
+        """
+        if not feedback and max_feedback_tokens is not None:
+            raise ValueError(
+                "max_feedback_tokens does not apply with feedback=False (no feedback is written)"
+            )
+        tokens = _DEFAULTS["max_feedback_tokens"] if max_feedback_tokens is None else max_feedback_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"max_feedback_tokens must be a whole number of at least 1, got {tokens!r}")
+        if isinstance(rubric, dict):
+            name, given = None, json.dumps(rubric)
+        elif isinstance(rubric, (str, os.PathLike)):
+            name, given = os.fspath(rubric), None
+        else:
+            raise ValueError(
+                f"rubric: give a built-in rubric's name, a rubric file or a dict, not {type(rubric).__name__}"
+            )
+        return ScoreResult(
+            self._native.grade(
+                _data.source(data),
+                name,
+                given,
+                protocol,
+                feedback,
+                tokens,
+                reference,
+                task,
+                attribute,
+                human_key,
+                _progress.sink(progress),
+            )
+        )
+
     def labels(
         self,
         prompt: str,

@@ -67,6 +67,20 @@ class NativeJudge:
         reference: bool,
         sink: Any = None,
     ) -> NativeScoreResult: ...
+    def grade(
+        self,
+        source: Source,
+        rubric: Optional[str],
+        rubric_json: Optional[str],
+        protocol: Optional[str],
+        feedback: bool,
+        max_feedback_tokens: int,
+        reference: bool,
+        task: str,
+        attribute: Optional[str],
+        human_key: Optional[str],
+        sink: Any = None,
+    ) -> NativeScoreResult: ...
     def labels(
         self,
         prompt: str,
@@ -115,6 +129,36 @@ class NativeScoreResult:
         ci: float,
     ) -> Tuple[str, str]: ...
 
+class NativeJuryResult:
+    def to_json(self) -> str: ...
+    def scores_jsonl(self) -> str: ...
+    def diagnostics_json(self) -> str: ...
+    def table(self) -> str: ...
+    def correlate(
+        self,
+        key: Optional[str],
+        wanted: Optional[str],
+        judge: Optional[int],
+        level: str,
+        skip: str,
+        bootstrap: Optional[int],
+        seed: int,
+        ci: float,
+    ) -> Tuple[str, str]: ...
+
+def jury_compare(
+    names: List[str],
+    results: List[NativeCompareResult],
+    weights: Optional[List[float]],
+    agreement: bool,
+    design: str,
+) -> NativeJuryResult: ...
+def jury_scores(
+    names: List[str],
+    results: List[NativeScoreResult],
+    weights: Optional[List[float]],
+    agreement: bool,
+) -> NativeJuryResult: ...
 def correlate(
     items: Optional[Sequence[Tuple[str, str, float, float]]],
     input: Optional[Source],

@@ -189,6 +189,10 @@ class CompareResult(_Correlates):
         accuracy: pairwise accuracy against the human scores (None without them).
         human_key: the input's human-score key matching the attribute (or ``human_key=``).
         computed, cached: comparisons the model computed now / found in the result cache.
+        set_aside: candidates too long for the model, left out of the ranking as on the
+            command line (each a dict: ``context_id``, ``candidate_id``, ``tokens`` its
+            comparisons need, the model's ``limit``, ``source``); the diagnostics'
+            ``too_long`` check names them too.
         rank: the ranking the scores come from (``win-ratio``, ``poe``, ...).
         diagnostics: whether the judge was judging, as ``compare --output`` writes it in
             ``OUT.diagnostics.json``: ``warnings``, ``checks`` (name, value, threshold,
@@ -210,6 +214,7 @@ class CompareResult(_Correlates):
         self.human_key: Optional[str] = raw.get("human_key")
         self.computed: int = raw["computed"]
         self.cached: int = raw["cached"]
+        self.set_aside: List[Dict[str, Any]] = raw.get("set_aside", [])
 
     def __getitem__(self, key: Union[int, str]) -> ContextResult:
         if isinstance(key, int):
@@ -278,17 +283,29 @@ class ScoreResult(_Correlates):
     """The result of `Judge.score`: one score per candidate, in input order.
 
     Attributes:
-        method: ``prompt``, ``geval`` or ``gptscore``.
+        method: ``prompt``, ``geval``, ``gptscore`` or ``rubric``.
         records: one dict per candidate: context_id, candidate_id, system_id, score,
-            and for prompt scoring and G-Eval ``distribution`` (scores, raw, normalised,
-            expectation, argmax, mass); ``human``: the input's human scores.
+            and for prompt scoring, G-Eval and rubric grading ``distribution`` (scores,
+            raw, normalised, expectation, argmax, mass); with a rubric feedback
+            ``feedback`` and ``format``; ``human``: the input's human scores.
         scores: NumPy array of the scores (expected score; GPTScore: mean token
             log-probability).
         criteria, scale, steps: G-Eval's criterion name, scale [low, high] and the
-            evaluation steps used (given, cached or written by the model).
+            evaluation steps used (given, cached or written by the model); for rubric
+            grading the rubric's name and scale.
+        rubric: rubric grading: ``name``, ``criterion``, ``protocol``,
+            ``protocol_source`` (``requested``, ``card`` or ``default``) and
+            ``max_feedback_tokens`` (None without feedback); None for other methods.
+        feedback: rubric grading with feedback: each candidate's feedback (the text
+            before the result marker), in record order; None otherwise.
+        formats: rubric grading with feedback: whether each feedback kept to the format
+            (``kept``, ``no-score``, ``repeated``, ``missing``, ``cut``); None otherwise.
+        format_counts: those outcomes counted (``kept``, ``no_score``, ``repeated``,
+            ``missing``, ``cut``), as the diagnostics' ``format`` check reports them.
         computed, cached: results the model computed now / found in the result cache.
-        diagnostics: whether the judge was judging (label mass, ties, G-Eval's steps), as
-            ``score --output`` writes it in ``OUT.diagnostics.json``.
+        diagnostics: whether the judge was judging (label mass, ties, G-Eval's steps, a
+            rubric judge's format), as ``score --output`` writes it in
+            ``OUT.diagnostics.json``.
     """
 
     def __init__(self, native: Any) -> None:
@@ -301,6 +318,15 @@ class ScoreResult(_Correlates):
         self.criteria: Optional[str] = raw.get("criteria")
         self.scale: Optional[List[int]] = raw.get("scale")
         self.steps: Optional[str] = raw.get("steps")
+        self.rubric: Optional[Dict[str, Any]] = raw.get("rubric")
+        self.format_counts: Optional[Dict[str, int]] = raw.get("format_counts")
+        with_feedback = self.format_counts is not None
+        self.feedback: Optional[List[str]] = (
+            [c.get("feedback") for c in self.records] if with_feedback else None
+        )
+        self.formats: Optional[List[str]] = (
+            [c.get("format") for c in self.records] if with_feedback else None
+        )
         self.computed: int = raw["computed"]
         self.cached: int = raw["cached"]
 
@@ -317,8 +343,9 @@ class ScoreResult(_Correlates):
 
     def to_pandas(self) -> Any:
         """A DataFrame, one row per candidate: context_id, candidate_id, system_id, score,
-        argmax, label_mass, ``p.<score>`` (normalised probabilities) and
-        ``scores.<key>`` (human scores)."""
+        argmax, label_mass, ``p.<score>`` (normalised probabilities), ``raw.<score>``, for
+        rubric grading with feedback ``feedback`` and ``format``, and ``scores.<key>``
+        (human scores)."""
         pd = _pandas()
 
         rows = []
@@ -335,3 +362,153 @@ class ScoreResult(_Correlates):
             f"ScoreResult({self.method}, {len(self.records)} candidates, mean {mean:.4f}, "
             f"{self.computed} computed, {self.cached} from the cache)"
         )
+
+
+def _matrix(rows: Optional[List[List[Optional[float]]]]) -> Optional[Any]:
+    """A matrix of the library's (None where undefined) as a NumPy array with NaN."""
+    if rows is None:
+        return None
+    return np.asarray([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
+
+
+class JuryContext:
+    """One context of a jury's result.
+
+    Attributes:
+        context_id: the context's id.
+        candidate_ids: the candidates' ids, in input order.
+        scores: the jury's scores (higher is better).
+        ranks: 1 = best; ties share the average rank.
+        judge_scores: judges x candidates NumPy array of each judge's own scores.
+    """
+
+    def __init__(self, raw: Dict[str, Any]) -> None:
+        self.context_id: str = raw["context_id"]
+        self.candidate_ids: List[str] = list(raw["candidate_ids"])
+        self.scores = np.asarray(raw["scores"], dtype=float)
+        self.ranks = np.asarray(raw["ranks"], dtype=float)
+        self.judge_scores = np.asarray(raw["judge_scores"], dtype=float)
+
+    def ranking(self) -> List[str]:
+        """Candidate ids, best first (ties in input order)."""
+        order = sorted(range(len(self.candidate_ids)), key=lambda k: (self.ranks[k], k))
+        return [self.candidate_ids[k] for k in order]
+
+    def __repr__(self) -> str:
+        return (
+            f"JuryContext({self.context_id!r}, {len(self.candidate_ids)} candidates, "
+            f"best {self.ranking()[0]!r})"
+        )
+
+
+class JuryResult:
+    """The result of a :class:`Jury`: each judge's own result, the combined ranking and
+    how the judges agree, as ``compare``/``score --model A --model B`` computes them.
+
+    Attributes:
+        judges: one dict per judge: ``name`` and ``weight`` (as used).
+        names: the judges' names (a model named twice is ``model#2`` the second time).
+        results: each judge's own result by name (:class:`CompareResult` or
+            :class:`ScoreResult`).
+        contexts: list of :class:`JuryContext`, in input order (also by id:
+            ``result["doc1"]``).
+        spearman: judges x judges NumPy array: Spearman's correlation between two judges'
+            scores within each context, averaged over contexts (NaN where undefined).
+        kappa: for comparisons, judges x judges Cohen's kappa of their decisions on the
+            comparisons both made (NaN where undefined); None for scores.
+        diagnostics: what the jury's ``--output`` sidecar ``OUT.diagnostics.json`` holds:
+            ``judges`` (each judge's diagnostics by name), ``weights``, ``agreement``.
+    """
+
+    def __init__(
+        self, native: Any, names: List[str], results: List[Any], wanted: Optional[str]
+    ) -> None:
+        self._native = native
+        self._wanted = wanted
+        raw = json.loads(native.to_json())
+        self.judges: List[Dict[str, Any]] = raw["judges"]
+        self.names: List[str] = list(names)
+        self.results: Dict[str, Any] = dict(zip(names, results))
+        self.contexts: List[JuryContext] = [JuryContext(c) for c in raw["contexts"]]
+        self.spearman = _matrix(raw["agreement"]["spearman"])
+        self.kappa = _matrix(raw["agreement"].get("kappa"))
+        self.diagnostics: Dict[str, Any] = json.loads(native.diagnostics_json())
+
+    def __getitem__(self, key: Union[int, str]) -> JuryContext:
+        if isinstance(key, int):
+            return self.contexts[key]
+        for context in self.contexts:
+            if context.context_id == key:
+                return context
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[JuryContext]:
+        return iter(self.contexts)
+
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+    def to_jsonl(self, path: PathLike) -> None:
+        """Write one line per candidate (context_id, candidate_id, the jury's score and
+        rank, each judge's score under ``judges``, system_id, human scores): the bytes a
+        jury's ``--output`` holds."""
+        _write(path, self._native.scores_jsonl())
+
+    def to_records(self) -> List[Dict[str, Any]]:
+        """The lines of `to_jsonl` as dicts."""
+        return _data.jsonl_rows(self._native.scores_jsonl())
+
+    def to_pandas(self) -> Any:
+        """A DataFrame, one row per candidate: the columns of `to_jsonl`, each judge's
+        score as ``judge.<name>`` and the human scores as ``scores.<key>``."""
+        pd = _pandas()
+
+        rows = []
+        for record in self.to_records():
+            for name, prefix in (("judges", "judge."), ("scores", "scores.")):
+                for key, value in record.pop(name, {}).items():
+                    record[prefix + key] = value
+            rows.append(record)
+        return pd.DataFrame(rows)
+
+    def correlate(
+        self,
+        human_key: Optional[str] = None,
+        *,
+        judge: Optional[str] = None,
+        level: str = "summary",
+        skip: str = "authors",
+        bootstrap: Optional[int] = 1000,
+        seed: int = 0,
+        ci: float = 0.95,
+    ) -> Correlation:
+        """Agreement of the jury's scores (or one judge's, by name) with the human
+        scores, as :meth:`CompareResult.correlate` measures it.
+
+        Args:
+            human_key: key of the human scores (default: the one the judges matched to
+                the attribute, else the attribute's).
+            judge: a judge's name for that judge's scores instead of the jury's.
+            level: ``summary``, ``system`` or ``pooled``.
+            skip: summary level: ``authors`` or ``geval``.
+            bootstrap: resamples of the contexts for confidence intervals (None: none).
+            seed: seed of the resampling.
+            ci: confidence level of the intervals.
+        """
+        index = None
+        if judge is not None:
+            if judge not in self.names:
+                raise ValueError(f"judge: no judge {judge!r} (judges: {', '.join(self.names)})")
+            index = self.names.index(judge)
+        return Correlation(
+            *self._native.correlate(
+                human_key, self._wanted, index, level, skip, bootstrap, seed, ci
+            )
+        )
+
+    def __str__(self) -> str:
+        return self._native.table()
+
+    def __repr__(self) -> str:
+        judges = ", ".join(f"{j['name']} ({j['weight']:g})" for j in self.judges)
+        return f"JuryResult({len(self.contexts)} contexts, judges {judges})"

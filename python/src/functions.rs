@@ -438,6 +438,7 @@ pub fn defaults() -> String {
         "max_batch_rows": budget.max_batch_rows,
         "max_arena_mib": budget.max_arena_bytes >> 20,
         "max_step_tokens": nlg_judge::judge::geval::steps::DEFAULT_MAX_TOKENS,
+        "max_feedback_tokens": nlg_judge::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS,
         "data_dir": nlg_judge::data::DEFAULT_DATA_DIR,
     })
     .to_string()

@@ -17,10 +17,12 @@ use nlg_judge::engine::{
 };
 use nlg_judge::judge::diagnostics::{self, Audience};
 use nlg_judge::judge::geval::{resolve_steps, StepsSource};
-use nlg_judge::judge::pairwise::fit::set_aside_over_long;
-use nlg_judge::judge::pairwise::{run_compare, CompareRequest, Debias, Design, StopRule};
+use nlg_judge::judge::pairwise::fit::compare_what_fits;
+use nlg_judge::judge::pairwise::{CompareRequest, Debias, Design, StopRule};
+use nlg_judge::judge::rubric::{Rubric, RubricProtocol};
 use nlg_judge::judge::{
-    resolve_method, run_scoring, ResolvedMethod, ScoreMethod, ScoreRequest, ScoreScale, Task,
+    resolve_method, run_scoring, ResolvedMethod, RubricChoice, RubricRequest, ScoreMethod,
+    ScoreRequest, ScoreScale, Task,
 };
 use nlg_judge::progress::Progress;
 use nlg_judge::rank::RankMethod;
@@ -218,28 +220,13 @@ impl NativeJudge {
             let contexts = source.contexts(2)?;
             // Candidates too long for the model are left out and named, as on the
             // command line.
-            let (contexts, set_aside) =
-                set_aside_over_long(engine.scorer.as_ref(), contexts, &options)?;
-            if contexts.is_empty() && !set_aside.is_empty() {
-                return Err(input(anyhow::anyhow!(
-                    "no context has two candidates whose comparison fits the model: {}",
-                    set_aside
-                        .iter()
-                        .map(|s| s.describe())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )));
-            }
-            let mut result = run_compare(
+            let fitted = compare_what_fits(
                 engine.scorer.as_mut(),
-                &contexts,
+                contexts,
                 &options,
                 engine.cache.as_ref(),
             )?;
-            if let Some(check) = diagnostics::too_long(&set_aside, Audience::Python) {
-                result.diagnostics.push(check);
-            }
-            Ok(NativeCompareResult::new(result, contexts, wanted))
+            Ok(NativeCompareResult::new(fitted, wanted))
         })
     }
 
@@ -282,25 +269,60 @@ impl NativeJudge {
                     })
                     .transpose()?,
                 reference,
-                // Rubric grading is not offered in Python yet.
                 rubric: None,
             })
         })()
         .or_py()?;
-        self.run(py, sink, move |engine, progress| {
-            let options = request.options(progress.clone()).map_err(input)?;
-            let contexts = source.contexts(1)?;
-            let method = resolve_method(engine.scorer.as_mut(), &options, engine.cache.as_ref())?;
-            let mut run = run_scoring(
-                engine.scorer.as_mut(),
-                &contexts,
-                &method,
-                &progress,
-                engine.cache.as_ref(),
-            )?;
-            run.diagnostics = diagnostics::for_scores(&run, Audience::Python);
-            NativeScoreResult::new(run, &contexts, human_key.unwrap_or(options.attribute))
-        })
+        self.score_request(py, sink, source, request, human_key)
+    }
+
+    /// Rubric grading (`score --method rubric`): `rubric` a built-in name or a rubric
+    /// file, or `rubric_json` a rubric given whole (a JSON object).
+    #[pyo3(signature = (source, rubric, rubric_json, protocol, feedback, max_feedback_tokens, reference, task, attribute, human_key, sink=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn grade(
+        &self,
+        py: Python<'_>,
+        source: &Bound<'_, PyAny>,
+        rubric: Option<String>,
+        rubric_json: Option<String>,
+        protocol: Option<&str>,
+        feedback: bool,
+        max_feedback_tokens: usize,
+        reference: bool,
+        task: &str,
+        attribute: Option<String>,
+        human_key: Option<String>,
+        sink: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeScoreResult> {
+        let source = Source::extract(source)?;
+        let request = (|| -> Result<ScoreRequest> {
+            let task = choice::<Task>("task", task)?;
+            let chosen = match (rubric, rubric_json) {
+                (Some(name), None) => RubricChoice::Named(name),
+                (None, Some(text)) => {
+                    let value: serde_json::Value = serde_json::from_str(&text)
+                        .map_err(|e| input(anyhow::anyhow!("rubric: {e}")))?;
+                    RubricChoice::Given(Box::new(
+                        Rubric::from_inline(value, Some(task), "rubric").map_err(input)?,
+                    ))
+                }
+                _ => return Err(input(anyhow::anyhow!("rubric: give a name or a dict"))),
+            };
+            Ok(ScoreRequest {
+                task,
+                reference,
+                rubric: Some(RubricRequest {
+                    rubric: chosen,
+                    protocol: optional_choice::<RubricProtocol>("protocol", protocol)?,
+                    feedback,
+                    max_feedback_tokens,
+                }),
+                ..ScoreRequest::new(ScoreMethod::Rubric, attribute.as_deref())
+            })
+        })()
+        .or_py()?;
+        self.score_request(py, sink, source, request, human_key)
     }
 
     /// Log-probabilities of `labels` after `prompt` (as `nlg-judge labels --json`).
@@ -491,6 +513,33 @@ impl NativeJudge {
             )?;
             write(&scores)?;
             Ok(scores.len())
+        })
+    }
+}
+
+impl NativeJudge {
+    /// Run a checked scoring request on `source`, the diagnostics in Python's words.
+    fn score_request(
+        &self,
+        py: Python<'_>,
+        sink: Option<&Bound<'_, PyAny>>,
+        source: Source,
+        request: ScoreRequest,
+        human_key: Option<String>,
+    ) -> PyResult<NativeScoreResult> {
+        self.run(py, sink, move |engine, progress| {
+            let options = request.options(progress.clone()).map_err(input)?;
+            let contexts = source.contexts(1)?;
+            let method = resolve_method(engine.scorer.as_mut(), &options, engine.cache.as_ref())?;
+            let mut run = run_scoring(
+                engine.scorer.as_mut(),
+                &contexts,
+                &method,
+                &progress,
+                engine.cache.as_ref(),
+            )?;
+            run.diagnostics = diagnostics::for_scores(&run, Audience::Python);
+            NativeScoreResult::new(run, &contexts, human_key.unwrap_or(options.attribute))
         })
     }
 }

@@ -9,6 +9,7 @@ mod convert;
 mod errors;
 mod functions;
 mod judge;
+mod jury;
 mod results;
 mod worker;
 
@@ -22,6 +23,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<judge::NativeJudge>()?;
     m.add_class::<results::NativeCompareResult>()?;
     m.add_class::<results::NativeScoreResult>()?;
+    m.add_class::<jury::NativeJuryResult>()?;
+    m.add_function(wrap_pyfunction!(jury::jury_compare, m)?)?;
+    m.add_function(wrap_pyfunction!(jury::jury_scores, m)?)?;
     m.add_function(wrap_pyfunction!(functions::correlate, m)?)?;
     m.add_function(wrap_pyfunction!(functions::metric_rows, m)?)?;
     m.add_function(wrap_pyfunction!(functions::corpus_metrics, m)?)?;

@@ -9,7 +9,10 @@ use serde_json::json;
 use nlg_judge::cli::compare_table::format_tables;
 use nlg_judge::data::{find_human_key_among, human_keys, Context};
 use nlg_judge::judge::attribute::score_keys;
+use nlg_judge::judge::pairwise::fit::{FittedRun, SetAside};
 use nlg_judge::judge::pairwise::{write_comparisons, write_scores, CompareResult};
+use nlg_judge::judge::rubric::run::ProtocolSource;
+use nlg_judge::judge::rubric::FormatCounts;
 use nlg_judge::judge::{write_scored, ResolvedMethod, ScoreRun};
 use nlg_judge::stats::Item;
 
@@ -19,28 +22,32 @@ use crate::functions::{correlate_items, CorrelateSettings};
 /// The Rust side of `nlg_judge.CompareResult`.
 #[pyclass(module = "nlg_judge._native", frozen)]
 pub struct NativeCompareResult {
-    result: CompareResult,
-    contexts: Vec<Context>,
+    pub(crate) result: CompareResult,
+    /// The contexts ranked (the input less what was set aside).
+    pub(crate) contexts: Vec<Context>,
+    /// Candidates too long for the model, left out.
+    pub(crate) set_aside: Vec<SetAside>,
     /// The human key asked for (default: the attribute's name).
     wanted: String,
 }
 
 impl NativeCompareResult {
-    pub fn new(result: CompareResult, contexts: Vec<Context>, wanted: String) -> Self {
+    pub fn new(fitted: FittedRun, wanted: String) -> Self {
         Self {
-            result,
-            contexts,
+            result: fitted.result,
+            contexts: fitted.contexts,
+            set_aside: fitted.set_aside,
             wanted,
         }
     }
 }
 
-fn utf8(bytes: Vec<u8>) -> Result<String> {
+pub(crate) fn utf8(bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| anyhow!("output is not UTF-8: {e}"))
 }
 
 /// The human-score key for `wanted` in `contexts`, or an error listing the keys there are.
-fn human_key(contexts: &[Context], wanted: &str) -> Result<String> {
+pub(crate) fn human_key(contexts: &[Context], wanted: &str) -> Result<String> {
     find_human_key_among(contexts, &score_keys(wanted))
         .map_err(input)?
         .ok_or_else(|| {
@@ -58,7 +65,7 @@ fn human_key(contexts: &[Context], wanted: &str) -> Result<String> {
 
 /// The `correlate` report of `items` (its `--json` object and table).
 #[allow(clippy::too_many_arguments)]
-fn report(
+pub(crate) fn report(
     py: Python<'_>,
     items: &[Item],
     level: &str,
@@ -73,9 +80,14 @@ fn report(
 
 #[pymethods]
 impl NativeCompareResult {
-    /// The whole result as JSON (contexts with comparisons, scores, ranks, rates).
+    /// The whole result as JSON (contexts with comparisons, scores, ranks, rates), with
+    /// the candidates set aside as too long for the model under `set_aside`.
     fn to_json(&self) -> PyResult<String> {
-        crate::convert::to_json(&self.result).or_py()
+        let mut value = serde_json::to_value(&self.result)
+            .map_err(anyhow::Error::from)
+            .or_py()?;
+        value["set_aside"] = json!(self.set_aside);
+        Ok(value.to_string())
     }
 
     /// What `compare --output` writes.
@@ -144,8 +156,8 @@ impl NativeCompareResult {
 /// The Rust side of `nlg_judge.ScoreResult`.
 #[pyclass(module = "nlg_judge._native", frozen)]
 pub struct NativeScoreResult {
-    run: ScoreRun,
-    contexts: Vec<Context>,
+    pub(crate) run: ScoreRun,
+    pub(crate) contexts: Vec<Context>,
     /// The human key asked for (default: the attribute's name).
     wanted: String,
 }
@@ -182,6 +194,25 @@ impl NativeScoreResult {
         }
         if let Some(scale) = self.run.method.scale() {
             value["scale"] = json!([scale.low(), scale.high()]);
+        }
+        if let ResolvedMethod::Rubric(rubric) = &self.run.method {
+            value["criteria"] = json!(rubric.rubric.name);
+            value["rubric"] = json!({
+                "name": rubric.rubric.name,
+                "criterion": rubric.rubric.criterion,
+                "protocol": rubric.protocol,
+                "protocol_source": match rubric.protocol_source {
+                    ProtocolSource::Requested => "requested",
+                    ProtocolSource::Card => "card",
+                    ProtocolSource::Default => "default",
+                },
+                "max_feedback_tokens": rubric.feedback_tokens,
+            });
+            if rubric.feedback_tokens.is_some() {
+                value["format_counts"] = json!(FormatCounts::of(
+                    self.run.candidates.iter().filter_map(|c| c.format)
+                ));
+            }
         }
         Ok(value.to_string())
     }

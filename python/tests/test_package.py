@@ -36,6 +36,12 @@ def test_every_argument_is_documented():
         nlg_judge.Judge.__init__,
         nlg_judge.Judge.compare,
         nlg_judge.Judge.score,
+        nlg_judge.Judge.grade,
+        nlg_judge.Jury.__init__,
+        nlg_judge.Jury.compare,
+        nlg_judge.Jury.score,
+        nlg_judge.Jury.grade,
+        nlg_judge.JuryResult.correlate,
         nlg_judge.Judge.labels,
         nlg_judge.Judge.geval,
         nlg_judge.correlate,
@@ -48,6 +54,8 @@ def test_every_argument_is_documented():
         doc = inspect.getdoc(call) or inspect.getdoc(getattr(call, "__self__", None)) or ""
         if call is nlg_judge.Judge.__init__:
             doc = inspect.getdoc(nlg_judge.Judge)
+        if call is nlg_judge.Jury.__init__:
+            doc = inspect.getdoc(nlg_judge.Jury)
         for name in inspect.signature(call).parameters:
             if name in ("self",):
                 continue

@@ -19,9 +19,9 @@ use super::shard_args::{check_output, take_shard, write_sidecar, ShardArgs};
 use crate::data::{empty_candidates_warning, human_key_for, human_keys, read_contexts};
 use crate::judge::attribute::builtin_attribute_list;
 use crate::judge::attribute::score_keys;
-use crate::judge::diagnostics::{too_long, Audience, Diagnostics};
-use crate::judge::jury::combine_comparisons;
-use crate::judge::pairwise::fit::{set_aside_over_long, SetAside};
+use crate::judge::diagnostics::Diagnostics;
+use crate::judge::jury::{combine_comparisons, require_every_candidate};
+use crate::judge::pairwise::fit::{compare_what_fits, set_aside_over_long, FittedRun};
 use crate::judge::pairwise::run::method_name;
 use crate::judge::pairwise::PriorScores;
 use crate::judge::pairwise::StopRule;
@@ -447,17 +447,7 @@ fn run_jury(
         eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
         let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
         let (kept, set_aside) = set_aside_over_long(scorer.as_ref(), contexts.to_vec(), options)?;
-        if !set_aside.is_empty() {
-            return Err(super::input_error(anyhow::anyhow!(
-                "judge `{name}` cannot compare every candidate, and a jury's judges must judge \
-                 the same ones: {}",
-                set_aside
-                    .iter()
-                    .map(SetAside::describe)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )));
-        }
+        require_every_candidate(&name, &set_aside).map_err(super::input_error)?;
         let result = run_compare(scorer.as_mut(), &kept, options, cache.as_ref())
             .with_context(|| format!("judge `{name}`"))?;
         names.push(name);
@@ -659,21 +649,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
         );
     }
     // Candidates too long for the model are named and left out; the others are ranked.
-    let (contexts, set_aside) = set_aside_over_long(scorer.as_ref(), contexts, &options)?;
-    if contexts.is_empty() && !set_aside.is_empty() {
-        return Err(super::input_error(anyhow::anyhow!(
-            "no context has two candidates whose comparison fits the model: {}",
-            set_aside
-                .iter()
-                .map(SetAside::describe)
-                .collect::<Vec<_>>()
-                .join("; ")
-        )));
-    }
-    let mut result = run_compare(scorer.as_mut(), &contexts, &options, cache.as_ref())?;
-    if let Some(check) = too_long(&set_aside, Audience::CommandLine) {
-        result.diagnostics.push(check);
-    }
+    let FittedRun {
+        result, contexts, ..
+    } = compare_what_fits(scorer.as_mut(), contexts, &options, cache.as_ref())?;
     if let Some(path) = &args.comparisons_out {
         write_file(path, |out| write_comparisons(&result, out))?;
     }

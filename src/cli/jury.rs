@@ -320,6 +320,25 @@ pub fn write_jury_scores(
     Ok(())
 }
 
+/// What `OUT.diagnostics.json` of a jury holds: each judge's diagnostics by name, the
+/// weights, and the agreement.
+pub fn jury_diagnostics(
+    result: &JuryResult,
+    diagnostics: &[Diagnostics],
+) -> Result<serde_json::Value> {
+    let judges: serde_json::Map<String, serde_json::Value> = result
+        .judges
+        .iter()
+        .zip(diagnostics)
+        .map(|(judge, d)| Ok((judge.name.clone(), serde_json::to_value(d)?)))
+        .collect::<Result<_>>()?;
+    Ok(json!({
+        "judges": judges,
+        "weights": result.judges,
+        "agreement": result.agreement,
+    }))
+}
+
 /// `OUT.diagnostics.json` of a jury: each judge's diagnostics, and the agreement.
 pub fn write_jury_diagnostics(
     output: &Path,
@@ -327,17 +346,7 @@ pub fn write_jury_diagnostics(
     diagnostics: &[Diagnostics],
 ) -> Result<PathBuf> {
     let path = super::compare::diagnostics_path(output);
-    let judges: serde_json::Map<String, serde_json::Value> = result
-        .judges
-        .iter()
-        .zip(diagnostics)
-        .map(|(judge, d)| Ok((judge.name.clone(), serde_json::to_value(d)?)))
-        .collect::<Result<_>>()?;
-    let value = json!({
-        "judges": judges,
-        "weights": result.judges,
-        "agreement": result.agreement,
-    });
+    let value = jury_diagnostics(result, diagnostics)?;
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
     write_file(&path, |out| Ok(out.write_all(text.as_bytes())?))?;
@@ -347,38 +356,20 @@ pub fn write_jury_diagnostics(
 /// The summary-level agreement with the human scores `key` of the jury and of each judge
 /// (Spearman, averaged over contexts), one line each.
 pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> String {
-    let items_of = |scores: &dyn Fn(&crate::judge::jury::JuryContext) -> Vec<f64>| {
-        let mut items = Vec::new();
-        for context in &result.contexts {
-            let Some(input) = contexts.iter().find(|c| c.id == context.context_id) else {
-                continue;
-            };
-            let values = scores(context);
-            for (k, id) in context.candidate_ids.iter().enumerate() {
-                let Some(candidate) = input.candidates.iter().find(|x| &x.id == id) else {
-                    continue;
-                };
-                if let Some(&human) = candidate.scores.get(key) {
-                    items.push(Item {
-                        group: context.context_id.clone(),
-                        system: candidate.system_id.clone().unwrap_or_else(|| id.clone()),
-                        pred: values[k],
-                        human,
-                    });
-                }
-            }
-        }
-        items
-    };
     let options = BootstrapOptions {
         resamples: RUN_RESAMPLES,
         confidence: 0.95,
         seed: 0,
     };
-    let mut rows: Vec<(String, Vec<Item>)> =
-        vec![("jury".to_string(), items_of(&|c| c.scores.clone()))];
+    let mut rows: Vec<(String, Vec<Item>)> = vec![(
+        "jury".to_string(),
+        result.correlation_items(contexts, key, None),
+    )];
     for (j, judge) in result.judges.iter().enumerate() {
-        rows.push((judge.name.clone(), items_of(&|c| c.judge_scores[j].clone())));
+        rows.push((
+            judge.name.clone(),
+            result.correlation_items(contexts, key, Some(j)),
+        ));
     }
     let width = rows
         .iter()

@@ -29,8 +29,8 @@ use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
 use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::scoring::show_first_prompt;
 use crate::judge::{
-    resolve_method, run_scoring, write_scored, ResolvedMethod, RubricRequest, ScoreMethod,
-    ScoreOptions, ScoreRequest, ScoreRun, ScoreScale, Task,
+    resolve_method, run_scoring, write_scored, ResolvedMethod, RubricChoice, RubricRequest,
+    ScoreMethod, ScoreOptions, ScoreRequest, ScoreRun, ScoreScale, Task,
 };
 use crate::report::Report;
 use crate::shard::fingerprint::file_sha256;
@@ -267,7 +267,7 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         scale: args.scale,
         reference: args.reference,
         rubric: args.rubric.as_ref().map(|rubric| RubricRequest {
-            rubric: rubric.clone(),
+            rubric: RubricChoice::Named(rubric.clone()),
             protocol: args.protocol,
             feedback: !args.no_feedback,
             max_feedback_tokens: args.max_feedback_tokens,

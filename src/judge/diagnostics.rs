@@ -169,14 +169,23 @@ impl Action {
             (Action::MoreFeedbackTokens, CommandLine) => {
                 "a larger --max-feedback-tokens (room to finish the feedback)"
             }
-            // Rubric grading is the command line's only so far.
+            (Action::NoFeedback, Service) => {
+                "\"feedback\": false (read the score right after the rubric prompt)"
+            }
+            (Action::NoFeedback, Python) => {
+                "feedback=False (read the score right after the rubric prompt)"
+            }
+            (Action::MoreFeedbackTokens, Service) => {
+                "a larger \"max_feedback_tokens\" (room to finish the feedback)"
+            }
+            (Action::MoreFeedbackTokens, Python) => {
+                "a larger max_feedback_tokens= (room to finish the feedback)"
+            }
             (Action::FewerFeedbackTokens, CommandLine) => {
                 "a smaller --max-feedback-tokens (less room kept for the feedback)"
             }
-            (
-                Action::NoFeedback | Action::MoreFeedbackTokens | Action::FewerFeedbackTokens,
-                Service | Python,
-            ) => return None,
+            // Relative grading (the only user of this one) is the command line's only.
+            (Action::FewerFeedbackTokens, Service | Python) => return None,
         })
     }
 }
@@ -1293,10 +1302,19 @@ mod tests {
         assert!(!rubric_format(&fine, "Score:", Audience::CommandLine)
             .unwrap()
             .is_warning());
+        // The service and Python name their own fields and keywords.
         let served = rubric_format(&counts, "Score:", Audience::Service).unwrap();
         let remedy = served.remedy.unwrap();
         assert!(
-            !remedy.contains("feedback") && remedy.contains("a larger model"),
+            remedy.contains("a larger \"max_feedback_tokens\"")
+                && remedy.contains("\"feedback\": false")
+                && !remedy.contains("--max-feedback-tokens"),
+            "{remedy}"
+        );
+        let python = rubric_format(&counts, "Score:", Audience::Python).unwrap();
+        let remedy = python.remedy.unwrap();
+        assert!(
+            remedy.contains("max_feedback_tokens=") && remedy.contains("feedback=False"),
             "{remedy}"
         );
         assert!(rubric_format(&FormatCounts::default(), "Score:", Audience::CommandLine).is_none());

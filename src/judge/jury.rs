@@ -24,12 +24,14 @@
 use anyhow::{bail, Result};
 use serde::Serialize;
 
+use super::pairwise::fit::SetAside;
 use super::pairwise::CompareResult;
 use super::scoring::ScoreRun;
+use crate::data::Context;
 use crate::rank::debias::{balanced_threshold, reweight, reweight_factor};
 use crate::rank::poe::poe_gaussian_weighted;
 use crate::rank::{ranks_from_scores, Outcome};
-use crate::stats::spearman;
+use crate::stats::{spearman, Item};
 
 /// How the judges weigh.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +83,60 @@ pub struct JuryResult {
     pub judges: Vec<JudgeEntry>,
     pub contexts: Vec<JuryContext>,
     pub agreement: Agreement,
+}
+
+impl JuryResult {
+    /// One meta-evaluation item per candidate with the human score `key` in `contexts`
+    /// (the run's input): the jury's score, or with `judge` that judge's own.
+    pub fn correlation_items(
+        &self,
+        contexts: &[Context],
+        key: &str,
+        judge: Option<usize>,
+    ) -> Vec<Item> {
+        let mut items = Vec::new();
+        for context in &self.contexts {
+            let Some(input) = contexts.iter().find(|c| c.id == context.context_id) else {
+                continue;
+            };
+            let scores = match judge {
+                Some(j) => &context.judge_scores[j],
+                None => &context.scores,
+            };
+            for (id, &pred) in context.candidate_ids.iter().zip(scores) {
+                let Some(candidate) = input.candidates.iter().find(|x| &x.id == id) else {
+                    continue;
+                };
+                if let Some(&human) = candidate.scores.get(key) {
+                    items.push(Item {
+                        group: context.context_id.clone(),
+                        system: candidate.system_id.clone().unwrap_or_else(|| id.clone()),
+                        pred,
+                        human,
+                    });
+                }
+            }
+        }
+        items
+    }
+}
+
+/// A jury's judges must judge the same candidates: an error of the request (exit code
+/// 2, `ValueError`) when judge `name` set some aside as too long for its model.
+pub fn require_every_candidate(name: &str, set_aside: &[SetAside]) -> Result<()> {
+    if set_aside.is_empty() {
+        return Ok(());
+    }
+    Err(crate::engine::EngineError::BadRequest(format!(
+        "judge `{name}` cannot compare every candidate, and a jury's judges must judge the \
+         same ones: {}",
+        set_aside
+            .iter()
+            .map(SetAside::describe)
+            .collect::<Vec<_>>()
+            .join("; ")
+    ))
+    .into())
 }
 
 /// The judges' results must be of the same contexts and candidates, in the same order.

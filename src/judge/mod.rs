@@ -27,7 +27,7 @@ pub mod scoring;
 
 pub use attribute::{Attribute, Nouns, Task};
 pub use scale::{ScoreDistribution, ScoreScale};
-pub use score_request::{RubricRequest, ScoreRequest};
+pub use score_request::{RubricChoice, RubricRequest, ScoreRequest};
 pub use scoring::{
     resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, RubricOptions,
     ScoreMethod, ScoreOptions, ScoreRun, ScoredCandidate,

@@ -39,11 +39,19 @@ pub struct ScoreRequest {
     pub rubric: Option<RubricRequest>,
 }
 
+/// Which rubric a caller chose.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RubricChoice {
+    /// A built-in rubric's name, or a rubric file (`.toml`, `.json`): `--rubric`.
+    Named(String),
+    /// A rubric given whole (Python's dict, see [`Rubric::from_inline`]).
+    Given(Box<Rubric>),
+}
+
 /// Rubric grading as a caller asks for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RubricRequest {
-    /// A built-in rubric's name, or a rubric file (`.toml`, `.json`).
-    pub rubric: String,
+    pub rubric: RubricChoice,
     /// `None`: the model card's protocol, else plain.
     pub protocol: Option<RubricProtocol>,
     /// Write a feedback before the score (one generation per candidate).
@@ -55,7 +63,7 @@ impl RubricRequest {
     /// The command line's defaults for `rubric`: feedback first, the card's protocol.
     pub fn new(rubric: &str) -> Self {
         Self {
-            rubric: rubric.to_string(),
+            rubric: RubricChoice::Named(rubric.to_string()),
             protocol: None,
             feedback: true,
             max_feedback_tokens: super::rubric::run::DEFAULT_FEEDBACK_TOKENS,
@@ -137,7 +145,12 @@ impl ScoreRequest {
                  scale (its `scale` field in a rubric file)"
             ),
             (Some(chosen), ScoreMethod::Rubric) => Some(RubricOptions {
-                rubric: Rubric::load(&chosen.rubric, self.task).context("--rubric")?,
+                rubric: match &chosen.rubric {
+                    RubricChoice::Named(spec) => {
+                        Rubric::load(spec, self.task).context("--rubric")?
+                    }
+                    RubricChoice::Given(rubric) => rubric.as_ref().clone(),
+                },
                 protocol: chosen.protocol,
                 feedback_tokens: chosen.feedback.then_some(chosen.max_feedback_tokens),
             }),

@@ -16,10 +16,17 @@ use serde_json::Value;
 
 use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
+use crate::engine::{ModelInfo, RubricProtocol};
 use crate::judge::diagnostics::{self, label_mass, Audience, Diagnostics};
 use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
+use crate::judge::pairwise::fit::SetAside;
 use crate::judge::pairwise::{CompareOptions, CompareRequest, Debias};
-use crate::judge::{absolute, Attribute, Nouns, ScoreDistribution, ScoreScale, Task};
+use crate::judge::rubric::protocol::{render, RubricInput};
+use crate::judge::rubric::run::{ProtocolSource, DEFAULT_FEEDBACK_TOKENS};
+use crate::judge::rubric::{FormatOutcome, Rubric};
+use crate::judge::{
+    absolute, Attribute, Nouns, ResolvedMethod, ScoreDistribution, ScoreRun, ScoreScale, Task,
+};
 use crate::progress::Progress;
 use crate::rank::RankMethod;
 
@@ -88,7 +95,7 @@ pub struct CustomCriteria {
     pub scale: Option<ScoreScale>,
 }
 
-/// `POST /v1/score`.
+/// `POST /v1/score`: prompt scoring (`attribute`), or rubric grading (`method: "rubric"`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScoreBody {
@@ -96,13 +103,37 @@ pub struct ScoreBody {
     #[serde(alias = "candidate")]
     pub output: String,
     pub context: Option<String>,
-    pub attribute: String,
+    /// `prompt` (the default) or `rubric`.
+    pub method: Option<String>,
+    /// Prompt scoring: the attribute the prompt names (needed).
+    pub attribute: Option<String>,
     /// Refused when given: prompt scoring names the attribute itself (kept so that the
     /// refusal names the field rather than calling it unknown).
     pub adjective: Option<String>,
     pub task: Option<Task>,
+    /// Prompt scoring's scale (default 1-10); a rubric's descriptions set its own.
     pub scale: Option<ScoreScale>,
+    /// Rubric grading: a built-in rubric's name (`coherence`, `dialogue/engagingness`), or
+    /// an object with `criterion` and `descriptions` (one per score, lowest first) and
+    /// optionally `name`, `scale`, `instruction`, `sections`. Never a file.
+    pub rubric: Option<Value>,
+    /// Rubric grading: `prometheus`, `flow-judge` or `plain` (default: the served model's
+    /// card's, else plain).
+    pub protocol: Option<RubricProtocol>,
+    /// Rubric grading: write a feedback before the score (default true).
+    pub feedback: Option<bool>,
+    /// Rubric grading: most tokens of the feedback (default 512, at most
+    /// [`MAX_FEEDBACK_TOKENS`]).
+    pub max_feedback_tokens: Option<usize>,
+    /// Rubric grading: the reference answer, shown as the one that scores highest
+    /// (`expected_output`, as `/v1/geval` names it, is taken too).
+    #[serde(alias = "expected_output")]
+    pub reference: Option<String>,
 }
+
+/// The most feedback tokens a rubric request may ask for (each request's generation holds
+/// the model for the others).
+pub const MAX_FEEDBACK_TOKENS: usize = 2048;
 
 /// A candidate of a compare request: its text, or an object with an id and the text.
 #[derive(Debug, Clone, Deserialize)]
@@ -177,12 +208,67 @@ pub struct ScoreResponse {
     /// colon, else "Score").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub criteria_name: Option<String>,
-    /// Whether the judge was judging this answer: its label mass and, for G-Eval, the
-    /// evaluation steps (see `judge::diagnostics`).
+    /// Rubric grading: the rubric and the protocol it was asked in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rubric: Option<RubricUsed>,
+    /// Rubric grading with feedback: the model's feedback (the text before its result
+    /// marker), as `score --output` writes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Rubric grading with feedback: whether the model kept to its format (`kept`,
+    /// `no-score`, `repeated`, `missing`, `cut`), as `score --output` writes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<&'static str>,
+    /// Whether the judge was judging this answer: its label mass, for G-Eval the
+    /// evaluation steps, for rubric grading the format (see `judge::diagnostics`).
     pub diagnostics: Diagnostics,
 }
 
+/// How a rubric request was graded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RubricUsed {
+    /// The rubric's name (a built-in's, or the object's `name`).
+    pub name: String,
+    /// `prometheus`, `flow-judge` or `plain`.
+    pub protocol: RubricProtocol,
+    /// `requested`, `card` (the served model's) or `default` (plain).
+    pub protocol_source: &'static str,
+    /// Whether a feedback was written before the score.
+    pub feedback: bool,
+}
+
 impl ScoreResponse {
+    /// The answer of a rubric job: its one candidate's distribution, feedback and format,
+    /// the rubric and protocol, and the run's diagnostics.
+    pub fn of_rubric(run: &ScoreRun) -> Result<Self> {
+        let ResolvedMethod::Rubric(method) = &run.method else {
+            bail!("not a rubric run");
+        };
+        let graded = run
+            .candidates
+            .first()
+            .context("the rubric run graded nothing")?;
+        let distribution = graded
+            .distribution
+            .as_ref()
+            .context("the rubric run gave no distribution")?;
+        let mut response = Self::new(distribution, None);
+        response.rubric = Some(RubricUsed {
+            name: method.rubric.name.clone(),
+            protocol: method.protocol,
+            protocol_source: match method.protocol_source {
+                ProtocolSource::Requested => "requested",
+                ProtocolSource::Card => "card",
+                ProtocolSource::Default => "default",
+            },
+            feedback: method.feedback_tokens.is_some(),
+        });
+        response.feedback = graded.feedback.clone();
+        response.format = graded.format.map(FormatOutcome::name);
+        response.diagnostics = run.diagnostics.clone();
+        Ok(response)
+    }
+
     pub fn new(distribution: &ScoreDistribution, steps: Option<String>) -> Self {
         let pairs = |values: &[f64]| {
             ScoreMap(
@@ -215,6 +301,9 @@ impl ScoreResponse {
             ],
             scale_source: None,
             criteria_name: None,
+            rubric: None,
+            feedback: None,
+            format: None,
         }
     }
 }
@@ -227,11 +316,38 @@ pub struct RankedCandidate {
     pub rank: f64,
 }
 
+/// A candidate of a compare request left out because it does not fit the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SetAsideCandidate {
+    pub id: String,
+    /// Tokens its comparison with the shortest other candidate needs; `None` for one that
+    /// fits but has no other candidate left to meet.
+    pub tokens: Option<usize>,
+    /// The model's window.
+    pub limit: usize,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl From<&SetAside> for SetAsideCandidate {
+    fn from(aside: &SetAside) -> Self {
+        Self {
+            id: aside.candidate_id.clone(),
+            tokens: aside.tokens,
+            limit: aside.limit,
+            reason: aside.reason(),
+        }
+    }
+}
+
 /// The answer of `/v1/compare`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompareResponse {
-    /// In request order.
+    /// The candidates ranked, in request order (without those set aside).
     pub candidates: Vec<RankedCandidate>,
+    /// Candidates too long for the model, left out of the ranking as on the command line
+    /// (the diagnostics' `too_long` check names them too); empty when all fit.
+    pub set_aside: Vec<SetAsideCandidate>,
     pub comparisons: usize,
     /// The ranking the scores come from (`win-ratio`, `soft`, `bradley-terry`, `poe`):
     /// the one asked for, or the fallback the diagnostics' `adjusted` explains.
@@ -341,24 +457,164 @@ pub fn geval_task(body: GevalBody) -> Result<(LabelTask, CriteriaReading)> {
     ))
 }
 
-/// The worker task of a prompt-scoring request.
-pub fn score_task(body: ScoreBody) -> Result<LabelTask> {
+/// What a `/v1/score` request asks of the worker.
+#[derive(Debug, Clone)]
+pub enum ScoreTask {
+    /// Prompt scoring (one label request).
+    Label(LabelTask),
+    /// Rubric grading (a feedback, then the score read after the marker).
+    Rubric(RubricTask),
+}
+
+/// The worker task of a `/v1/score` request to the served model `model`: prompt scoring,
+/// or rubric grading (`method: "rubric"`). Every field that does not apply to the method
+/// is refused by name.
+pub fn score_task(body: ScoreBody, model: &ModelInfo) -> Result<ScoreTask> {
     non_empty("output", &body.output)?;
+    let method = body.method.as_deref().map(str::trim).unwrap_or("prompt");
+    let rubric_fields = [
+        ("rubric", body.rubric.is_some()),
+        ("protocol", body.protocol.is_some()),
+        ("feedback", body.feedback.is_some()),
+        ("max_feedback_tokens", body.max_feedback_tokens.is_some()),
+        ("reference", body.reference.is_some()),
+    ];
+    match method {
+        "prompt" => {
+            if let Some((field, _)) = rubric_fields.iter().find(|(_, given)| *given) {
+                bail!("field `{field}` applies to `\"method\": \"rubric\"` only");
+            }
+            prompt_task(body).map(ScoreTask::Label)
+        }
+        "rubric" => rubric_task(body, model).map(ScoreTask::Rubric),
+        "geval" => {
+            bail!("field `method`: G-Eval has its own route, POST /v1/geval (`criteria`, `steps`)")
+        }
+        other => bail!("field `method`: `{other}` is not a method of /v1/score (prompt, rubric)"),
+    }
+}
+
+/// Prompt scoring's task.
+fn prompt_task(body: ScoreBody) -> Result<LabelTask> {
     // As `score --method prompt`: the prompt names the attribute itself, so any name
     // reads and an adjective, which it would not use, is refused.
+    let Some(attribute) = body.attribute else {
+        bail!("field `attribute` is needed for prompt scoring (or give `\"method\": \"rubric\"` and a `rubric`)");
+    };
     if body.adjective.is_some() {
         bail!(
             "field `adjective` does not apply to prompt scoring: its prompt names the attribute \
              itself (\"... measures the summary's {}\")",
-            body.attribute.trim()
+            attribute.trim()
         );
     }
-    let attribute = Attribute::for_prompt_scoring(&body.attribute).context("field `attribute`")?;
+    let attribute = Attribute::for_prompt_scoring(&attribute).context("field `attribute`")?;
     Ok(LabelTask::Score {
         task: body.task.unwrap_or(Task::Summary),
         attribute,
         scale: body.scale.unwrap_or(absolute::DEFAULT_SCALE),
         context: body.context.unwrap_or_default(),
+        output: body.output,
+    })
+}
+
+/// A rubric-grading job: what `score --method rubric` does for one candidate.
+#[derive(Debug, Clone)]
+pub struct RubricTask {
+    pub rubric: Rubric,
+    /// `None`: the served model's card's protocol, else plain.
+    pub protocol: Option<RubricProtocol>,
+    /// Most tokens of the feedback; `None`: no feedback.
+    pub feedback_tokens: Option<usize>,
+    pub context: Option<String>,
+    pub reference: Option<String>,
+    pub output: String,
+}
+
+/// Rubric grading's task, checked against the served model's protocol.
+fn rubric_task(body: ScoreBody, model: &ModelInfo) -> Result<RubricTask> {
+    let not_rubric = [
+        (
+            "attribute",
+            body.attribute.is_some(),
+            "the rubric names the criterion",
+        ),
+        (
+            "adjective",
+            body.adjective.is_some(),
+            "the rubric names the criterion",
+        ),
+        (
+            "scale",
+            body.scale.is_some(),
+            "the rubric's descriptions set its scale (its `scale` field in a rubric object)",
+        ),
+    ];
+    if let Some((field, _, why)) = not_rubric.iter().find(|(_, given, _)| *given) {
+        bail!("field `{field}` does not apply to rubric grading: {why}");
+    }
+    let task = body.task;
+    let rubric = match body.rubric {
+        None => bail!(
+            "field `rubric` is needed for rubric grading: a built-in rubric's name or an object \
+             with `criterion` and `descriptions`"
+        ),
+        // Built-in names only: a request must not name files on the server.
+        Some(Value::String(name)) => {
+            let lower = name.trim().to_ascii_lowercase();
+            if lower.ends_with(".toml") || lower.ends_with(".json") {
+                bail!(
+                    "field `rubric`: `{name}` names a file, and the service reads none: give a \
+                     built-in rubric's name, or the rubric as an object with `criterion` and \
+                     `descriptions`"
+                );
+            }
+            Rubric::builtin(&name, task.unwrap_or(Task::Summary))
+                .map_err(|e| anyhow::anyhow!("field `rubric`: {e:#}"))?
+        }
+        Some(value) => Rubric::from_inline(value, task, "rubric")?,
+    };
+    let feedback = body.feedback.unwrap_or(true);
+    let feedback_tokens = match (feedback, body.max_feedback_tokens) {
+        (false, Some(_)) => bail!(
+            "field `max_feedback_tokens` does not apply with `\"feedback\": false` (no feedback \
+             is written)"
+        ),
+        (false, None) => None,
+        (true, None) => Some(DEFAULT_FEEDBACK_TOKENS),
+        (true, Some(n)) if n == 0 || n > MAX_FEEDBACK_TOKENS => {
+            bail!("field `max_feedback_tokens`: {n} is not between 1 and {MAX_FEEDBACK_TOKENS}")
+        }
+        (true, Some(n)) => Some(n),
+    };
+    if let Some(reference) = &body.reference {
+        non_empty("reference", reference)?;
+    }
+    // The protocol is settled as the worker will settle it, so that a rubric it cannot
+    // grade is refused here (400) rather than by the model.
+    let protocol = body
+        .protocol
+        .or(model.conventions.rubric_protocol)
+        .unwrap_or(RubricProtocol::Plain);
+    let probe = RubricInput {
+        context: None,
+        reference: None,
+        output: "",
+    };
+    if render(protocol, &rubric, &probe).is_err() {
+        bail!(
+            "field `rubric`: the {protocol} protocol grades on 1-5 only, and the rubric {} has \
+             the scale {}: give `\"protocol\": \"plain\"` or `\"flow-judge\"`, or a 1-5 rubric",
+            rubric.name,
+            rubric.scale
+        );
+    }
+    Ok(RubricTask {
+        rubric,
+        protocol: body.protocol,
+        feedback_tokens,
+        context: body.context.filter(|c| !c.trim().is_empty()),
+        reference: body.reference,
         output: body.output,
     })
 }

@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 
 use super::api::{
     compare_job, geval_task, parse_body, score_task, CompareBody, CompareRefusal, CompareResponse,
-    GevalBody, RankedCandidate, ScoreBody, ScoreResponse,
+    GevalBody, RankedCandidate, ScoreBody, ScoreResponse, ScoreTask, SetAsideCandidate,
 };
 use super::auth::Tokens;
 use super::callers::{Caller, Callers};
@@ -449,8 +449,15 @@ async fn score(
 ) -> Result<Json<ScoreResponse>, ApiError> {
     let bytes = body_bytes(body)?;
     let body: ScoreBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
-    let task = score_task(body).map_err(|e| ApiError::bad_request(&e))?;
-    Ok(Json(label_job(&state, &caller, task).await?))
+    match score_task(body, &state.model).map_err(|e| ApiError::bad_request(&e))? {
+        ScoreTask::Label(task) => Ok(Json(label_job(&state, &caller, task).await?)),
+        ScoreTask::Rubric(task) => {
+            let run = submit(&state, &caller, |reply| Job::Rubric { task, reply }).await?;
+            ScoreResponse::of_rubric(&run)
+                .map(Json)
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))
+        }
+    }
 }
 
 async fn compare(
@@ -467,12 +474,13 @@ async fn compare(
             }
             CompareRefusal::Invalid(error) => ApiError::bad_request(&error),
         })?;
-    let result = submit(&state, &caller, |reply| Job::Compare {
+    let fitted = submit(&state, &caller, |reply| Job::Compare {
         context,
         options,
         reply,
     })
     .await?;
+    let result = &fitted.result;
     let context = result.contexts.first().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -492,6 +500,11 @@ async fn compare(
         .collect();
     Ok(Json(CompareResponse {
         candidates,
+        set_aside: fitted
+            .set_aside
+            .iter()
+            .map(SetAsideCandidate::from)
+            .collect(),
         comparisons: context.comparisons.len(),
         rank: result.rank,
         diagnostics: result.diagnostics.clone(),

@@ -1,4 +1,5 @@
-//! The metrics service: G-Eval, prompt scoring and pairwise comparison over HTTP.
+//! The metrics service: G-Eval, prompt scoring, rubric grading and pairwise comparison
+//! over HTTP.
 //!
 //! - [`api`]: request and response bodies and their checks;
 //! - [`http`]: routes, handlers, authentication and logging middleware;
@@ -22,8 +23,9 @@
 //! |---|---|---|
 //! | `POST /v1/geval` | `output`, `criteria` (built-in name, or `{name, criterion, introduction?, scale?}`), `context?`, `expected_output?`, `task?`, `steps?`, `scale?` (`[1, 5]`) | `score`, `argmax`, `probabilities` (normalised), `raw_probabilities`, `label_mass`, `steps` |
 //! | `POST /v1/score` | `output`, `attribute`, `context?`, `task?`, `scale?` (`[1, 10]`) | as G-Eval, without `steps` |
-//! | `POST /v1/compare` | `context`, `candidates` (texts or `{id, text}`), `attribute`, `task?`, `template?` (`c1`, `c2`), `rank?` | `candidates` (`id`, `score`, `rank`), `comparisons` |
-//! | `GET /v1/models` | | the loaded model, the built-in criteria |
+//! | `POST /v1/score` with `"method": "rubric"` | `output`, `rubric` (built-in name, or `{criterion, descriptions, name?, scale?, instruction?, sections?}`), `context?`, `reference?`, `task?`, `protocol?` (`prometheus`, `flow-judge`, `plain`; default the model card's), `feedback?` (default true), `max_feedback_tokens?` | as prompt scoring, with `feedback`, `format` (`kept`, `no-score`, `repeated`, `missing`, `cut`) and `rubric` (`name`, `protocol`, `protocol_source`, `feedback`); the diagnostics' `format` check |
+//! | `POST /v1/compare` | `context`, `candidates` (texts or `{id, text}`), `attribute`, `task?`, `template?` (`c1`, `c2`), `rank?` | `candidates` (`id`, `score`, `rank`), `set_aside` (candidates too long for the model: `id`, `tokens`, `limit`, `reason`), `comparisons` |
+//! | `GET /v1/models` | | the loaded model (with its rubric protocol), the built-in criteria and rubrics |
 //! | `GET /healthz` | | `status`, `warnings`, `tls`, `auth` (tokens, reloads), queue and worker counters; `per_token` counters to a caller presenting a token (no token needed otherwise) |
 //!
 //! The OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`, the model
@@ -36,7 +38,9 @@
 //! request the model cannot score (e.g. longer than its context window), 500 the model
 //! failed (a panic in the model code included: that request fails, the worker goes on),
 //! 503 with `Retry-After` when the queue, the token's share of it, or the connection
-//! bound is full or the service is draining.
+//! bound is full or the service is draining. A compare request whose candidates do not
+//! all fit the model is ranked without those that do not (named in `set_aside` and the
+//! diagnostics' `too_long` check), as on the command line; 422 when fewer than two fit.
 
 pub mod api;
 pub mod auth;

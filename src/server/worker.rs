@@ -5,7 +5,10 @@
 //! together: G-Eval steps are resolved once per criterion (given, stored, or generated
 //! and stored), all label jobs (G-Eval and prompt scoring) of the round go through the
 //! engine's cached runner in one scorer call, so the engine batches them and shares their
-//! common prefixes, and compare jobs run the pairwise runner on their one context. Results go
+//! common prefixes, and compare jobs run the pairwise runner on their one context (its
+//! candidates too long for the model set aside first and named, as on the command line).
+//! Rubric jobs write their feedback (one generation) and read their score through the
+//! scoring runner of `score --method rubric`, one job at a time. Results go
 //! through the result cache like the CLI's (same keys), so the service and the CLI reuse
 //! each other's work. If the joint call fails, the round's label jobs are retried one by
 //! one so that one bad request does not fail the others. Completion jobs (the OpenAI
@@ -26,15 +29,22 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use tokio::sync::oneshot;
 
+use super::api::RubricTask;
 use super::openai::body::JobRequest;
 use super::openai::{self, worker::CompletionWork};
-use crate::data::Context;
+use crate::data::{Candidate, Context};
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
 use crate::engine::{error_kind, ErrorKind};
 use crate::engine::{CompletionResult, PrefixCache, ResultCache, Scorer};
+use crate::judge::diagnostics::{self, Audience};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
-use crate::judge::pairwise::{run_compare, CompareOptions, CompareResult};
-use crate::judge::{absolute, Attribute, ScoreDistribution, ScoreScale, Task};
+use crate::judge::pairwise::fit::{compare_what_fits, FittedRun};
+use crate::judge::pairwise::CompareOptions;
+use crate::judge::rubric::run::RubricMethod;
+use crate::judge::{
+    absolute, run_scoring, Attribute, ResolvedMethod, ScoreDistribution, ScoreRun, ScoreScale, Task,
+};
+use crate::progress::Progress;
 
 /// A label job: one output rated on a scale.
 #[derive(Debug, Clone)]
@@ -92,7 +102,13 @@ pub enum Job {
     Compare {
         context: Context,
         options: CompareOptions,
-        reply: Reply<CompareResult>,
+        /// What fits the model, ranked, and what was set aside.
+        reply: Reply<FittedRun>,
+    },
+    /// Rubric grading of one output (its feedback, then its score).
+    Rubric {
+        task: RubricTask,
+        reply: Reply<ScoreRun>,
     },
     /// OpenAI completions and chats (one engine request per choice).
     Complete {
@@ -299,14 +315,24 @@ impl Worker {
                     if reply.is_closed() {
                         continue;
                     }
+                    // As the command line: candidates too long for the model are set
+                    // aside, named, and the others ranked.
                     let result = guarded(&self.stats, || {
-                        run_compare(
+                        compare_what_fits(
                             self.scorer.as_mut(),
-                            std::slice::from_ref(&context),
+                            vec![context],
                             &options,
                             Some(&self.cache),
                         )
                     });
+                    let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
+                }
+                Job::Rubric { task, reply } => {
+                    if reply.is_closed() {
+                        continue;
+                    }
+                    let stats = self.stats.clone();
+                    let result = guarded(&stats, || self.grade(task));
                     let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
                 }
                 Job::Complete { requests, reply } => {
@@ -325,6 +351,40 @@ impl Worker {
                 completions,
             );
         }
+    }
+
+    /// Grade one output on its rubric as `score --method rubric` grades a candidate (the
+    /// same prompts, so the same cache entries); the diagnostics in the service's words.
+    fn grade(&mut self, task: RubricTask) -> Result<ScoreRun> {
+        let method = RubricMethod::new(
+            self.scorer.as_ref(),
+            task.rubric,
+            task.protocol,
+            task.feedback_tokens,
+            task.reference.is_some(),
+        )?;
+        let context = Context {
+            id: "request".to_string(),
+            text: task.context.unwrap_or_default(),
+            candidates: vec![Candidate {
+                id: "output".to_string(),
+                text: task.output,
+                reference: task.reference,
+                scores: Default::default(),
+                system_id: None,
+                metadata: Default::default(),
+                source: None,
+            }],
+        };
+        let mut run = run_scoring(
+            self.scorer.as_mut(),
+            std::slice::from_ref(&context),
+            &ResolvedMethod::Rubric(method),
+            &Progress::none(),
+            Some(&self.cache),
+        )?;
+        run.diagnostics = diagnostics::for_scores(&run, Audience::Service);
+        Ok(run)
     }
 
     /// The planned request (tokenised, keyed), scale and steps of a label job.

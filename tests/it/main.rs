@@ -50,6 +50,7 @@ mod score_smollm2;
 mod server;
 mod server_faults;
 mod server_network;
+mod server_rubric;
 mod shard_merge;
 mod t5_candle_reference;
 mod t5_loading;

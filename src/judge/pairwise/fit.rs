@@ -12,13 +12,20 @@
 //! Only tokenisation is asked of the model. A context whose longest possible comparison
 //! fits by a byte count (a token holds at least one byte, whatever the tokeniser) is
 //! not tokenised at all, so ordinary runs pay nothing.
+//!
+//! [`compare_what_fits`] is the whole rule as every front end takes it (the command line,
+//! the service's `/v1/compare`, Python's `Judge.compare`): set aside, compare the rest,
+//! and name what was set aside in a `too_long` check of the diagnostics.
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use super::run::{comparison_request_for, pairwise_labels, CompareOptions};
+use super::run::{
+    comparison_request_for, pairwise_labels, run_compare, CompareOptions, CompareResult,
+};
 use crate::data::Context;
-use crate::engine::{plan_labels, Prompt, Scorer};
+use crate::engine::{plan_labels, EngineError, Prompt, ResultCache, Scorer};
+use crate::judge::diagnostics::too_long;
 
 /// Room kept for special tokens and the chat template's markers beyond the rendered
 /// text's bytes, in the byte-count shortcut.
@@ -45,29 +52,77 @@ pub struct SetAside {
 }
 
 impl SetAside {
+    /// Why it was set aside, without naming it.
+    pub fn reason(&self) -> String {
+        match self.tokens {
+            Some(tokens) => format!(
+                "its comparisons need {tokens} tokens{}, more than the model's window of {}",
+                self.feedback_tokens
+                    .map_or_else(String::new, |n| format!(" ({n} of them for the feedback)")),
+                self.limit
+            ),
+            None => "no other candidate of its context is left to compare it with".to_string(),
+        }
+    }
+
     /// One line naming the candidate and why.
     pub fn describe(&self) -> String {
         let at = self
             .source
             .as_deref()
             .map_or_else(String::new, |s| format!(" ({s})"));
-        match self.tokens {
-            Some(tokens) => format!(
-                "`{}` of context `{}`{at}: its comparisons need {tokens} tokens{}, more than \
-                 the model's window of {}",
-                self.candidate_id,
-                self.context_id,
-                self.feedback_tokens
-                    .map_or_else(String::new, |n| format!(" ({n} of them for the feedback)")),
-                self.limit
-            ),
-            None => format!(
-                "`{}` of context `{}`{at}: no other candidate of its context is left to compare \
-                 it with",
-                self.candidate_id, self.context_id
-            ),
-        }
+        format!(
+            "`{}` of context `{}`{at}: {}",
+            self.candidate_id,
+            self.context_id,
+            self.reason()
+        )
     }
+}
+
+/// A compare run of the candidates that fit the model.
+#[derive(Debug, Clone)]
+pub struct FittedRun {
+    /// The comparisons and ranking of what fits; its diagnostics carry a `too_long`
+    /// warning naming what was set aside (in the words of the options' audience).
+    pub result: CompareResult,
+    /// The contexts ranked: the input without what was set aside (the result's order).
+    pub contexts: Vec<Context>,
+    /// The candidates left out, input order.
+    pub set_aside: Vec<SetAside>,
+}
+
+/// Compare and rank the candidates of `contexts` that fit the scorer's window, setting
+/// the others aside ([`set_aside_over_long`]). A request error
+/// ([`EngineError::BadRequest`]: exit code 2, a 422, a `ValueError`) when no context keeps
+/// two candidates, naming those set aside.
+pub fn compare_what_fits(
+    scorer: &mut dyn Scorer,
+    contexts: Vec<Context>,
+    options: &CompareOptions,
+    cache: Option<&ResultCache>,
+) -> Result<FittedRun> {
+    let (contexts, set_aside) = set_aside_over_long(scorer, contexts, options)?;
+    if contexts.is_empty() && !set_aside.is_empty() {
+        return Err(EngineError::BadRequest(format!(
+            "no context has two candidates whose comparison fits the model: {}",
+            set_aside
+                .iter()
+                .map(SetAside::describe)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+        .into());
+    }
+    let mut result = run_compare(scorer, &contexts, options, cache)?;
+    if let Some(check) = too_long(&set_aside, options.audience) {
+        result.diagnostics.push(check);
+    }
+    Ok(FittedRun {
+        result,
+        contexts,
+        set_aside,
+    })
 }
 
 /// `contexts` without the candidates that cannot be compared within the scorer's length

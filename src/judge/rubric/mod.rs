@@ -6,9 +6,10 @@
 //!
 //! This module is pure prompt building and reading, no tensors:
 //!
-//! - here: the [`Rubric`] type, rubric files (TOML or JSON) and the built-in rubrics
-//!   (`rubrics/<group>/<name>.toml`, embedded at build time, documented in
-//!   `rubrics/README.md`);
+//! - here: the [`Rubric`] type, rubric files (TOML or JSON), rubrics given whole by a
+//!   caller ([`Rubric::from_inline`]: the service's `rubric` object, Python's dict) and
+//!   the built-in rubrics (`rubrics/<group>/<name>.toml`, embedded at build time,
+//!   documented in `rubrics/README.md`);
 //! - [`protocol`]: the three formats, each rendered byte for byte as published
 //!   (`tests/fixtures/rubric/` holds the published templates' renderings);
 //! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
@@ -140,7 +141,55 @@ struct RubricFile {
     sections: Option<Sections>,
 }
 
+/// A rubric given whole inside a request: a rubric file's fields without `aliases` and
+/// `task` (the request's task sets the default headings), the name optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InlineRubric {
+    name: Option<String>,
+    criterion: String,
+    descriptions: Vec<String>,
+    scale: Option<[i64; 2]>,
+    instruction: Option<String>,
+    sections: Option<Sections>,
+}
+
+/// The name of a rubric given whole without one.
+pub const INLINE_NAME: &str = "Quality";
+
 impl Rubric {
+    /// A rubric given whole as a JSON object (`criterion`, `descriptions`: one per score,
+    /// lowest first; optional `name` (default [`INLINE_NAME`]), `scale` (`[low, high]`,
+    /// default 1-5), `instruction`, `sections`), its headings by `task` unless it gives
+    /// them. Every error names the field as `field.<path>` (`rubric.descriptions[2]`),
+    /// `field` being what the caller calls the object.
+    pub fn from_inline(value: serde_json::Value, task: Option<Task>, field: &str) -> Result<Self> {
+        anyhow::ensure!(
+            value.is_object(),
+            "field `{field}`: expected a built-in rubric's name or an object with `criterion` \
+             and `descriptions` (one per score, lowest first)"
+        );
+        let inline: InlineRubric = serde_path_to_error::deserialize(value).map_err(|error| {
+            let path = error.path().to_string();
+            if path == "." {
+                anyhow::anyhow!("field `{field}`: {}", error.inner())
+            } else {
+                anyhow::anyhow!("invalid field `{field}.{path}`: {}", error.inner())
+            }
+        })?;
+        Self::from_file_fields(RubricFile {
+            name: inline.name.unwrap_or_else(|| INLINE_NAME.to_string()),
+            criterion: inline.criterion,
+            scale: inline.scale,
+            descriptions: inline.descriptions,
+            instruction: inline.instruction,
+            task,
+            aliases: Vec::new(),
+            sections: inline.sections,
+        })
+        .with_context(|| format!("field `{field}`"))
+    }
+
     /// Parse a rubric file's text: JSON when `origin` ends in `.json`, else TOML.
     /// `origin` names the file in every error, with the field at fault.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
@@ -261,8 +310,8 @@ impl Rubric {
             .collect();
         match matches.len() {
             0 => bail!(
-                "no built-in rubric `{name}`; built-in: {} (or give a rubric file: --rubric \
-                 FILE.toml or FILE.json, see rubrics/README.md)",
+                "no built-in rubric `{name}`; built-in: {} (or give a rubric of your own, see \
+                 rubrics/README.md)",
                 Self::builtin_list()?
             ),
             1 => Ok(matches
@@ -403,6 +452,64 @@ mod tests {
             Rubric::load(&json_path.display().to_string(), Task::Summary).unwrap(),
             from_toml
         );
+    }
+
+    #[test]
+    fn inline_rubrics_read_as_files_do_and_name_the_field() {
+        let five = ["bad", "poor", "fair", "good", "great"];
+        let rubric = Rubric::from_inline(
+            serde_json::json!({"criterion": "Is it helpful?", "descriptions": five}),
+            Some(Task::Dialogue),
+            "rubric",
+        )
+        .unwrap();
+        assert_eq!(rubric.name, INLINE_NAME);
+        assert_eq!(rubric.scale, DEFAULT_SCALE);
+        assert_eq!(rubric.sections.output, "Response");
+        assert_eq!(rubric.levels().nth(4), Some((5, "great")));
+        let named = Rubric::from_inline(
+            serde_json::json!({"name": "Wit", "criterion": "Witty?", "scale": [0, 2],
+                               "descriptions": ["no", "a bit", "very"],
+                               "instruction": " Tell a joke. "}),
+            None,
+            "rubric",
+        )
+        .unwrap();
+        assert_eq!(
+            (named.name.as_str(), named.instruction.as_deref()),
+            ("Wit", Some("Tell a joke."))
+        );
+        assert_eq!(named.sections, Sections::for_task(None));
+        let error = |value: serde_json::Value| {
+            format!(
+                "{:#}",
+                Rubric::from_inline(value, None, "rubric").unwrap_err()
+            )
+        };
+        let text = error(serde_json::json!({"criterion": "c", "descriptions": ["a", "b"]}));
+        assert!(
+            text.starts_with("field `rubric`: field `descriptions`: 2 description(s)"),
+            "{text}"
+        );
+        let text = error(serde_json::json!({"descriptions": five}));
+        assert!(
+            text.contains("`rubric`") && text.contains("missing field `criterion`"),
+            "{text}"
+        );
+        let text = error(serde_json::json!({"criterion": "c", "descriptions": [1, 2, 3, 4, 5]}));
+        assert!(
+            text.contains("invalid field `rubric.descriptions[0]`"),
+            "{text}"
+        );
+        let text =
+            error(serde_json::json!({"criterion": "c", "descriptions": five, "aliases": []}));
+        assert!(text.contains("aliases"), "{text}");
+        let text = error(serde_json::json!({"criterion": " ", "descriptions": five}));
+        assert!(
+            text.contains("`rubric`") && text.contains("criterion"),
+            "{text}"
+        );
+        assert!(error(serde_json::json!(["a"])).contains("field `rubric`: expected"));
     }
 
     #[test]

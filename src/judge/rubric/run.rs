@@ -17,7 +17,7 @@ use super::reading::{read, Reading};
 use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
 use crate::engine::runner::generate_cached;
-use crate::engine::{GenerationRequest, LabelRequest, ResultCache, Scorer};
+use crate::engine::{EngineError, GenerationRequest, LabelRequest, ResultCache, Scorer};
 use crate::judge::scoring::required_reference;
 use crate::progress::Progress;
 
@@ -85,7 +85,10 @@ impl RubricMethod {
             reference: None,
             output: "",
         };
-        protocol::render(protocol, &rubric, &probe)?;
+        // A rubric the protocol cannot grade is the request's fault (exit code 2, a
+        // `ValueError`), not the model's.
+        protocol::render(protocol, &rubric, &probe)
+            .map_err(|e| EngineError::BadRequest(format!("{e:#}")))?;
         Ok(Self {
             rubric,
             protocol,

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `POST /v1/completions` | `prompt` (text, token ids, or a list of either), `max_tokens` (default 16; 0: score only), `echo`, `logprobs` (0-20 alternatives), `temperature`, `top_p`, `seed`, `n`, `stop`, `stream` |
 //! | `POST /v1/chat/completions` | `messages` through the model's chat template, `logprobs`, `top_logprobs` (0-20), `max_tokens` / `max_completion_tokens` (default: the room left in the context window), sampling as above |
-//! | `GET /v1/models` | OpenAI's model list (`object`, `data`) beside the metrics API's `models` and `criteria` (this route's errors, 401 included, have OpenAI's shape) |
+//! | `GET /v1/models` | OpenAI's model list (`object`, `data`) beside the metrics API's `models` (with each one's `rubric_protocol`), `criteria` and `rubrics` (this route's errors, 401 included, have OpenAI's shape) |
 //! | `GET /v1/models/{id}` | the model object, or 404 |
 //! | `POST /tokenize`, `POST /detokenize`, `GET /tokenizer_info` | vLLM's tokenizer routes, for lm-evaluation-harness |
 //!
@@ -45,8 +45,9 @@ use self::reply::{Meta, Usage};
 use super::callers::Caller;
 use super::http::{as_caller, authenticate, body_bytes, buffer_body, submit, AppState};
 use super::worker::Job;
-use crate::engine::{ModelInfo, Scorer};
+use crate::engine::{ModelInfo, RubricProtocol, Scorer};
 use crate::judge::geval::Criteria;
+use crate::judge::rubric::Rubric;
 use crate::runtime::TextTokenizer;
 
 /// Header with the number of prompt tokens computed for other requests.
@@ -133,8 +134,8 @@ pub fn model_object(model: &ModelInfo, created: u64) -> Value {
 }
 
 /// OpenAI's model list (`object`, `data`) beside the metrics API's own fields (the
-/// loaded model's details and the built-in G-Eval criteria), so that one answer serves
-/// both kinds of client.
+/// loaded model's details with its rubric protocol, the built-in G-Eval criteria and
+/// rubrics), so that one answer serves both kinds of client.
 async fn models(State(state): State<AppState>) -> Result<Json<Value>, OpenAiError> {
     let criteria: Vec<Value> = Criteria::builtins()
         .map_err(|e| OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))?
@@ -148,6 +149,18 @@ async fn models(State(state): State<AppState>) -> Result<Json<Value>, OpenAiErro
             })
         })
         .collect();
+    let rubrics: Vec<Value> = Rubric::builtins()
+        .map_err(|e| OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))?
+        .iter()
+        .map(|(group, r)| {
+            json!({
+                "name": format!("{group}/{}", r.name.to_lowercase()),
+                "aliases": r.aliases,
+                "criterion": r.criterion,
+                "scale": r.scale,
+            })
+        })
+        .collect();
     let model = &state.model;
     Ok(Json(json!({
         "object": "list",
@@ -158,8 +171,11 @@ async fn models(State(state): State<AppState>) -> Result<Json<Value>, OpenAiErro
             "kind": model.kind,
             "fingerprint": model.fingerprint,
             "context_window": model.context_window,
+            // The rubric format `/v1/score` uses without a `protocol` field.
+            "rubric_protocol": model.conventions.rubric_protocol.unwrap_or(RubricProtocol::Plain),
         }],
         "criteria": criteria,
+        "rubrics": rubrics,
     })))
 }
 

@@ -1,0 +1,83 @@
+"""`Judge.grade` (rubric grading) equals `nlg-judge score --method rubric`: the output
+lines byte for byte (feedback and format included), a dict rubric as the same rubric
+file, the feedback texts and format counts as attributes and DataFrame columns."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+from conftest import LIBRARY, STORIES, read_rows
+
+RUBRIC = {
+    "name": "Warmth",
+    "criterion": "How warm and caring is the story towards its characters?",
+    "scale": [1, 3],
+    "descriptions": ["Cold or dismissive.", "Neutral.", "Warm and caring."],
+    "instruction": "Write a short story.",
+}
+
+
+def test_grade_with_feedback_equals_the_command_line(cli, judge, tmp_path):
+    out = tmp_path / "cli.jsonl"
+    cli("score", "--method", "rubric", "--rubric", "coherence", "--input", LIBRARY,
+        "--max-feedback-tokens", "24", "--no-cache", "--output", out)
+    result = judge.grade(LIBRARY, "coherence", max_feedback_tokens=24)
+    result.to_jsonl(tmp_path / "py.jsonl")
+    assert (tmp_path / "py.jsonl").read_bytes() == out.read_bytes()
+    rows = read_rows(out)
+    assert result.method == "rubric" and len(result) == 5
+    assert result.feedback == [row["feedback"] for row in rows]
+    assert result.formats == [row["format"] for row in rows]
+    counts = collections.Counter(row["format"].replace("-", "_") for row in rows)
+    assert result.format_counts == {k: counts.get(k, 0) for k in
+                                    ("kept", "no_score", "repeated", "missing", "cut")}
+    assert result.rubric["name"] == "Coherence" and result.rubric["protocol"] == "plain"
+    assert result.rubric["protocol_source"] == "default"
+    assert result.rubric["max_feedback_tokens"] == 24
+    assert result.criteria == "Coherence" and result.scale == [1, 5]
+    # The format check measures what the command line's sidecar measures.
+    sidecar = json.loads((tmp_path / "cli.jsonl.diagnostics.json").read_text())
+    ours = {c["name"]: c for c in result.diagnostics["checks"]}
+    theirs = {c["name"]: c for c in sidecar["checks"]}
+    assert ours["format"]["value"] == theirs["format"]["value"]
+    assert ours["format"]["message"] == theirs["format"]["message"]
+    assert ours["format"]["value"] * 5 == pytest.approx(result.format_counts["kept"])
+    frame = result.to_pandas()
+    assert list(frame["feedback"]) == result.feedback
+    assert list(frame["format"]) == result.formats
+    assert {"p.1", "p.5", "scores.coherence"} <= set(frame.columns)
+
+
+def test_a_dict_rubric_grades_as_the_same_rubric_file(cli, judge, tmp_path):
+    path = tmp_path / "warmth.json"
+    path.write_text(json.dumps(RUBRIC))
+    out = tmp_path / "cli.jsonl"
+    cli("score", "--method", "rubric", "--rubric", path, "--input", STORIES, "--no-feedback",
+        "--task", "custom", "--protocol", "flow-judge", "--no-cache", "--output", out)
+    result = judge.grade(STORIES, RUBRIC, feedback=False, task="custom", protocol="flow-judge")
+    result.to_jsonl(tmp_path / "py.jsonl")
+    assert (tmp_path / "py.jsonl").read_bytes() == out.read_bytes()
+    assert result.feedback is None and result.format_counts is None
+    assert result.scale == [1, 3] and result.rubric["protocol_source"] == "requested"
+    assert all(len(r["distribution"]["normalised"]) == 3 for r in result.records)
+    # The file's path works as on the command line.
+    again = judge.grade(STORIES, path, feedback=False, task="custom", protocol="flow-judge")
+    assert list(again.scores) == list(result.scores)
+
+
+def test_bad_rubrics_and_options_name_the_field(judge):
+    with pytest.raises(ValueError, match=r"field `rubric`: field `descriptions`: 2 description"):
+        judge.grade(LIBRARY, {"criterion": "c", "descriptions": ["a", "b"]})
+    with pytest.raises(ValueError, match=r"invalid field `rubric.colour`"):
+        judge.grade(LIBRARY, {"criterion": "c", "descriptions": list("abcde"), "colour": 1})
+    with pytest.raises(ValueError, match="no built-in rubric `wit`"):
+        judge.grade(LIBRARY, "wit")
+    with pytest.raises(ValueError, match="max_feedback_tokens does not apply with feedback=False"):
+        judge.grade(LIBRARY, "coherence", feedback=False, max_feedback_tokens=10)
+    with pytest.raises(ValueError, match="protocol: invalid value 'gpt'"):
+        judge.grade(LIBRARY, "coherence", protocol="gpt")
+    with pytest.raises(ValueError, match="1-5 only"):
+        judge.grade(LIBRARY, RUBRIC, protocol="prometheus", feedback=False)
