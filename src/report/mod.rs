@@ -294,6 +294,36 @@ pub fn correlation(items: &[Item], key: &str) -> Option<CorrelationView> {
     })
 }
 
+impl RunView {
+    /// A run without comparisons of its own (absolute scores, a jury's ranking): no
+    /// threshold, bias or consistency figures, no diagnostics, scale or judges yet.
+    fn unpaired(
+        name: &str,
+        kind: RunKind,
+        score: &str,
+        human_key: Option<&str>,
+        correlation: Option<CorrelationView>,
+        contexts: Vec<RunContext>,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            kind,
+            score: score.to_string(),
+            human_key: human_key.map(str::to_string),
+            tau: None,
+            first_position_raw: None,
+            first_position: None,
+            consistency: None,
+            accuracy: None,
+            correlation,
+            diagnostics: None,
+            scale: None,
+            judges: None,
+            contexts,
+        }
+    }
+}
+
 impl RunContext {
     /// A context's scores with their ranks, nothing else yet.
     fn of_scores(scores: Vec<f64>) -> Self {
@@ -444,20 +474,15 @@ pub fn score_run(
     }
     let correlation = human_key.and_then(|key| correlation(&items, key));
     Ok(RunView {
-        name: name.to_string(),
-        kind: RunKind::Absolute,
-        score: score.to_string(),
-        human_key: human_key.map(str::to_string),
-        tau: None,
-        first_position_raw: None,
-        first_position: None,
-        consistency: None,
-        accuracy: None,
-        correlation,
-        diagnostics: None,
         scale,
-        judges: None,
-        contexts: runs_contexts,
+        ..RunView::unpaired(
+            name,
+            RunKind::Absolute,
+            score,
+            human_key,
+            correlation,
+            runs_contexts,
+        )
     })
 }
 
@@ -569,20 +594,15 @@ impl Report {
             .and_then(|key| correlation(&jury.correlation_items(contexts, key, None), key));
         let names: Vec<String> = jury.judges.iter().map(|j| j.name.clone()).collect();
         let mut runs = vec![RunView {
-            name: "jury".to_string(),
-            kind: RunKind::Jury,
-            score: score.to_string(),
-            human_key: human_key.map(str::to_string),
-            tau: None,
-            first_position_raw: None,
-            first_position: None,
-            consistency: None,
-            accuracy: None,
-            correlation,
-            diagnostics: None,
-            scale: None,
             judges: Some(names.clone()),
-            contexts: runs_contexts,
+            ..RunView::unpaired(
+                "jury",
+                RunKind::Jury,
+                score,
+                human_key,
+                correlation,
+                runs_contexts,
+            )
         }];
         let mut notes = Vec::new();
         for ((mut run, diagnostics), name) in judges.into_iter().zip(&names) {

@@ -23,8 +23,14 @@ use nlg_judge::report::{compare_run, Report};
 use serde_json::Value;
 
 /// A judge that prefers the candidate with the higher human coherence, leaning towards
-/// the first position: p_A = sigma(1.2 (h_A - h_B) + 1.5).
+/// the first position: p_A = sigma(1.2 (h_A - h_B) + 1.5), 90% of the mass on the labels.
 fn judge(contexts: &[Context]) -> MockScorer {
+    leaning_judge(contexts, 1.2, 1.5, 0.9)
+}
+
+/// A judge with p_A = sigma(weight (h_A - h_B) + lean) from the candidates' human
+/// coherence (3 without one), `mass` of the probability on the labels.
+fn leaning_judge(contexts: &[Context], weight: f64, lean: f64, mass: f64) -> MockScorer {
     let known: Vec<(String, f64)> = contexts
         .iter()
         .flat_map(|c| &c.candidates)
@@ -44,9 +50,9 @@ fn judge(contexts: &[Context]) -> MockScorer {
                 .map(|(_, h)| *h)
                 .ok_or_else(|| anyhow!("unknown candidate after {label}"))
         };
-        let p =
-            1.0 / (1.0 + (-(1.2 * (after("Summary A: ")? - after("Summary B: ")?) + 1.5)).exp());
-        Ok(vec![(0.9 * p).ln(), (0.9 * (1.0 - p)).ln()])
+        let x = weight * (after("Summary A: ")? - after("Summary B: ")?) + lean;
+        let p = 1.0 / (1.0 + (-x).exp());
+        Ok(vec![(mass * p).ln(), (mass * (1.0 - p)).ln()])
     })
 }
 
@@ -325,33 +331,6 @@ fn rubric_feedback_goes_in_as_text_in_html_and_markdown() {
     assert!(!report.to_markdown().contains("Feedback"));
 }
 
-/// A mock judge preferring the candidate with the higher `weight` x human coherence.
-fn leaning_judge(contexts: &[Context], weight: f64, lean: f64) -> MockScorer {
-    let known: Vec<(String, f64)> = contexts
-        .iter()
-        .flat_map(|c| &c.candidates)
-        .map(|c| {
-            (
-                c.text.clone(),
-                c.scores.get("coherence").copied().unwrap_or(3.0),
-            )
-        })
-        .collect();
-    MockScorer::new().with_labels(move |prompt, _| {
-        let after = |label: &str| -> Result<f64> {
-            let start = prompt.find(label).ok_or_else(|| anyhow!("no {label}"))? + label.len();
-            known
-                .iter()
-                .find(|(text, _)| prompt[start..].starts_with(text.as_str()))
-                .map(|(_, h)| *h)
-                .ok_or_else(|| anyhow!("unknown candidate after {label}"))
-        };
-        let x = weight * (after("Summary A: ")? - after("Summary B: ")?) + lean;
-        let p = 1.0 / (1.0 + (-x).exp());
-        Ok(vec![p.ln(), (1.0 - p).ln()])
-    })
-}
-
 #[test]
 fn a_jury_report_holds_its_ranking_each_judge_and_their_agreement() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/library.jsonl");
@@ -362,7 +341,7 @@ fn a_jury_report_holds_its_ranking_each_judge_and_their_agreement() {
     let results: Vec<_> = [(1.0, 0.0), (-0.5, 1.0)]
         .iter()
         .map(|&(weight, lean)| {
-            let mut judge = leaning_judge(&contexts, weight, lean);
+            let mut judge = leaning_judge(&contexts, weight, lean, 1.0);
             run_compare(&mut judge, &contexts, &options, None).unwrap()
         })
         .collect();
