@@ -10,8 +10,8 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
 use super::jury::{
-    format_jury, human_agreement, judge_args, jurors, weights as jury_weights, write_jury_run,
-    Juror, WeightsArg,
+    format_jury, human_agreement, judge_args, jurors, jury_facts, weights as jury_weights,
+    write_jury_run, Juror, WeightsArg,
 };
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
@@ -35,7 +35,7 @@ use crate::judge::rubric::{Rubric, RubricProtocol};
 use crate::judge::Task;
 use crate::rank::hybrid::DEFAULT_PRIOR_WEIGHT;
 use crate::rank::RankMethod;
-use crate::report::Report;
+use crate::report::{compare_run, Report};
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
 use crate::stats::report::{run_summary, RUN_RESAMPLES};
@@ -148,7 +148,9 @@ pub struct CompareArgs {
     /// Also write a report to open in a browser: one self-contained HTML file (nothing
     /// loaded from elsewhere) with the ranking of every context, each candidate's text,
     /// the P(A better than B) matrix in both orders, positional bias and consistency,
-    /// and the agreement with the human scores where the input has them.
+    /// and the agreement with the human scores where the input has them; for a jury, its
+    /// ranking beside each judge's run and the judges' agreement. A FILE.md gets the same
+    /// report as Markdown.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 
@@ -376,6 +378,18 @@ fn scores_name(args: &CompareArgs, result: &CompareResult) -> String {
     }
 }
 
+/// Write `page` to `path` (`--report`: the HTML page, or Markdown for a `.md` path);
+/// returns the `results:` line saying where it went.
+pub(crate) fn write_report(path: &Path, page: &Report) -> Result<String> {
+    let text = page.render_for(path)?;
+    write_file(path, |out| Ok(out.write_all(text.as_bytes())?))?;
+    Ok(if text.starts_with("<!DOCTYPE") {
+        format!("report to open in a browser: {}", path.display())
+    } else {
+        format!("report (Markdown): {}", path.display())
+    })
+}
+
 /// `OUT.diagnostics.json` beside `output`.
 pub(crate) fn diagnostics_path(output: &Path) -> PathBuf {
     let mut name = output.as_os_str().to_owned();
@@ -443,6 +457,7 @@ fn run_jury(
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut names = Vec::with_capacity(jurors.len());
     let mut results = Vec::with_capacity(jurors.len());
+    let mut models = Vec::with_capacity(jurors.len());
     for (name, model) in judge_args(&args.model, jurors) {
         eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
         let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
@@ -450,21 +465,65 @@ fn run_jury(
         require_every_candidate(&name, &set_aside).map_err(super::input_error)?;
         let result = run_compare(scorer.as_mut(), &kept, options, cache.as_ref())
             .with_context(|| format!("judge `{name}`"))?;
+        models.push(scorer.info().clone());
         names.push(name);
         results.push(result);
     }
     let refs: Vec<&CompareResult> = results.iter().collect();
-    let jury = combine_comparisons(
-        &names,
-        &refs,
-        &weights,
-        !crate::judge::diagnostics::both_orders(options.design),
-    )?;
+    let correct_bias = !crate::judge::diagnostics::both_orders(options.design);
+    let jury = combine_comparisons(&names, &refs, &weights, correct_bias)?;
     let diagnostics: Vec<Diagnostics> = results.iter().map(|r| r.diagnostics.clone()).collect();
     let mut report = format_jury(&jury, contexts, &diagnostics);
-    match results.iter().find_map(|r| r.human_key.clone()) {
-        Some(key) if args.correlate => report.push_str(&human_agreement(&jury, contexts, &key)),
+    let human_key = results.iter().find_map(|r| r.human_key.clone());
+    match &human_key {
+        Some(key) if args.correlate => report.push_str(&human_agreement(&jury, contexts, key)),
         _ => {}
+    }
+    let mut wrote = Vec::new();
+    if let Some(path) = &args.report {
+        let model_names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+        let mut facts = jury_facts(&args.input, &jury, &model_names);
+        facts.extend(
+            report_facts(args, options, &results[0], &models[0])
+                .into_iter()
+                .filter(|(what, _)| {
+                    ["attribute", "question", "template", "design", "seed"].contains(&what.as_str())
+                }),
+        );
+        facts.push((
+            "jury scores".to_string(),
+            format!(
+                "Product of Experts of every judge's comparisons{}",
+                if correct_bias {
+                    ", each judge's positional bias corrected first"
+                } else {
+                    ""
+                }
+            ),
+        ));
+        let judges = results
+            .iter()
+            .map(|r| {
+                let run = compare_run(r, contexts, rank_name(r.rank))?;
+                Ok((run, r.diagnostics.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let page = Report::from_jury(
+            &format!(
+                "{}: {} of {} context(s), a jury of {}",
+                file_name(&args.input),
+                options.attribute.name,
+                contexts.len(),
+                names.len()
+            ),
+            facts,
+            &jury,
+            contexts,
+            "jury score (Product of Experts)",
+            human_key.as_deref(),
+            judges,
+        )?;
+        wrote.push(write_report(path, &page)?);
     }
     let scores_line = "scores (context_id, candidate_id, score, rank, judges)";
     write_jury_run(
@@ -475,6 +534,15 @@ fn run_jury(
         args.output.as_deref(),
         cache_path.as_deref(),
         scores_line,
+        wrote,
+    )
+}
+
+/// A file's name (else its whole path), for report titles.
+pub(crate) fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().to_string(),
     )
 }
 
@@ -555,7 +623,6 @@ pub fn run(args: CompareArgs) -> Result<()> {
             let single_only = [
                 ("--rubric", rubric.is_some()),
                 ("--shard/--shards", shard.is_some()),
-                ("--report", args.report.is_some()),
                 ("--comparisons-out", args.comparisons_out.is_some()),
                 ("--design adaptive", args.design == Design::Adaptive),
                 ("--backend", args.model.backend.backend.is_some()),
@@ -714,8 +781,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
             rank_name(result.rank),
         )?
         .with_diagnostics(&result.diagnostics);
-        write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
-        wrote.push(format!("report to open in a browser: {}", path.display()));
+        wrote.push(write_report(path, &page)?);
     }
     match &cache_path {
         Some(path) => wrote.push(format!(

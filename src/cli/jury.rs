@@ -409,10 +409,32 @@ pub fn human_agreement(result: &JuryResult, contexts: &[Context], key: &str) -> 
     text
 }
 
+/// The report's first facts about a jury: the input, and each judge with its model and
+/// weight (`models[k]`: the model judge `k` loaded).
+pub fn jury_facts(input: &Path, jury: &JuryResult, models: &[String]) -> Vec<(String, String)> {
+    let judges: Vec<String> = jury
+        .judges
+        .iter()
+        .zip(models)
+        .map(|(judge, model)| {
+            if *model == judge.name {
+                format!("{} (weight {})", judge.name, trim(judge.weight))
+            } else {
+                format!("{} = {model} (weight {})", judge.name, trim(judge.weight))
+            }
+        })
+        .collect();
+    vec![
+        ("input".to_string(), input.display().to_string()),
+        ("judges".to_string(), judges.join(", ")),
+    ]
+}
+
 /// Write a jury's scores (to `output`, else standard output as JSONL) and, with an
 /// output file, its diagnostics sidecar; then print `report` with the `results:` lines
-/// (to standard error when the scores went to standard output). `scores_line` says
-/// what the scores file holds.
+/// (to standard error when the scores went to standard output), `more` among them.
+/// `scores_line` says what the scores file holds.
+#[allow(clippy::too_many_arguments)]
 pub fn write_jury_run(
     mut report: String,
     jury: &JuryResult,
@@ -421,6 +443,7 @@ pub fn write_jury_run(
     output: Option<&Path>,
     cache_path: Option<&str>,
     scores_line: &str,
+    more: Vec<String>,
 ) -> Result<()> {
     use std::io::Write as _;
     match output {
@@ -442,6 +465,9 @@ pub fn write_jury_run(
                 "results: {scores_line}: standard output, as JSONL\n"
             ));
         }
+    }
+    for line in more {
+        report.push_str(&format!("results: {line}\n"));
     }
     report.push_str(&match cache_path {
         Some(path) => format!("results: model answers cached (a rerun reuses them): {path}\n"),

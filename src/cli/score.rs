@@ -8,11 +8,11 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::cache_args::CacheArgs;
-use super::compare::{diagnostics_path, write_diagnostics, write_file};
+use super::compare::{diagnostics_path, file_name, write_diagnostics, write_file, write_report};
 use super::compare_table::format_score_tables;
 use super::jury::{
-    format_jury, human_agreement, judge_args, jurors, weights as jury_weights, write_jury_run,
-    Juror, WeightsArg,
+    format_jury, human_agreement, judge_args, jurors, jury_facts, weights as jury_weights,
+    write_jury_run, Juror, WeightsArg,
 };
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
@@ -32,7 +32,7 @@ use crate::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, RubricChoice, RubricRequest,
     ScoreMethod, ScoreOptions, ScoreRequest, ScoreRun, ScoreScale, Task,
 };
-use crate::report::Report;
+use crate::report::{score_run, Report};
 use crate::shard::fingerprint::file_sha256;
 use crate::shard::Fingerprint;
 use crate::stats::report::{run_summary, RUN_RESAMPLES};
@@ -154,7 +154,9 @@ pub struct ScoreArgs {
 
     /// Also write a report to open in a browser: one self-contained HTML file (nothing
     /// loaded from elsewhere) with every context's ranking, each candidate's text and
-    /// answer distribution, and the agreement with the human scores where they exist.
+    /// answer distribution, rubric grading's feedback, and the agreement with the human
+    /// scores where they exist; for a jury, its ranking beside each judge's run and the
+    /// judges' agreement. A FILE.md gets the same report as Markdown.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 
@@ -298,6 +300,7 @@ fn run_jury(
     let cache_path = cache.as_ref().map(|c| c.location().to_string());
     let mut names = Vec::with_capacity(jurors.len());
     let mut runs = Vec::with_capacity(jurors.len());
+    let mut models = Vec::with_capacity(jurors.len());
     for (name, model) in judge_args(&args.model, jurors) {
         eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
         let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
@@ -311,6 +314,7 @@ fn run_jury(
             cache.as_ref(),
         )
         .with_context(|| format!("judge `{name}`"))?;
+        models.push(scorer.info().name.clone());
         names.push(name);
         runs.push(run);
     }
@@ -320,6 +324,46 @@ fn run_jury(
     let mut report = format_jury(&jury, contexts, &diagnostics);
     if let (Some(key), true) = (human_key, args.correlate) {
         report.push_str(&human_agreement(&jury, contexts, key));
+    }
+    let mut wrote = Vec::new();
+    if let Some(path) = &args.report {
+        let mut facts = jury_facts(&args.input, &jury, &models);
+        facts.push((
+            "method".to_string(),
+            format!("{:?}", args.method).to_lowercase(),
+        ));
+        facts.push((
+            "jury scores".to_string(),
+            "the weighted mean of the judges' scores, each standardised over the run".to_string(),
+        ));
+        facts.push((
+            "human scores".to_string(),
+            human_key.unwrap_or("none").to_string(),
+        ));
+        let judges = runs
+            .iter()
+            .map(|run| {
+                let (name, score) = report_names(&run.method, options);
+                let view = score_run(&name, &score, &run.candidates, contexts, human_key)?;
+                Ok((view, run.diagnostics.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let attribute = report_names(&runs[0].method, options).0;
+        let page = Report::from_jury(
+            &format!(
+                "{}: {attribute} of {} context(s), a jury of {}",
+                file_name(&args.input),
+                contexts.len(),
+                names.len()
+            ),
+            facts,
+            &jury,
+            contexts,
+            "jury score (standardised)",
+            human_key,
+            judges,
+        )?;
+        wrote.push(write_report(path, &page)?);
     }
     let scores_line = "scores (context_id, candidate_id, score, rank, judges; the jury's score \
                        is the weighted mean of the judges' standardised scores)";
@@ -331,7 +375,28 @@ fn run_jury(
         args.output.as_deref(),
         cache_path.as_deref(),
         scores_line,
+        wrote,
     )
+}
+
+/// What a report calls a run's attribute and its scores.
+fn report_names(method: &ResolvedMethod, options: &ScoreOptions) -> (String, String) {
+    match method {
+        ResolvedMethod::Prompt { attribute, .. } => {
+            (attribute.name.clone(), "expected score".to_string())
+        }
+        ResolvedMethod::Geval { criteria, .. } => {
+            (criteria.name.clone(), "G-Eval score".to_string())
+        }
+        ResolvedMethod::Gptscore { .. } => (
+            options.attribute.clone(),
+            "GPTScore (mean log-prob)".to_string(),
+        ),
+        ResolvedMethod::Rubric(rubric) => (
+            rubric.rubric.name.clone(),
+            format!("rubric score ({} format)", rubric.protocol),
+        ),
+    }
 }
 
 /// A summary of the run for people.
@@ -369,7 +434,6 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         if jury.is_some() {
             let single_only = [
                 ("--shard/--shards", shard.is_some()),
-                ("--report", args.report.is_some()),
                 ("--steps-out", args.steps_out.is_some()),
                 ("--backend", args.model.backend.backend.is_some()),
             ];
@@ -471,22 +535,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     report.push_str(&summary(&run));
     let wanted = args.human_key.clone().unwrap_or(options.attribute.clone());
     if let Some(path) = &args.report {
-        let (name, score) = match &method {
-            ResolvedMethod::Prompt { attribute, .. } => {
-                (attribute.name.clone(), "expected score".to_string())
-            }
-            ResolvedMethod::Geval { criteria, .. } => {
-                (criteria.name.clone(), "G-Eval score".to_string())
-            }
-            ResolvedMethod::Gptscore { .. } => (
-                options.attribute.clone(),
-                "GPTScore (mean log-prob)".to_string(),
-            ),
-            ResolvedMethod::Rubric(rubric) => (
-                rubric.rubric.name.clone(),
-                format!("rubric score ({} format)", rubric.protocol),
-            ),
-        };
+        let (name, score) = report_names(&method, &options);
         let facts = vec![
             ("input".to_string(), args.input.display().to_string()),
             ("model".to_string(), scorer.info().name.clone()),
@@ -506,10 +555,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         ];
         let title = format!(
             "{}: {name} of {} context(s)",
-            args.input.file_name().map_or_else(
-                || args.input.display().to_string(),
-                |n| n.to_string_lossy().to_string()
-            ),
+            file_name(&args.input),
             contexts.len()
         );
         let page = Report::from_scores(
@@ -522,11 +568,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             human_key.as_deref(),
         )?
         .with_diagnostics(&run.diagnostics);
-        write_file(path, |out| Ok(out.write_all(page.to_html()?.as_bytes())?))?;
-        report.push_str(&format!(
-            "results: report to open in a browser: {}\n",
-            path.display()
-        ));
+        report.push_str(&format!("results: {}\n", write_report(path, &page)?));
     }
     match human_key {
         Some(key) if args.correlate => {

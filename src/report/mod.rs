@@ -3,17 +3,22 @@
 //! security policy forbids loading anything).
 //!
 //! - this module: what the report shows, as plain serialisable types, and builders from
-//!   the results of `compare` ([`Report::from_compare`]) and `score`
-//!   ([`Report::from_scores`]), plus sections of tables and figures for `reproduce` and
+//!   the results of `compare` ([`Report::from_compare`]), `score`
+//!   ([`Report::from_scores`]; rubric grading's feedback and format per candidate) and a
+//!   jury of either ([`Report::from_jury`]: the jury's ranking, each judge's own run, and
+//!   their agreement), plus sections of tables and figures for `reproduce` and
 //!   `dhp report` ([`Report::with_markdown`]);
 //! - [`html`]: the page: the data as escaped JSON, drawn by the inline script (summary
-//!   over contexts, one context at a time with its ranking, matrices and figures).
+//!   over contexts, one context at a time with its ranking, matrices and figures);
+//! - [`text`]: the same report as Markdown (`--report FILE.md`), every text escaped;
+//! - [`markdown`]: our Markdown reports as HTML sections (the other way round).
 //!
 //! Numbers are the ones the JSONL outputs write (scores and probabilities with 6
 //! decimals), so the report and the files agree exactly.
 
 pub mod html;
 pub mod markdown;
+pub mod text;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +27,9 @@ use serde::Serialize;
 
 use crate::data::Context;
 use crate::judge::diagnostics::Diagnostics;
+use crate::judge::jury::{Agreement, JudgeEntry, JuryResult};
 use crate::judge::pairwise::CompareResult;
+use crate::judge::rubric::FormatOutcome;
 use crate::judge::ScoredCandidate;
 use crate::rank::Rate;
 use crate::stats::{
@@ -44,8 +51,12 @@ pub struct Report {
     pub notes: Vec<String>,
     /// The input: contexts with their candidates' texts, shared by the runs.
     pub contexts: Vec<ContextView>,
-    /// Judgements of those contexts (one for `compare` and `score`).
+    /// Judgements of those contexts (one for `compare` and `score`; a jury's first, then
+    /// each judge's own).
     pub runs: Vec<RunView>,
+    /// A jury's judges, weights and agreement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jury: Option<JuryView>,
     /// Tables and figures of the run's own report (`reproduce`, `dhp report`), already
     /// HTML (escaped when made); not part of the data.
     #[serde(skip)]
@@ -109,6 +120,16 @@ pub struct CorrelationView {
 pub enum RunKind {
     Pairwise,
     Absolute,
+    /// A jury's combined ranking (its judges' own runs follow it).
+    Jury,
+}
+
+/// A jury's judges and how they agree.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JuryView {
+    /// Each judge's name and weight, in the jury's order.
+    pub judges: Vec<JudgeEntry>,
+    pub agreement: Agreement,
 }
 
 /// One judgement of every context.
@@ -133,6 +154,9 @@ pub struct RunView {
     pub diagnostics: Option<Diagnostics>,
     /// Absolute: the scale's scores, for the distributions.
     pub scale: Option<Vec<i64>>,
+    /// A jury's run: the judges' names, in the order of each context's `judge_scores`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judges: Option<Vec<String>>,
     pub contexts: Vec<RunContext>,
 }
 
@@ -158,6 +182,16 @@ pub struct RunContext {
     pub distributions: Option<Vec<Vec<f64>>>,
     /// How the adaptive design ended here.
     pub note: Option<String>,
+    /// Rubric grading with feedback: each candidate's feedback (the text before the
+    /// result marker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Vec<Option<String>>>,
+    /// Rubric grading with feedback: whether each feedback kept to the judge's format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formats: Option<Vec<Option<FormatOutcome>>>,
+    /// A jury's run: each judge's scores, `[judge][candidate]` (6 decimals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge_scores: Option<Vec<Vec<f64>>>,
 }
 
 /// A titled block of trusted HTML (made by [`markdown`] or the figure module).
@@ -260,6 +294,198 @@ pub fn correlation(items: &[Item], key: &str) -> Option<CorrelationView> {
     })
 }
 
+impl RunView {
+    /// A run without comparisons of its own (absolute scores, a jury's ranking): no
+    /// threshold, bias or consistency figures, no diagnostics, scale or judges yet.
+    fn unpaired(
+        name: &str,
+        kind: RunKind,
+        score: &str,
+        human_key: Option<&str>,
+        correlation: Option<CorrelationView>,
+        contexts: Vec<RunContext>,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            kind,
+            score: score.to_string(),
+            human_key: human_key.map(str::to_string),
+            tau: None,
+            first_position_raw: None,
+            first_position: None,
+            consistency: None,
+            accuracy: None,
+            correlation,
+            diagnostics: None,
+            scale: None,
+            judges: None,
+            contexts,
+        }
+    }
+}
+
+impl RunContext {
+    /// A context's scores with their ranks, nothing else yet.
+    fn of_scores(scores: Vec<f64>) -> Self {
+        Self {
+            ranks: crate::rank::ranks_from_scores(&scores),
+            scores,
+            human: None,
+            matrix: None,
+            first_position: None,
+            consistency: None,
+            accuracy: None,
+            spearman: None,
+            kendall: None,
+            distributions: None,
+            note: None,
+            feedback: None,
+            formats: None,
+            judge_scores: None,
+        }
+    }
+}
+
+/// The run of a `compare` result over `contexts` (the run's input, same order); `score`
+/// names the ranking method.
+pub fn compare_run(result: &CompareResult, contexts: &[Context], score: &str) -> Result<RunView> {
+    anyhow::ensure!(
+        result.contexts.len() == contexts.len()
+            && result
+                .contexts
+                .iter()
+                .zip(contexts)
+                .all(|(r, c)| r.context_id == c.id && r.scores.len() == c.candidates.len()),
+        "the results do not match the input's contexts"
+    );
+    let key = result.human_key.as_deref();
+    let mut runs_contexts = Vec::with_capacity(contexts.len());
+    for (scored, input) in result.contexts.iter().zip(contexts) {
+        let n = scored.scores.len();
+        let mut matrix = vec![-1; n * n];
+        for c in &scored.comparisons {
+            matrix[c.first * n + c.second] = millionths(c.p_a);
+        }
+        let scores: Vec<f64> = scored.scores.iter().map(|&s| six(s)).collect();
+        let human = human_of(input, key);
+        let (rho, tau) = within(&scores, human.as_ref());
+        runs_contexts.push(RunContext {
+            ranks: scored.ranks.clone(),
+            human,
+            matrix: Some(matrix),
+            first_position: Some(scored.first_position.into()),
+            consistency: Some(scored.consistency.into()),
+            accuracy: scored.accuracy.map(Fraction::from),
+            spearman: rho,
+            kendall: tau,
+            note: scored.adaptive.map(|run| {
+                format!(
+                    "adaptive design: {} comparisons in {} rounds; stopped: {}",
+                    scored.comparisons.len(),
+                    run.rounds,
+                    run.ending.describe()
+                )
+            }),
+            ..RunContext::of_scores(scores)
+        });
+    }
+    let correlation =
+        key.and_then(|key| correlation(&result.correlation_items(contexts, key), key));
+    Ok(RunView {
+        name: result
+            .score_field
+            .clone()
+            .or_else(|| result.human_key.clone())
+            .unwrap_or_else(|| "comparisons".to_string()),
+        kind: RunKind::Pairwise,
+        score: score.to_string(),
+        human_key: result.human_key.clone(),
+        tau: Some(result.tau),
+        first_position_raw: Some(result.first_position_raw.into()),
+        first_position: Some(result.first_position.into()),
+        consistency: Some(result.consistency.into()),
+        accuracy: result.accuracy.map(Fraction::from),
+        correlation,
+        diagnostics: None,
+        scale: None,
+        judges: None,
+        contexts: runs_contexts,
+    })
+}
+
+/// The run of a `score` result: `scored` in input order (contexts, then candidates),
+/// compared with the human scores `human_key` where given; rubric grading's feedback
+/// and format with each candidate.
+pub fn score_run(
+    name: &str,
+    score: &str,
+    scored: &[ScoredCandidate],
+    contexts: &[Context],
+    human_key: Option<&str>,
+) -> Result<RunView> {
+    let mut next = scored.iter();
+    let mut runs_contexts = Vec::with_capacity(contexts.len());
+    let mut items = Vec::new();
+    let mut scale: Option<Vec<i64>> = None;
+    for context in contexts {
+        let mut scores = Vec::with_capacity(context.candidates.len());
+        let mut distributions = Vec::new();
+        let mut feedback = Vec::with_capacity(context.candidates.len());
+        let mut formats = Vec::with_capacity(context.candidates.len());
+        for candidate in &context.candidates {
+            let result = next
+                .next()
+                .filter(|r| r.context_id == context.id && r.candidate_id == candidate.id)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the results do not match the input at context `{}`, candidate `{}`",
+                        context.id,
+                        candidate.id
+                    )
+                })?;
+            scores.push(result.score);
+            if let Some(d) = &result.distribution {
+                scale.get_or_insert_with(|| d.scores.clone());
+                distributions.push(d.normalised.iter().map(|&p| six(p)).collect());
+            }
+            feedback.push(result.feedback.clone());
+            formats.push(result.format);
+            if let Some(&human) = human_key.and_then(|k| candidate.scores.get(k)) {
+                items.push(Item {
+                    group: context.id.clone(),
+                    system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
+                    pred: result.score,
+                    human,
+                });
+            }
+        }
+        let human = human_of(context, human_key);
+        let (rho, tau) = within(&scores, human.as_ref());
+        let with_feedback = feedback.iter().any(Option::is_some);
+        runs_contexts.push(RunContext {
+            human,
+            spearman: rho,
+            kendall: tau,
+            distributions: (!distributions.is_empty()).then_some(distributions),
+            feedback: with_feedback.then_some(feedback),
+            formats: formats.iter().any(Option::is_some).then_some(formats),
+            ..RunContext::of_scores(scores)
+        });
+    }
+    let correlation = human_key.and_then(|key| correlation(&items, key));
+    Ok(RunView {
+        scale,
+        ..RunView::unpaired(
+            name,
+            RunKind::Absolute,
+            score,
+            human_key,
+            correlation,
+            runs_contexts,
+        )
+    })
+}
+
 impl Report {
     /// The report of a `compare` run over `contexts` (the run's input, same order).
     /// `score` names the ranking method ("win ratio").
@@ -270,51 +496,9 @@ impl Report {
         contexts: &[Context],
         score: &str,
     ) -> Result<Report> {
-        anyhow::ensure!(
-            result.contexts.len() == contexts.len()
-                && result
-                    .contexts
-                    .iter()
-                    .zip(contexts)
-                    .all(|(r, c)| r.context_id == c.id && r.scores.len() == c.candidates.len()),
-            "the results do not match the input's contexts"
-        );
-        let key = result.human_key.as_deref();
-        let mut runs_contexts = Vec::with_capacity(contexts.len());
-        for (scored, input) in result.contexts.iter().zip(contexts) {
-            let n = scored.scores.len();
-            let mut matrix = vec![-1; n * n];
-            for c in &scored.comparisons {
-                matrix[c.first * n + c.second] = millionths(c.p_a);
-            }
-            let scores: Vec<f64> = scored.scores.iter().map(|&s| six(s)).collect();
-            let human = human_of(input, key);
-            let (rho, tau) = within(&scores, human.as_ref());
-            runs_contexts.push(RunContext {
-                ranks: scored.ranks.clone(),
-                scores,
-                human,
-                matrix: Some(matrix),
-                first_position: Some(scored.first_position.into()),
-                consistency: Some(scored.consistency.into()),
-                accuracy: scored.accuracy.map(Fraction::from),
-                spearman: rho,
-                kendall: tau,
-                distributions: None,
-                note: scored.adaptive.map(|run| {
-                    format!(
-                        "adaptive design: {} comparisons in {} rounds; stopped: {}",
-                        scored.comparisons.len(),
-                        run.rounds,
-                        run.ending.describe()
-                    )
-                }),
-            });
-        }
-        let correlation =
-            key.and_then(|key| correlation(&result.correlation_items(contexts, key), key));
+        let run = compare_run(result, contexts, score)?;
         let mut notes = Vec::new();
-        if key.is_none() {
+        if run.human_key.is_none() {
             notes.push(
                 "No human scores match the attribute: no agreement figures (name the key with \
                  --human-key)."
@@ -326,31 +510,15 @@ impl Report {
             facts,
             notes,
             contexts: contexts_view(contexts),
-            runs: vec![RunView {
-                name: result
-                    .score_field
-                    .clone()
-                    .or_else(|| result.human_key.clone())
-                    .unwrap_or_else(|| "comparisons".to_string()),
-                kind: RunKind::Pairwise,
-                score: score.to_string(),
-                human_key: result.human_key.clone(),
-                tau: Some(result.tau),
-                first_position_raw: Some(result.first_position_raw.into()),
-                first_position: Some(result.first_position.into()),
-                consistency: Some(result.consistency.into()),
-                accuracy: result.accuracy.map(Fraction::from),
-                correlation,
-                diagnostics: None,
-                scale: None,
-                contexts: runs_contexts,
-            }],
+            runs: vec![run],
+            jury: None,
             sections: Vec::new(),
         })
     }
 
     /// The report of a `score` run: `scored` in input order (contexts, then candidates),
-    /// compared with the human scores `human_key` where given.
+    /// compared with the human scores `human_key` where given. Rubric grading's feedback
+    /// and format come with each candidate.
     pub fn from_scores(
         title: &str,
         facts: Vec<(String, String)>,
@@ -360,76 +528,108 @@ impl Report {
         contexts: &[Context],
         human_key: Option<&str>,
     ) -> Result<Report> {
-        let mut next = scored.iter();
-        let mut runs_contexts = Vec::with_capacity(contexts.len());
-        let mut items = Vec::new();
-        let mut scale: Option<Vec<i64>> = None;
-        for context in contexts {
-            let mut scores = Vec::with_capacity(context.candidates.len());
-            let mut distributions = Vec::new();
-            for candidate in &context.candidates {
-                let result = next
-                    .next()
-                    .filter(|r| r.context_id == context.id && r.candidate_id == candidate.id)
-                    .ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "the results do not match the input at context `{}`, candidate `{}`",
-                            context.id,
-                            candidate.id
-                        )
-                    })?;
-                scores.push(result.score);
-                if let Some(d) = &result.distribution {
-                    scale.get_or_insert_with(|| d.scores.clone());
-                    distributions.push(d.normalised.iter().map(|&p| six(p)).collect());
-                }
-                if let Some(&human) = human_key.and_then(|k| candidate.scores.get(k)) {
-                    items.push(Item {
-                        group: context.id.clone(),
-                        system: candidate.system_id.clone().unwrap_or(candidate.id.clone()),
-                        pred: result.score,
-                        human,
-                    });
-                }
-            }
-            let ranks = crate::rank::ranks_from_scores(&scores);
-            let human = human_of(context, human_key);
-            let (rho, tau) = within(&scores, human.as_ref());
-            runs_contexts.push(RunContext {
-                scores,
-                ranks,
-                human,
-                matrix: None,
-                first_position: None,
-                consistency: None,
-                accuracy: None,
-                spearman: rho,
-                kendall: tau,
-                distributions: (!distributions.is_empty()).then_some(distributions),
-                note: None,
-            });
-        }
-        let correlation = human_key.and_then(|key| correlation(&items, key));
         Ok(Report {
             title: title.to_string(),
             facts,
             notes: Vec::new(),
             contexts: contexts_view(contexts),
-            runs: vec![RunView {
-                name: name.to_string(),
-                kind: RunKind::Absolute,
-                score: score.to_string(),
-                human_key: human_key.map(str::to_string),
-                tau: None,
-                first_position_raw: None,
-                first_position: None,
-                consistency: None,
-                accuracy: None,
+            runs: vec![score_run(name, score, scored, contexts, human_key)?],
+            jury: None,
+            sections: Vec::new(),
+        })
+    }
+
+    /// The report of a jury over `contexts`: the jury's ranking first (named `jury`, its
+    /// scores described by `score`, compared with the human scores `human_key`), then
+    /// each judge's own run ([`compare_run`], [`score_run`]) with its diagnostics, whose
+    /// warnings become notes naming the judge; the judges' weights and agreement.
+    pub fn from_jury(
+        title: &str,
+        facts: Vec<(String, String)>,
+        jury: &JuryResult,
+        contexts: &[Context],
+        score: &str,
+        human_key: Option<&str>,
+        judges: Vec<(RunView, Diagnostics)>,
+    ) -> Result<Report> {
+        anyhow::ensure!(
+            jury.contexts.len() == contexts.len()
+                && jury.contexts.iter().zip(contexts).all(|(j, c)| {
+                    j.context_id == c.id
+                        && j.candidate_ids.len() == c.candidates.len()
+                        && j.candidate_ids
+                            .iter()
+                            .zip(&c.candidates)
+                            .all(|(id, k)| *id == k.id)
+                }),
+            "the jury's results do not match the input's contexts"
+        );
+        anyhow::ensure!(
+            judges.len() == jury.judges.len(),
+            "{} judge runs for {} judges",
+            judges.len(),
+            jury.judges.len()
+        );
+        let mut runs_contexts = Vec::with_capacity(contexts.len());
+        for (combined, input) in jury.contexts.iter().zip(contexts) {
+            let scores: Vec<f64> = combined.scores.iter().map(|&s| six(s)).collect();
+            let human = human_of(input, human_key);
+            let (rho, tau) = within(&scores, human.as_ref());
+            runs_contexts.push(RunContext {
+                ranks: combined.ranks.clone(),
+                human,
+                spearman: rho,
+                kendall: tau,
+                judge_scores: Some(
+                    combined
+                        .judge_scores
+                        .iter()
+                        .map(|judge| judge.iter().map(|&s| six(s)).collect())
+                        .collect(),
+                ),
+                ..RunContext::of_scores(scores)
+            });
+        }
+        let correlation = human_key
+            .and_then(|key| correlation(&jury.correlation_items(contexts, key, None), key));
+        let names: Vec<String> = jury.judges.iter().map(|j| j.name.clone()).collect();
+        let mut runs = vec![RunView {
+            judges: Some(names.clone()),
+            ..RunView::unpaired(
+                "jury",
+                RunKind::Jury,
+                score,
+                human_key,
                 correlation,
-                diagnostics: None,
-                scale,
-                contexts: runs_contexts,
-            }],
+                runs_contexts,
+            )
+        }];
+        let mut notes = Vec::new();
+        for ((mut run, diagnostics), name) in judges.into_iter().zip(&names) {
+            for check in diagnostics.checks.iter().filter(|c| c.is_warning()) {
+                let mut note = format!(
+                    "Judge {name}: diagnostics, {}: {}.",
+                    check.name, check.message
+                );
+                if let Some(remedy) = &check.remedy {
+                    note.push_str(&format!(" Remedy: {remedy}."));
+                }
+                notes.push(note);
+            }
+            run.name = name.clone();
+            run.diagnostics = Some(diagnostics);
+            runs.push(run);
+        }
+        Ok(Report {
+            title: title.to_string(),
+            facts,
+            notes,
+            contexts: contexts_view(contexts),
+            runs,
+            jury: Some(JuryView {
+                judges: jury.judges.clone(),
+                agreement: jury.agreement.clone(),
+            }),
             sections: Vec::new(),
         })
     }
@@ -449,6 +649,7 @@ impl Report {
             notes: Vec::new(),
             contexts: Vec::new(),
             runs: Vec::new(),
+            jury: None,
             sections: markdown::sections(text, figures),
         }
     }
@@ -477,10 +678,27 @@ impl Report {
         html::render(self)
     }
 
-    /// Write the page to `path`.
+    /// The report as Markdown ([`text`]).
+    pub fn to_markdown(&self) -> String {
+        text::render(self)
+    }
+
+    /// The report in the format `path` names: Markdown for `.md`, else the HTML page.
+    pub fn render_for(&self, path: &std::path::Path) -> Result<String> {
+        let markdown = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("md"));
+        if markdown {
+            Ok(self.to_markdown())
+        } else {
+            self.to_html()
+        }
+    }
+
+    /// Write the page (or its Markdown, for a `.md` path) to `path`.
     pub fn write(&self, path: &std::path::Path) -> Result<()> {
         use anyhow::Context as _;
-        std::fs::write(path, self.to_html()?)
+        std::fs::write(path, self.render_for(path)?)
             .with_context(|| format!("cannot write {}", path.display()))
     }
 }

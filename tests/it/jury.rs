@@ -306,8 +306,15 @@ fn a_jury_through_the_command_line() {
             "the jury file gives weights",
         ),
         (
-            vec!["--model", "mock", "--model", "mock", "--report", "r.html"],
-            "--report takes one judge",
+            vec![
+                "--model",
+                "mock",
+                "--model",
+                "mock",
+                "--comparisons-out",
+                "c.jsonl",
+            ],
+            "--comparisons-out takes one judge",
         ),
     ] {
         let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))

@@ -8,6 +8,14 @@
   const tip = document.getElementById("tooltip");
   const hasSections = document.getElementById("sections") !== null;
   const PAGE = 100; // context table rows per page
+  // What each rubric format outcome means (the badge's tooltip).
+  const FORMATS = {
+    kept: "kept to the format: the result marker once, then a score",
+    "no-score": "wrote the result marker without a score of the scale after it",
+    repeated: "wrote the result marker more than once (the score is read after the first)",
+    missing: "never wrote the result marker (appended after the feedback; the score is read there)",
+    cut: "cut at the token limit before the marker (appended; the score is read there)",
+  };
 
   // ---------- small helpers ----------
   function h(tag, props, ...kids) {
@@ -336,6 +344,8 @@
       kpis.append(kpi("Order consistency", pct(R.consistency), R.consistency ? `${R.consistency[0]} of ${R.consistency[1]} pairs agree in both orders` : ""));
       if (R.accuracy) kpis.append(kpi("Pairwise accuracy", pct(R.accuracy), `${R.accuracy[0]} of ${R.accuracy[1]} comparisons as the humans`));
     }
+    const fmtCheck = R.diagnostics && R.diagnostics.checks.find((c) => c.name === "format");
+    if (fmtCheck) kpis.append(kpi("Kept to the format", fmt(fmtCheck.value, 3), `share of feedbacks with the result marker once, then a score (${fmtCheck.count} feedbacks)`, fmtCheck.status === "warn"));
     const C = R.correlation;
     if (C) {
       const ci = (c) => (C.no_interval ? C.no_interval : c.ci ? `95% CI [${fmt(c.ci[0], 3)}, ${fmt(c.ci[1], 3)}]` : "no interval");
@@ -347,6 +357,7 @@
       h("section", { class: "card" }, h("h2", { text: "The run" }), facts),
       h("section", { class: "card" }, h("h2", { text: "Key numbers" }), kpis,
         C ? h("p", { class: "caption", text: `Agreement with the human scores "${C.key}": correlation within each context, averaged over ${C.groups} context(s)${C.groups_skipped ? ` (${C.groups_skipped} skipped: equal human scores)` : ""}; ${C.no_interval ? "" : `intervals from ${C.resamples} bootstrap resamples of the contexts.`}` }) : null)));
+    if (D.jury) page.push(juryCard());
     const charts = h("div", { class: "grid" });
     page.push(charts);
     page.push(contextsTable());
@@ -398,6 +409,29 @@
       }
     }
     fills.forEach((f) => f());
+  }
+
+  // A jury's judges, weights and agreement matrices.
+  function juryCard() {
+    const J = D.jury, names = J.judges.map((j) => j.name);
+    const matrix = (title, rows, explain) => h("div", null, h("h3", { text: title }), h("p", { class: "explain", text: explain }),
+      h("div", { class: "table-wrap" }, h("table", { class: "agree" },
+        h("thead", null, h("tr", null, h("th", null), names.map((n) => h("th", { class: "num", text: n })))),
+        h("tbody", null, rows.map((row, a) => h("tr", null, h("th", { text: names[a] }),
+          row.map((v, b) => h("td", { class: "num" + (a === b ? " self" : ""), text: v === null ? "–" : fmt(v, 3) }))))))));
+    const weights = h("table", { class: "agree" }, h("thead", null, h("tr", null, h("th", { text: "judge" }), h("th", { class: "num", text: "weight" }), h("th", { text: "its own run" }))),
+      h("tbody", null, J.judges.map((j) => {
+        const k = D.runs.findIndex((r) => r.name === j.name);
+        return h("tr", null, h("td", { class: "id", text: j.name }), h("td", { class: "num", text: fmt(j.weight, 3) }),
+          h("td", null, k >= 0 ? h("a", { href: "#", text: "open", onclick: (e) => { e.preventDefault(); go({ view: "summary", run: k }); } }) : "–"));
+      })));
+    const card = h("section", { class: "card" }, h("h2", { text: `The jury: ${names.length} judges` }),
+      h("p", { class: "explain", text: "Each judge judged every candidate on its own; the jury's ranking combines them. Pick a judge under \"Judgement\" (or open it here) to see its own run and diagnostics." }),
+      h("div", { class: "table-wrap" }, weights),
+      h("div", { class: "grid two" },
+        matrix("Agreement (Spearman)", J.agreement.spearman, "Spearman's correlation between two judges' scores within each context, averaged over the contexts. –: undefined."),
+        J.agreement.kappa ? matrix("Agreement of decisions (Cohen's kappa)", J.agreement.kappa, "Cohen's kappa of the two judges' decisions (each at its own threshold) on the comparisons both made. –: undefined (one decision throughout).") : null));
+    return card;
   }
 
   function contextsTable() {
@@ -573,27 +607,41 @@
     // Ranking.
     const maxScore = Math.max(...r.scores), minScore = Math.min(0, ...r.scores);
     const body = h("tbody");
-    const cols = 4 + (r.human ? 1 : 0) + (r.distributions ? 1 : 0);
+    const judges = R.judges && r.judge_scores ? R.judges : [];
+    const feedback = r.feedback || null, formats = r.formats || null;
+    const cols = 4 + (r.human ? 1 : 0) + (r.distributions ? 1 : 0) + judges.length + (feedback ? 1 : 0);
+    const badge = (f) => (f ? h("span", { class: "badge" + (f === "kept" ? "" : " warn"), title: FORMATS[f] || f, text: f }) : null);
     order.forEach((i) => {
       const cand = ctx.candidates[i];
       const share = maxScore > minScore ? (r.scores[i] - minScore) / (maxScore - minScore) : 0;
-      const detail = h("tr", { class: "detail", style: "display:none" }, h("td", { colspan: cols + 1 }, h("pre", { class: "text", text: cand.text })));
+      const said = feedback ? feedback[i] : null;
+      const detail = h("tr", { class: "detail", style: "display:none" }, h("td", { colspan: cols },
+        feedback ? h("h4", { text: "Candidate" }) : null,
+        h("pre", { class: "text", text: cand.text }),
+        feedback ? [h("h4", null, "The judge's feedback ", badge(formats && formats[i])),
+          h("pre", { class: "text feedback", text: said && said.trim() ? said : "(no feedback written before the result marker)" })] : null));
       const row = h("tr", { class: "row" + (r.ranks[i] === 1 ? " rank1" : ""), onclick: () => { detail.style.display = detail.style.display === "none" ? "" : "none"; } },
         h("td", { class: "num", text: r.ranks[i] % 1 ? fmt(r.ranks[i], 1) : String(r.ranks[i]) }),
         h("td", { class: "id" }, cand.id, cand.system && cand.system !== cand.id ? h("div", { class: "muted", text: cand.system }) : null),
         h("td", { class: "num" }, h("span", { class: "bar hide-narrow", style: `width:${Math.round(share * 60)}px` }), fmt(r.scores[i])),
+        judges.map((_, j) => h("td", { class: "num", text: fmt(r.judge_scores[j][i]) })),
         r.human ? h("td", { class: "num", text: fmt(r.human[i], 2) }) : null,
         r.distributions ? h("td", null, distribution(r.distributions[i], R.scale)) : null,
+        feedback ? h("td", { class: "fb hide-narrow" }, badge(formats && formats[i]), h("span", { class: "fb-text", text: (said || "").replace(/\s+/g, " ").trim() || "–" })) : null,
         h("td", { class: "preview", text: cand.text.replace(/\s+/g, " ").trim() }));
       body.append(row, detail);
     });
     const showAll = h("button", { text: "Show every text", onclick: () => { const rows = body.querySelectorAll("tr.detail"); const open = showAll.textContent.startsWith("Show"); rows.forEach((d) => { d.style.display = open ? "" : "none"; }); showAll.textContent = open ? "Hide the texts" : "Show every text"; } });
+    const explain = `Best first, by ${R.score}.` + (judges.length ? " Each judge's own score beside the jury's." : "") +
+      (feedback ? " Click a row to read the candidate and the judge's whole feedback." : " Click a row to read the candidate.");
     const ranking = h("section", { class: "card" }, h("h2", { text: "Ranking" }),
-      h("p", { class: "explain", text: `Best first, by ${R.score}. Click a row to read the candidate.` }),
+      h("p", { class: "explain", text: explain }),
       h("div", { class: "table-wrap" }, h("table", null, h("thead", null, h("tr", null,
         h("th", { class: "num", text: "rank" }), h("th", { text: "candidate" }), h("th", { class: "num", text: R.score }),
+        judges.map((name) => h("th", { class: "num judge", title: name, text: name })),
         r.human ? h("th", { class: "num", text: `human ${R.human_key}` }) : null,
-        r.distributions ? h("th", { text: "P(score)" }) : null, h("th", { text: "text" }))), body)), showAll);
+        r.distributions ? h("th", { text: "P(score)" }) : null,
+        feedback ? h("th", { class: "hide-narrow", text: "feedback" }) : null, h("th", { text: "text" }))), body)), showAll);
     page.push(ranking);
     const figures = h("div", { class: "grid" });
     page.push(figures);
