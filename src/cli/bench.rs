@@ -254,6 +254,8 @@ fn agreement_line(agreement: &Agreement) -> String {
 fn json_summary(result: &PairwiseBench) -> serde_json::Value {
     let naive = result.run(Strategy::Naive);
     let tree = result.run(Strategy::Tree);
+    let split = tree.and_then(|r| r.time_split);
+    let fractions = split.map(|s| s.fractions());
     serde_json::json!({
         "docs": result.docs,
         "comparisons": result.comparisons,
@@ -292,6 +294,12 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "ops_per_layer_pass_max": tree.and_then(|r| r.ops_per_layer_pass_max),
         "uploads_tree": tree.and_then(|r| r.uploads),
         "downloads_tree": tree.and_then(|r| r.downloads),
+        "seconds_products_tree": split.map(|s| s.products),
+        "seconds_attention_tree": split.map(|s| s.attention),
+        "seconds_rest_tree": split.map(|s| s.rest),
+        "fraction_products_tree": fractions.map(|f| f[0]),
+        "fraction_attention_tree": fractions.map(|f| f[1]),
+        "fraction_rest_tree": fractions.map(|f| f[2]),
     })
 }
 
@@ -363,6 +371,22 @@ fn table(result: &PairwiseBench, model: &str) -> String {
                 .unwrap_or_else(|| "-".into())
         ));
     }
+    for run in &result.runs {
+        if let Some(split) = &run.time_split {
+            let [products, attention, rest] = split.fractions();
+            out.push_str(&format!(
+                "{} time: layers' products {:.2} s ({:.1}%), attention kernel {:.2} s ({:.1}%), \
+                 rest {:.2} s ({:.1}%: norms, rotary, gating, head, bookkeeping)\n",
+                run.strategy,
+                split.products,
+                100.0 * products,
+                split.attention,
+                100.0 * attention,
+                split.rest,
+                100.0 * rest,
+            ));
+        }
+    }
     if let (Some(naive), Some(tree)) = (result.run(Strategy::Naive), result.run(Strategy::Tree)) {
         out.push_str(&format!(
             "tree/naive: tokens 1/{:.2}, wall time 1/{:.2}; largest |p_tree - p_naive| = {:.2e}\n",
@@ -395,6 +419,11 @@ mod tests {
             ops_per_layer_pass_max: Some(30),
             uploads: Some(17),
             downloads: Some(4),
+            time_split: (strategy == "tree").then_some(crate::bench::pairwise::TimeSplit {
+                products: 1.0,
+                attention: 0.5,
+                rest: 0.5,
+            }),
             p_a: Vec::new(),
         }
     }
@@ -457,6 +486,12 @@ mod tests {
         assert_eq!(json["peak_amx_gflops"], 6400.0);
         assert_eq!(json["peak_bf16_dot_gflops"], 128.0);
         assert_eq!(json["fraction_of_bf16_dot_peak_tree"], 0.0625);
+        assert_eq!(json["seconds_products_tree"], 1.0);
+        assert_eq!(json["seconds_attention_tree"], 0.5);
+        assert_eq!(json["seconds_rest_tree"], 0.5);
+        assert_eq!(json["fraction_products_tree"], 0.5);
+        assert_eq!(json["fraction_attention_tree"], 0.25);
+        assert_eq!(json["fraction_rest_tree"], 0.25);
         let text = table(&result, "m");
         assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
         assert!(text.contains(
@@ -468,5 +503,10 @@ mod tests {
             .find(|l| l.starts_with("tree "))
             .expect("a tree row");
         assert!(tree_row.contains("     8.0    25.0 "), "{tree_row}");
+        assert!(text.contains(
+            "tree time: layers' products 1.00 s (50.0%), attention kernel 0.50 s (25.0%), \
+             rest 0.50 s (25.0%"
+        ));
+        assert!(!text.contains("naive time:"), "no split recorded for naive");
     }
 }

@@ -17,6 +17,7 @@ pub mod level_ops;
 mod load;
 pub mod rope;
 mod segment;
+pub mod time_split;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -17,6 +17,7 @@ use nlg_judge_kernels::attention::{
     RowGroup as KernelGroup, Segment,
 };
 
+use super::time_split::{timed, Part};
 use super::{GroupPlan, LlamaConfig, RowGroup};
 
 /// Buffers of the attention path, grown to the largest pass seen and then reused.
@@ -211,14 +212,16 @@ pub(super) fn attend_into(
             segment_at += group.prefix.len();
             offset += n;
         }
-        segment_attention_masked(
-            dims,
-            scale,
-            masking,
-            &kernel_groups,
-            &ws.queries[..tokens * q_width],
-            out,
-        )?;
+        timed(Part::Attention, || {
+            segment_attention_masked(
+                dims,
+                scale,
+                masking,
+                &kernel_groups,
+                &ws.queries[..tokens * q_width],
+                out,
+            )
+        })?;
         drop(kernel_groups);
 
         if let Some(new_kv) = new_kv {
