@@ -25,10 +25,12 @@
 //! `(tokens, heads * head_dim)`; a group's own keys/values right-padded,
 //! `(rows, kv_heads, stride, head_dim)`, as they are kept for the next pass.
 
+mod amx;
 pub(crate) mod exp;
 mod rope;
 mod tile;
 
+pub use amx::{segment_attention_tiles, tiles_available};
 pub use rope::{split_rotate, RopeTables};
 
 use crate::cpu::CpuFeatures;
