@@ -199,6 +199,10 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         summary["cpu_level"] = serde_json::json!(std::env::var(nlg_judge_kernels::cpu::ENV).ok());
         summary["amx_unavailable"] =
             serde_json::json!(nlg_judge_kernels::gemm::amx::status().reason);
+        // Whether the segment attention's products ran on AMX tiles (bf16 where the
+        // tiles run), else the f32 vector kernel.
+        summary["attention_on_tiles"] =
+            serde_json::json!(scorer.model().attention_tiles().is_some());
         summary["agreement"] = serde_json::to_value(&compared)?;
         println!("{}", serde_json::to_string(&summary)?);
     } else {

@@ -172,6 +172,7 @@ fn run_pass(
         }
         segment::attend_into(
             dims,
+            model.attention_tiles(),
             model.rope_of(index).cpu_tables(c.rope_interleaved),
             c.attention_scale as f32,
             model.masking(index),
