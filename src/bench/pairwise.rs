@@ -63,18 +63,32 @@ pub struct TimeSplit {
     pub products: f64,
     pub attention: f64,
     pub rest: f64,
+    /// GFLOP/s of each part alone: the layers' products' flops (as in
+    /// `effective_gflops`) over their seconds, and attention's two products' flops (as
+    /// in `achieved_gflops`) over the kernel's seconds; `None` for a part never timed.
+    pub products_gflops: Option<f64>,
+    pub attention_gflops: Option<f64>,
 }
 
 impl TimeSplit {
-    /// The split of a run of `seconds` whose recording summed `recorded`; `None` when
+    /// The split of a run of `seconds` whose recording summed `recorded`, with the
+    /// products' and attention's floating-point operations of the run; `None` when
     /// nothing was recorded (no product ran on the buffer path).
-    pub fn of(seconds: f64, recorded: crate::arch::llama::time_split::Split) -> Option<Self> {
+    pub fn of(
+        seconds: f64,
+        recorded: crate::arch::llama::time_split::Split,
+        product_flops: f64,
+        attention_flops: f64,
+    ) -> Option<Self> {
         let products = recorded.products.as_secs_f64();
         let attention = recorded.attention.as_secs_f64();
+        let rate = |flops: f64, seconds: f64| (seconds > 0.0).then(|| flops / seconds / 1e9);
         (products > 0.0).then(|| TimeSplit {
             products,
             attention,
             rest: (seconds - products - attention).max(0.0),
+            products_gflops: rate(product_flops, products),
+            attention_gflops: rate(attention_flops, attention),
         })
     }
 
@@ -353,7 +367,12 @@ pub fn bench_pairwise(
             ops_per_layer_pass_max: counted.then_some(stats.ops_per_layer_pass_max),
             uploads: counted.then_some(stats.uploads),
             downloads: counted.then_some(stats.downloads),
-            time_split: TimeSplit::of(seconds, recorded),
+            time_split: TimeSplit::of(
+                seconds,
+                recorded,
+                flops_per_token * stats.tokens as f64,
+                flops_per_key * stats.attended_keys as f64,
+            ),
             p_a,
         });
     }
@@ -478,14 +497,18 @@ mod tests {
             products: Duration::from_secs(6),
             attention: Duration::from_secs(3),
         };
-        let split = TimeSplit::of(10.0, recorded).expect("products were recorded");
+        let split = TimeSplit::of(10.0, recorded, 12e9, 1.5e9).expect("products were recorded");
         assert_eq!(
             (split.products, split.attention, split.rest),
             (6.0, 3.0, 1.0)
         );
         assert_eq!(split.fractions(), [0.6, 0.3, 0.1]);
+        assert_eq!(
+            (split.products_gflops, split.attention_gflops),
+            (Some(2.0), Some(0.5))
+        );
         // Nothing on the buffer path: no split rather than a run of pure "rest".
-        assert_eq!(TimeSplit::of(10.0, Split::default()), None);
+        assert_eq!(TimeSplit::of(10.0, Split::default(), 12e9, 1.5e9), None);
     }
 
     #[test]
