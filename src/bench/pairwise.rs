@@ -45,9 +45,58 @@ pub struct StrategyRun {
     pub ops_per_layer_pass_max: Option<usize>,
     pub uploads: Option<usize>,
     pub downloads: Option<usize>,
+    /// How the run's seconds divide between the layers' products, the attention kernel
+    /// and the rest; `None` where the passes did not run on the buffer path (a GPU, the
+    /// level plan, tensor-path models), which is the only one timed.
+    pub time_split: Option<TimeSplit>,
     /// `p(A)` of every comparison, in plan order.
     #[serde(skip)]
     pub p_a: Vec<f64>,
+}
+
+/// Where a run's wall time went (see `arch::llama::time_split`): seconds in the layers'
+/// matrix products, in the segment-attention kernel (`Q K^T`, the online softmax, `P V`),
+/// and the rest of the run (norms, rotary embedding, gating, the output head, the trie's
+/// and the scorer's bookkeeping).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TimeSplit {
+    pub products: f64,
+    pub attention: f64,
+    pub rest: f64,
+    /// GFLOP/s of each part alone: the layers' products' flops (as in
+    /// `effective_gflops`) over their seconds, and attention's two products' flops (as
+    /// in `achieved_gflops`) over the kernel's seconds; `None` for a part never timed.
+    pub products_gflops: Option<f64>,
+    pub attention_gflops: Option<f64>,
+}
+
+impl TimeSplit {
+    /// The split of a run of `seconds` whose recording summed `recorded`, with the
+    /// products' and attention's floating-point operations of the run; `None` when
+    /// nothing was recorded (no product ran on the buffer path).
+    pub fn of(
+        seconds: f64,
+        recorded: crate::arch::llama::time_split::Split,
+        product_flops: f64,
+        attention_flops: f64,
+    ) -> Option<Self> {
+        let products = recorded.products.as_secs_f64();
+        let attention = recorded.attention.as_secs_f64();
+        let rate = |flops: f64, seconds: f64| (seconds > 0.0).then(|| flops / seconds / 1e9);
+        (products > 0.0).then(|| TimeSplit {
+            products,
+            attention,
+            rest: (seconds - products - attention).max(0.0),
+            products_gflops: rate(product_flops, products),
+            attention_gflops: rate(attention_flops, attention),
+        })
+    }
+
+    /// The three parts as fractions of their sum.
+    pub fn fractions(&self) -> [f64; 3] {
+        let total = self.products + self.attention + self.rest;
+        [self.products, self.attention, self.rest].map(|part| part / total)
+    }
 }
 
 /// The benchmark's result.
@@ -272,6 +321,7 @@ pub fn bench_pairwise(
         scorer.set_settings(settings);
         scorer.reset_stats();
         reset_peak_rss();
+        crate::arch::llama::time_split::start();
         let start = Instant::now();
         // The calls `compare` makes: one for all documents where the scorer batches
         // across contexts (the level plan: one trie for the run), else one per document.
@@ -293,6 +343,7 @@ pub fn bench_pairwise(
             offset += length;
         }
         let seconds = start.elapsed().as_secs_f64();
+        let recorded = crate::arch::llama::time_split::finish();
         if let Some(missing) = p_a.iter().position(|p| p.is_nan()) {
             bail!("the {strategy:?} run gave no result for comparison {missing}");
         }
@@ -316,6 +367,12 @@ pub fn bench_pairwise(
             ops_per_layer_pass_max: counted.then_some(stats.ops_per_layer_pass_max),
             uploads: counted.then_some(stats.uploads),
             downloads: counted.then_some(stats.downloads),
+            time_split: TimeSplit::of(
+                seconds,
+                recorded,
+                flops_per_token * stats.tokens as f64,
+                flops_per_key * stats.attended_keys as f64,
+            ),
             p_a,
         });
     }
@@ -430,6 +487,28 @@ mod tests {
             }],
             p_first,
         }
+    }
+
+    #[test]
+    fn a_time_split_is_its_parts_and_the_rest() {
+        use crate::arch::llama::time_split::Split;
+        use std::time::Duration;
+        let recorded = Split {
+            products: Duration::from_secs(6),
+            attention: Duration::from_secs(3),
+        };
+        let split = TimeSplit::of(10.0, recorded, 12e9, 1.5e9).expect("products were recorded");
+        assert_eq!(
+            (split.products, split.attention, split.rest),
+            (6.0, 3.0, 1.0)
+        );
+        assert_eq!(split.fractions(), [0.6, 0.3, 0.1]);
+        assert_eq!(
+            (split.products_gflops, split.attention_gflops),
+            (Some(2.0), Some(0.5))
+        );
+        // Nothing on the buffer path: no split rather than a run of pure "rest".
+        assert_eq!(TimeSplit::of(10.0, Split::default(), 12e9, 1.5e9), None);
     }
 
     #[test]

@@ -199,6 +199,10 @@ fn pairwise(args: PairwiseArgs) -> Result<()> {
         summary["cpu_level"] = serde_json::json!(std::env::var(nlg_judge_kernels::cpu::ENV).ok());
         summary["amx_unavailable"] =
             serde_json::json!(nlg_judge_kernels::gemm::amx::status().reason);
+        // Whether the segment attention's products ran on AMX tiles (bf16 where the
+        // tiles run), else the f32 vector kernel.
+        summary["attention_on_tiles"] =
+            serde_json::json!(scorer.model().attention_tiles().is_some());
         summary["agreement"] = serde_json::to_value(&compared)?;
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -254,7 +258,23 @@ fn agreement_line(agreement: &Agreement) -> String {
 fn json_summary(result: &PairwiseBench) -> serde_json::Value {
     let naive = result.run(Strategy::Naive);
     let tree = result.run(Strategy::Tree);
-    serde_json::json!({
+    let split = tree.and_then(|r| r.time_split);
+    let fractions = split.map(|s| s.fractions());
+    let peak = result.fma_peak.as_ref();
+    let attention_gflops = split.and_then(|s| s.attention_gflops);
+    // Why the attention's share of the AMX peak is null, when it is.
+    let amx_missing = match (attention_gflops, peak.and_then(|p| p.amx_gflops)) {
+        (Some(_), Some(_)) => None,
+        (None, _) => Some("no time split: the tree run's passes were not timed".to_string()),
+        (Some(_), None) => Some(format!(
+            "no AMX peak measured: {}",
+            nlg_judge_kernels::gemm::amx::status()
+                .reason
+                .clone()
+                .unwrap_or_else(|| "the tiles' peak could not be measured".into())
+        )),
+    };
+    let mut summary = serde_json::json!({
         "docs": result.docs,
         "comparisons": result.comparisons,
         "tokens_naive": naive.map(|r| r.tokens),
@@ -292,7 +312,33 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
         "ops_per_layer_pass_max": tree.and_then(|r| r.ops_per_layer_pass_max),
         "uploads_tree": tree.and_then(|r| r.uploads),
         "downloads_tree": tree.and_then(|r| r.downloads),
-    })
+    });
+    // The time split (a second object: one literal this long exceeds the macro's
+    // recursion limit).
+    let split_fields = serde_json::json!({
+        "seconds_products_tree": split.map(|s| s.products),
+        "seconds_attention_tree": split.map(|s| s.attention),
+        "seconds_rest_tree": split.map(|s| s.rest),
+        "fraction_products_tree": fractions.map(|f| f[0]),
+        "fraction_attention_tree": fractions.map(|f| f[1]),
+        "fraction_rest_tree": fractions.map(|f| f[2]),
+        "products_gflops_tree": split.and_then(|s| s.products_gflops),
+        "attention_gflops_tree": attention_gflops,
+        "fraction_of_peak_attention_tree": attention_gflops
+            .zip(peak.map(|p| p.gflops))
+            .map(|(a, p)| a / p),
+        "fraction_of_bf16_dot_peak_attention_tree": attention_gflops
+            .zip(peak.and_then(|p| p.bf16_dot_gflops))
+            .map(|(a, p)| a / p),
+        "fraction_of_amx_peak_attention_tree": attention_gflops
+            .zip(peak.and_then(|p| p.amx_gflops))
+            .map(|(a, p)| a / p),
+        "fraction_of_amx_peak_attention_tree_missing": amx_missing,
+    });
+    if let (Some(all), serde_json::Value::Object(more)) = (summary.as_object_mut(), split_fields) {
+        all.extend(more);
+    }
+    summary
 }
 
 /// The distinct ways block 0's weights are held, e.g. `f32` or `q4k+q6k`.
@@ -363,6 +409,29 @@ fn table(result: &PairwiseBench, model: &str) -> String {
                 .unwrap_or_else(|| "-".into())
         ));
     }
+    for run in &result.runs {
+        if let Some(split) = &run.time_split {
+            let [products, attention, rest] = split.fractions();
+            let rate = |gflops: Option<f64>| {
+                gflops
+                    .map(|g| format!(", {g:.1} GFLOP/s"))
+                    .unwrap_or_default()
+            };
+            out.push_str(&format!(
+                "{} time: layers' products {:.2} s ({:.1}%{}), attention kernel {:.2} s \
+                 ({:.1}%{}), rest {:.2} s ({:.1}%: norms, rotary, gating, head, bookkeeping)\n",
+                run.strategy,
+                split.products,
+                100.0 * products,
+                rate(split.products_gflops),
+                split.attention,
+                100.0 * attention,
+                rate(split.attention_gflops),
+                split.rest,
+                100.0 * rest,
+            ));
+        }
+    }
     if let (Some(naive), Some(tree)) = (result.run(Strategy::Naive), result.run(Strategy::Tree)) {
         out.push_str(&format!(
             "tree/naive: tokens 1/{:.2}, wall time 1/{:.2}; largest |p_tree - p_naive| = {:.2e}\n",
@@ -395,6 +464,13 @@ mod tests {
             ops_per_layer_pass_max: Some(30),
             uploads: Some(17),
             downloads: Some(4),
+            time_split: (strategy == "tree").then_some(crate::bench::pairwise::TimeSplit {
+                products: 1.0,
+                attention: 0.5,
+                rest: 0.5,
+                products_gflops: Some(6.0),
+                attention_gflops: Some(3.2),
+            }),
             p_a: Vec::new(),
         }
     }
@@ -457,6 +533,22 @@ mod tests {
         assert_eq!(json["peak_amx_gflops"], 6400.0);
         assert_eq!(json["peak_bf16_dot_gflops"], 128.0);
         assert_eq!(json["fraction_of_bf16_dot_peak_tree"], 0.0625);
+        assert_eq!(json["seconds_products_tree"], 1.0);
+        assert_eq!(json["seconds_attention_tree"], 0.5);
+        assert_eq!(json["seconds_rest_tree"], 0.5);
+        assert_eq!(json["fraction_products_tree"], 0.5);
+        assert_eq!(json["fraction_attention_tree"], 0.25);
+        assert_eq!(json["fraction_rest_tree"], 0.25);
+        assert_eq!(json["products_gflops_tree"], 6.0);
+        assert_eq!(json["attention_gflops_tree"], 3.2);
+        assert_eq!(json["fraction_of_peak_attention_tree"], 0.1);
+        assert_eq!(json["fraction_of_bf16_dot_peak_attention_tree"], 0.025);
+        let amx = json["fraction_of_amx_peak_attention_tree"].as_f64();
+        assert!(
+            (amx.expect("an AMX peak") - 0.0005).abs() < 1e-15,
+            "{amx:?}"
+        );
+        assert!(json["fraction_of_amx_peak_attention_tree_missing"].is_null());
         let text = table(&result, "m");
         assert!(text.contains("at 25 rows (qkv 8x4 q4k, down 8x4 q6k): 12.0 GFLOP/s"));
         assert!(text.contains(
@@ -468,5 +560,32 @@ mod tests {
             .find(|l| l.starts_with("tree "))
             .expect("a tree row");
         assert!(tree_row.contains("     8.0    25.0 "), "{tree_row}");
+        assert!(text.contains(
+            "tree time: layers' products 1.00 s (50.0%, 6.0 GFLOP/s), attention kernel 0.50 s \
+             (25.0%, 3.2 GFLOP/s), rest 0.50 s (25.0%"
+        ));
+        assert!(!text.contains("naive time:"), "no split recorded for naive");
+
+        // No AMX peak: the attention's share of it is null, and the JSON says why.
+        let mut no_amx = result.clone();
+        if let Some(peak) = no_amx.fma_peak.as_mut() {
+            peak.amx_gflops = None;
+        }
+        let json = json_summary(&no_amx);
+        assert!(json["fraction_of_amx_peak_attention_tree"].is_null());
+        let why = json["fraction_of_amx_peak_attention_tree_missing"].as_str();
+        assert!(
+            why.is_some_and(|w| w.starts_with("no AMX peak measured: ")),
+            "{why:?}"
+        );
+        // No split (the passes were not timed): null too, for that reason.
+        let mut untimed = result;
+        untimed.runs.iter_mut().for_each(|r| r.time_split = None);
+        let json = json_summary(&untimed);
+        assert!(json["seconds_attention_tree"].is_null());
+        assert_eq!(
+            json["fraction_of_amx_peak_attention_tree_missing"],
+            "no time split: the tree run's passes were not timed"
+        );
     }
 }

@@ -21,14 +21,19 @@
 //!   that depends only on the shapes, so the result is bitwise the same for any number
 //!   of threads (work items are fixed chunks, distributed by rayon).
 //!
+//! Where AMX tiles run, [`segment_attention_tiles`] (`amx.rs`) does the same work with
+//! its two products in bf16 on the tiles; the decoder takes it at `--precision bf16`.
+//!
 //! The layouts match what the decoder has in hand: queries and outputs packed by token,
 //! `(tokens, heads * head_dim)`; a group's own keys/values right-padded,
 //! `(rows, kv_heads, stride, head_dim)`, as they are kept for the next pass.
 
+mod amx;
 pub(crate) mod exp;
 mod rope;
 mod tile;
 
+pub use amx::{segment_attention_tiles, tiles_available};
 pub use rope::{split_rotate, RopeTables};
 
 use crate::cpu::CpuFeatures;

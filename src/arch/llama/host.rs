@@ -28,6 +28,7 @@ use nlg_judge_kernels::pointwise::{rms_norm, silu_gate};
 use nlg_judge_kernels::reuse::with_reused;
 
 use super::super::linear::with_cpu_values;
+use super::time_split::{timed, Part};
 use super::{
     segment, Activation, GateUpProjection, GroupPlan, LlamaModel, QkvProjection, RowGroup,
 };
@@ -153,9 +154,10 @@ fn run_pass(
         with_cpu_values(&layer.attn_norm, "an attention norm", |weight| {
             rms_norm(residual, weight, eps, normed)
         })?;
-        qkv_projection
-            .forward_into(normed, tokens, qkv, Store::Overwrite)
-            .with_context(|| step("query/key/value projection"))?;
+        timed(Part::Products, || {
+            qkv_projection.forward_into(normed, tokens, qkv, Store::Overwrite)
+        })
+        .with_context(|| step("query/key/value projection"))?;
         if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
             let (hd, q_heads, kv_heads) = (c.head_dim, c.num_heads, c.num_kv_heads);
             with_cpu_values(q_norm, "a query norm", |q_weight| {
@@ -170,6 +172,7 @@ fn run_pass(
         }
         segment::attend_into(
             dims,
+            model.attention_tiles(),
             model.rope_of(index).cpu_tables(c.rope_interleaved),
             c.attention_scale as f32,
             model.masking(index),
@@ -182,15 +185,17 @@ fn run_pass(
         )
         .with_context(|| step("attention"))?;
         match &layer.post_attn_norm {
-            None => layer
-                .o
-                .forward_into(attended, tokens, residual, Store::Add)
-                .with_context(|| step("output projection"))?,
+            None => timed(Part::Products, || {
+                layer.o.forward_into(attended, tokens, residual, Store::Add)
+            })
+            .with_context(|| step("output projection"))?,
             Some(post) => {
-                layer
-                    .o
-                    .forward_into(attended, tokens, branch, Store::Overwrite)
-                    .with_context(|| step("output projection"))?;
+                timed(Part::Products, || {
+                    layer
+                        .o
+                        .forward_into(attended, tokens, branch, Store::Overwrite)
+                })
+                .with_context(|| step("output projection"))?;
                 add_normalised(residual, branch, normed, post, eps)?;
             }
         }
@@ -198,23 +203,28 @@ fn run_pass(
         with_cpu_values(&layer.mlp_norm, "a feed-forward norm", |weight| {
             rms_norm(residual, weight, eps, normed)
         })?;
-        gate_up_projection
-            .forward_into(normed, tokens, gate_up, Store::Overwrite)
-            .with_context(|| step("gate/up projection"))?;
+        timed(Part::Products, || {
+            gate_up_projection.forward_into(normed, tokens, gate_up, Store::Overwrite)
+        })
+        .with_context(|| step("gate/up projection"))?;
         match c.activation {
             Activation::Silu => silu_gate(gate_up, intermediate, activated),
             Activation::GeluTanh => gelu_tanh_gate(gate_up, intermediate, activated),
         }
         match &layer.post_mlp_norm {
-            None => layer
-                .down
-                .forward_into(activated, tokens, residual, Store::Add)
-                .with_context(|| step("down projection"))?,
-            Some(post) => {
+            None => timed(Part::Products, || {
                 layer
                     .down
-                    .forward_into(activated, tokens, branch, Store::Overwrite)
-                    .with_context(|| step("down projection"))?;
+                    .forward_into(activated, tokens, residual, Store::Add)
+            })
+            .with_context(|| step("down projection"))?,
+            Some(post) => {
+                timed(Part::Products, || {
+                    layer
+                        .down
+                        .forward_into(activated, tokens, branch, Store::Overwrite)
+                })
+                .with_context(|| step("down projection"))?;
                 add_normalised(residual, branch, normed, post, eps)?;
             }
         }

@@ -17,6 +17,7 @@ pub mod level_ops;
 mod load;
 pub mod rope;
 mod segment;
+pub mod time_split;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,6 +25,7 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use nlg_judge_kernels::attention::{AttentionDims, Masking};
+use nlg_judge_kernels::gemm::amx::Unit;
 
 pub use config::{Activation, LayerAttention, LlamaConfig, LlamaVariant};
 pub use gguf_config::GgufRopeFactors;
@@ -408,6 +410,10 @@ pub struct LlamaModel {
     embedding_scale: Option<f64>,
     /// Attend with our CPU kernel where it applies (false: candle's operations always).
     attention_kernel: bool,
+    /// Run the kernel's two products on AMX tiles in bf16 (`None`: the f32 vector
+    /// kernel): the real tiles where they run and the precision is bf16, as for the
+    /// products ([`Self::with_precision`]); the portable model only when a test asks.
+    attention_tiles: Option<Unit>,
 }
 
 impl LlamaModel {
@@ -464,18 +470,39 @@ impl LlamaModel {
             local_rope,
             embedding_scale,
             attention_kernel: true,
+            attention_tiles: None,
         })
     }
 
     /// This model with every block's projections computed at `precision`; the output
-    /// head (and so the label logits) stays f32.
+    /// head (and so the label logits) stays f32. At bf16, where the CPU and the OS allow
+    /// AMX bf16 tiles (the condition under which the bf16 products take them), the
+    /// segment attention's products run on the tiles too (issue 50, item 2).
     pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
         self.layers = self
             .layers
             .into_iter()
             .map(|layer| layer.with_precision(precision))
             .collect::<Result<_>>()?;
+        self.attention_tiles = (precision == Precision::Bf16
+            && nlg_judge_kernels::attention::tiles_available())
+        .then_some(Unit::Hardware);
         Ok(self)
+    }
+
+    /// This model with the attention kernel's products on `unit`'s tiles (`None`: the
+    /// f32 vector kernel), whatever the precision: for tests, which run the portable
+    /// model of the tiles ([`Unit::Model`]) on any machine. Asking for
+    /// [`Unit::Hardware`] where [`nlg_judge_kernels::attention::tiles_available`] is
+    /// false makes every pass fail.
+    pub fn with_attention_tiles(mut self, unit: Option<Unit>) -> Self {
+        self.attention_tiles = unit;
+        self
+    }
+
+    /// Where the attention kernel's products run: `None` for the f32 vector kernel.
+    pub fn attention_tiles(&self) -> Option<Unit> {
+        self.attention_tiles
     }
 
     /// This model with bf16 or f16 activations (issue 38, item 3): the embedding, every
@@ -793,6 +820,7 @@ impl LlamaModel {
             let scale = self.config.attention_scale as f32;
             return segment::attend(
                 dims,
+                self.attention_tiles,
                 rope,
                 scale,
                 self.masking(layer_index),

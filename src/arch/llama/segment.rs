@@ -13,10 +13,13 @@ use std::cell::RefCell;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Storage, Tensor};
 use nlg_judge_kernels::attention::{
-    segment_attention_masked, split_rotate, AttentionDims, Masking, RopeTables,
-    RowGroup as KernelGroup, Segment,
+    segment_attention_masked, segment_attention_tiles, split_rotate, AttentionDims, Masking,
+    RopeTables, RowGroup as KernelGroup, Segment,
 };
 
+use nlg_judge_kernels::gemm::amx::Unit;
+
+use super::time_split::{timed, Part};
 use super::{GroupPlan, LlamaConfig, RowGroup};
 
 /// Buffers of the attention path, grown to the largest pass seen and then reused.
@@ -64,12 +67,14 @@ macro_rules! cpu_slice {
     }};
 }
 
-/// Attention of every group's tokens from the packed projection `(tokens, q + 2 kv)`;
+/// Attention of every group's tokens from the packed projection `(tokens, q + 2 kv)`,
+/// its products on `tiles` in bf16 where given (else the f32 vector kernel);
 /// returns `(tokens, heads * head_dim)` (scores multiplied by `scale`), and pushes each group's new `(keys, values)`
 /// `(rows, kv_heads, longest row, head_dim)` to `new_kv` when asked.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     dims: AttentionDims,
+    tiles: Option<Unit>,
     rope: RopeTables,
     scale: f32,
     masking: Masking,
@@ -88,6 +93,7 @@ pub(super) fn attend(
         let data = cpu_slice!(guard, layout, "the attention projection");
         attend_into(
             dims,
+            tiles,
             rope,
             scale,
             masking,
@@ -107,6 +113,7 @@ pub(super) fn attend(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend_into(
     dims: AttentionDims,
+    tiles: Option<Unit>,
     rope: RopeTables,
     scale: f32,
     masking: Masking,
@@ -211,14 +218,13 @@ pub(super) fn attend_into(
             segment_at += group.prefix.len();
             offset += n;
         }
-        segment_attention_masked(
-            dims,
-            scale,
-            masking,
-            &kernel_groups,
-            &ws.queries[..tokens * q_width],
-            out,
-        )?;
+        let queries = &ws.queries[..tokens * q_width];
+        timed(Part::Attention, || match tiles {
+            Some(unit) => {
+                segment_attention_tiles(unit, dims, scale, masking, &kernel_groups, queries, out)
+            }
+            None => segment_attention_masked(dims, scale, masking, &kernel_groups, queries, out),
+        })?;
         drop(kernel_groups);
 
         if let Some(new_kv) = new_kv {

@@ -26,8 +26,11 @@ use std::sync::OnceLock;
 use super::tiles::Store;
 use super::{Bf16Matrix, Int8Matrix};
 use crate::cpu::CpuFeatures;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use asm::Hardware;
+pub(crate) use driver::{with_config, Operands, Product, TileUnit, BF16_CONFIG};
 pub use driver::{BLOCK_ROWS, STEP_PAIRS};
-use model::TileModel;
+pub(crate) use model::TileModel;
 
 /// Rows from which a product runs on tiles where they are available; fewer rows (a
 /// generated token's single row) stay on the vector path. One output block is 32 rows
