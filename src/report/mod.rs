@@ -683,7 +683,8 @@ impl Report {
         text::render(self)
     }
 
-    /// The report in the format `path` names: Markdown for `.md`, else the HTML page.
+    /// The report in the format `path` names: Markdown for `.md`, else the HTML page
+    /// (`compare` and `score`; a report of sections renders them in HTML only).
     pub fn render_for(&self, path: &std::path::Path) -> Result<String> {
         let markdown = path
             .extension()
@@ -695,10 +696,11 @@ impl Report {
         }
     }
 
-    /// Write the page (or its Markdown, for a `.md` path) to `path`.
+    /// Write the page to `path` (the HTML page whatever its name: a report of sections,
+    /// `dhp report`'s, has no Markdown twin).
     pub fn write(&self, path: &std::path::Path) -> Result<()> {
         use anyhow::Context as _;
-        std::fs::write(path, self.render_for(path)?)
+        std::fs::write(path, self.to_html()?)
             .with_context(|| format!("cannot write {}", path.display()))
     }
 }
