@@ -40,7 +40,10 @@ use std::collections::HashMap;
 
 use super::exp::{exp2_non_positive, Separate};
 use super::tile::{KEY_TILE, QUERY_CHUNK};
-use super::{own_tiles, validate, AttentionDims, AttentionError, Masking, RowGroup};
+use super::{
+    at_least, own_tiles, query_chunks, validate, AttentionDims, AttentionError, Masking, OutPtr,
+    RowGroup,
+};
 use crate::gemm::amx::{self, with_config, Operands, Product, TileUnit, Unit, BF16_CONFIG};
 use crate::gemm::bf16::{round_to_bf16, widen};
 
@@ -283,22 +286,6 @@ fn pack_own(
     offsets
 }
 
-/// `buffer[..len]`, grown first if needed; what it held is left (every part read is
-/// written first).
-fn at_least(buffer: &mut Vec<u32>, len: usize) -> &mut [u32] {
-    if buffer.len() < len {
-        buffer.resize(len, 0);
-    }
-    &mut buffer[..len]
-}
-
-/// The output pointer, shared by work items that write disjoint tokens/heads.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: work items write disjoint ranges (one query head of one token each).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
 struct Job<'a> {
     dims: AttentionDims,
     shape: Shape,
@@ -338,8 +325,7 @@ struct Chunk {
 
 impl Job<'_> {
     fn chunks(&self, group: &RowGroup) -> usize {
-        let tokens: usize = group.lengths.iter().sum();
-        (tokens * self.dims.group_size()).div_ceil(QUERY_CHUNK)
+        query_chunks(self.dims, group)
     }
 
     /// # Safety

@@ -290,11 +290,11 @@ fn run_job(
          14 => 1 / 4, 15 => 1 / 4, 16 => 1 / 4);
 }
 
-/// `buffer` grown to at least `len` floats; what it held is left (every part the kernel
+/// `buffer` grown to at least `len` values; what it held is left (every part the kernel
 /// reads is written first).
-fn at_least(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(super) fn at_least<T: Copy + Default>(buffer: &mut Vec<T>, len: usize) -> &mut [T] {
     if buffer.len() < len {
-        buffer.resize(len, 0.0);
+        buffer.resize(len, T::default());
     }
     &mut buffer[..len]
 }
@@ -468,9 +468,10 @@ fn own_tiles(group: &RowGroup) -> usize {
         .map_or(0, |&l| l.div_ceil(KEY_TILE))
 }
 
-/// The output pointer, shared by work items that write disjoint tokens/heads.
+/// The output pointer, shared by work items that write disjoint tokens/heads (the
+/// vector kernel's and the tile kernel's, `amx.rs`).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(super) struct OutPtr(pub(super) *mut f32);
 // SAFETY: work items write disjoint ranges (one query head of one token each).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
@@ -494,11 +495,17 @@ struct Job<'a> {
     own_offsets: &'a [usize],
 }
 
+/// Work items of [`QUERY_CHUNK`] query vectors for one key/value head of `group` (its
+/// tokens times the query heads sharing that key/value head).
+pub(super) fn query_chunks(dims: AttentionDims, group: &RowGroup) -> usize {
+    let tokens: usize = group.lengths.iter().sum();
+    (tokens * dims.group_size()).div_ceil(QUERY_CHUNK)
+}
+
 impl Job<'_> {
     /// Chunks of one key/value head of group `g`.
     fn chunks(&self, group: &RowGroup) -> usize {
-        let tokens: usize = group.lengths.iter().sum();
-        (tokens * self.dims.group_size()).div_ceil(QUERY_CHUNK)
+        query_chunks(self.dims, group)
     }
 
     fn items(&self) -> usize {
