@@ -2,4 +2,5 @@
 //! use the methods' request builders but are not methods, so they live above `judge`.
 
 pub mod calibration;
+pub mod generate;
 pub mod pairwise;

@@ -449,7 +449,7 @@ pub fn calibration_gflops(device: &candle_core::Device) -> Result<f64> {
 
 /// Start a new peak-memory measurement (Linux: `/proc/self/clear_refs`); elsewhere a
 /// no-op, and the peaks are then whole-process peaks.
-fn reset_peak_rss() {
+pub(super) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_args::ModelArgs;
+use crate::bench::generate::{bench_generate, feedback_agreement, SavedFeedbacks};
 use crate::bench::pairwise::{
     agreement, bench_pairwise, summeval_contexts, Agreement, PairwiseBench, SavedProbabilities,
 };
@@ -15,6 +16,9 @@ use crate::data::find_shared_data_dir;
 use crate::engine::decoder::tree_eval::Plan;
 use crate::engine::Scorer as _;
 use crate::engine::{load_decoder, Strategy};
+use crate::judge::rubric::run::RubricMethod;
+use crate::judge::rubric::{Rubric, RubricProtocol};
+use crate::judge::Task;
 use crate::runtime::resolve_model;
 
 #[derive(Debug, Args)]
@@ -28,6 +32,61 @@ pub enum Workload {
     /// All N(N-1) comparisons of SummEval documents (template c1), evaluated prompt by
     /// prompt (naive) and as one prefix trie (tree), in one process.
     Pairwise(PairwiseArgs),
+    /// Rubric grading with feedback on SummEval documents, as `score --method rubric`
+    /// runs it, nothing cached: every feedback written through the generation route (one
+    /// batch, prompts in the prefix trie, all rows stepping together), every score read
+    /// from its feedback's own state. Reports prompt tokens asked and computed, rows per
+    /// decoding step, prefill / decode / scoring seconds, decode tokens per second and
+    /// peak memory; --rows 1 runs one candidate at a time instead.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Number of SummEval documents.
+    #[arg(long, default_value_t = 1)]
+    pub docs: usize,
+
+    /// Candidates of each document (SummEval has 16), from the first.
+    #[arg(long, default_value_t = 16)]
+    pub candidates: usize,
+
+    /// The rubric (a built-in name or a rubric file).
+    #[arg(long, default_value = "coherence")]
+    pub rubric: String,
+
+    /// The judge's protocol (default: the model card's, else plain).
+    #[arg(long, value_enum)]
+    pub protocol: Option<RubricProtocol>,
+
+    /// Most tokens of each feedback.
+    #[arg(long, default_value_t = 128)]
+    pub max_feedback_tokens: usize,
+
+    /// Rows one decoding step may carry (the rest wait and join as rows finish); 1 grades
+    /// one candidate at a time. Default: the engine's row budget.
+    #[arg(long)]
+    pub rows: Option<usize>,
+
+    /// Directory holding the shared human-judgement data (summeval/summeval.jsonl).
+    #[arg(long, env = "NLG_JUDGE_DATA")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Print JSON instead of lines.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Save the feedbacks and scores (JSON), to compare a later run with.
+    #[arg(long)]
+    pub save_feedbacks: Option<PathBuf>,
+
+    /// Compare the feedbacks and scores with a file saved by --save-feedbacks: how many
+    /// feedbacks are the same text, the largest score difference.
+    #[arg(long)]
+    pub compare_with: Option<PathBuf>,
 }
 
 /// Which strategies to run.
@@ -97,7 +156,137 @@ pub struct PairwiseArgs {
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.workload {
         Workload::Pairwise(args) => pairwise(args),
+        Workload::Generate(args) => generate(args),
     }
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    let (mut contexts, rubric) = (|| -> Result<_> {
+        let data_dir = match args.data_dir.clone().or_else(find_shared_data_dir) {
+            Some(dir) => dir,
+            None => anyhow::bail!("no data directory: pass --data-dir (the shared data's path)"),
+        };
+        PlannedPaths::new()
+            .maybe_input("--compare-with", args.compare_with.as_deref())
+            .output("--save-feedbacks", args.save_feedbacks.as_deref())
+            .check()?;
+        anyhow::ensure!(args.candidates > 0, "--candidates must be at least 1");
+        anyhow::ensure!(
+            args.max_feedback_tokens > 0,
+            "--max-feedback-tokens must be at least 1"
+        );
+        let rubric = Rubric::load(&args.rubric, Task::Summary)?;
+        Ok((summeval_contexts(&data_dir, args.docs)?, rubric))
+    })()
+    .map_err(super::input_error)?;
+    for context in &mut contexts {
+        context.candidates.truncate(args.candidates);
+    }
+    let options = args.model.load_options()?;
+    let resolved = resolve_model(args.model.spec()?, &options.resolve)?;
+    let mut scorer = load_decoder(&resolved, &options).with_context(|| {
+        format!(
+            "cannot load '{}' (the benchmark needs a decoder-only model)",
+            resolved.name
+        )
+    })?;
+    let method = RubricMethod::new(
+        &scorer,
+        rubric,
+        args.protocol,
+        Some(args.max_feedback_tokens),
+        false,
+    )
+    .map_err(super::input_error)?;
+    let rows = args.rows.unwrap_or(scorer.settings().budget.max_batch_rows);
+    let result = bench_generate(&mut scorer, &contexts, &method, rows)?;
+    let compared = match &args.compare_with {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let reference: SavedFeedbacks = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a saved feedbacks file", path.display()))?;
+            Some(
+                feedback_agreement(&reference, &result.feedbacks)
+                    .with_context(|| format!("cannot compare with {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    if let Some(path) = &args.save_feedbacks {
+        std::fs::write(path, serde_json::to_string(&result.feedbacks)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let s = &result.stats;
+    if args.json {
+        let mut summary = serde_json::json!({
+            "model": resolved.name,
+            "protocol": method.protocol.to_string(),
+            "candidates": result.candidates,
+            "rows_at_once": result.rows_at_once,
+            "max_feedback_tokens": args.max_feedback_tokens,
+            "seconds": result.seconds,
+            "seconds_prefill": s.seconds_prefill,
+            "seconds_decode": s.seconds_decode,
+            "seconds_step": s.seconds_step,
+            "seconds_score": result.seconds_score,
+            "prompt_tokens": s.prompt_tokens,
+            "prompt_tokens_computed": s.prompt_tokens_computed,
+            "generated_tokens": s.generated_tokens,
+            "decode_steps": s.decode_steps,
+            "rows_per_step": s.rows_per_step,
+            "follow_ups": s.follow_ups,
+            "follow_up_tokens": s.follow_up_tokens,
+            "decode_tokens_per_second": s.decode_tokens_per_second,
+            "peak_rss_bytes": result.peak_rss_bytes,
+            "cpu": nlg_judge_kernels::cpu::paths(),
+        });
+        if let Some(agreement) = compared {
+            summary["compared"] = serde_json::to_value(agreement)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    println!(
+        "{} candidates, {} protocol, at most {} feedback tokens, {} rows at once: {:.2} s",
+        result.candidates,
+        method.protocol,
+        args.max_feedback_tokens,
+        result.rows_at_once,
+        result.seconds
+    );
+    println!(
+        "prompts: {} tokens asked, {} computed ({:.1}x shared); {:.2} s",
+        s.prompt_tokens,
+        s.prompt_tokens_computed,
+        s.prompt_tokens as f64 / s.prompt_tokens_computed.max(1) as f64,
+        s.seconds_prefill
+    );
+    println!(
+        "decoding: {} tokens in {} steps ({:.1} rows a step), {:.2} s in passes + {:.2} s \
+         between them, {:.1} tokens/s",
+        s.generated_tokens,
+        s.decode_steps,
+        s.rows_per_step,
+        s.seconds_decode,
+        s.seconds_step,
+        s.decode_tokens_per_second
+    );
+    println!(
+        "scores: {} read from their feedback's state ({} tokens run); {:.2} s outside the \
+         generation route",
+        s.follow_ups, s.follow_up_tokens, result.seconds_score
+    );
+    if let Some(bytes) = result.peak_rss_bytes {
+        println!("peak memory: {:.0} MiB", bytes as f64 / (1 << 20) as f64);
+    }
+    if let Some(agreement) = compared {
+        println!(
+            "against the saved run: {}/{} feedbacks the same text, largest score difference {:.2e}",
+            agreement.same_text, agreement.feedbacks, agreement.max_score_difference
+        );
+    }
+    Ok(())
 }
 
 fn pairwise(args: PairwiseArgs) -> Result<()> {

@@ -48,8 +48,8 @@ pub struct ScoreArgs {
     /// geval (G-Eval: criteria, evaluation steps, form filling), gptscore (mean
     /// log-likelihood of the candidate) or rubric (grading with --rubric in the judge
     /// model's own format: the model writes a feedback, then the score is read after its
-    /// result marker; the feedback costs one generation per candidate and does not go
-    /// through the prefix trie, see --no-feedback).
+    /// result marker; the feedback costs one generation per candidate, all of a run's in
+    /// one batch through the prefix trie; see --no-feedback).
     #[arg(long, value_enum, default_value_t = ScoreMethod::Geval)]
     pub method: ScoreMethod,
 
@@ -137,8 +137,7 @@ pub struct ScoreArgs {
 
     /// Rubric grading: no feedback; read the score right after the rubric prompt and the
     /// result marker. Goes through the prefix trie like prompt scoring (no generation),
-    /// where the default writes a feedback first: one generation per candidate, which does
-    /// not go through the prefix trie.
+    /// where the default writes a feedback first: one generation per candidate.
     #[arg(long)]
     pub no_feedback: bool,
 

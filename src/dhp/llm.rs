@@ -18,7 +18,9 @@ use super::items::DhpItem;
 use super::perturb::{Editor, LlmOutcome};
 use super::rules::item_rng;
 use super::task::{Degree, DhpTask, LlmEdit};
-use crate::engine::{GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt};
+use crate::engine::{
+    Generate, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+};
 
 /// Kind of the generation entries in the result cache's text table.
 pub const CACHE_KIND: &str = "dhp-edit";

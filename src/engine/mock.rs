@@ -16,9 +16,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
+use super::completion::{CompletionRequest, CompletionResult, TokenLogprob};
+use super::decoder::prefix_cache::PrefixCache;
+use super::generation::{one_at_a_time, unscored, GenerationSink};
 use super::request::{
-    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, FinishReason, Generation, Label, LabelRequest,
+    LabelResult, LabelScore, Prompt, TokenPrompt,
 };
 use super::scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 
@@ -323,7 +326,73 @@ impl Scorer for MockScorer {
             .collect()
     }
 
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
+    fn generate_each(
+        &mut self,
+        requests: &[CompletionRequest],
+        _prefix_cache: &mut PrefixCache,
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
+        for (index, request) in requests.iter().enumerate() {
+            if request.prompt_logprobs || request.logprobs {
+                crate::bad_request!(
+                    "completion {index}: model '{}' (a scripted mock) gives no token \
+                     log-probabilities",
+                    self.info.name
+                );
+            }
+            if request.allowed_tokens.is_some() {
+                crate::bad_request!(
+                    "completion {index}: model '{}' (a scripted mock) does not restrict \
+                     generation to allowed tokens",
+                    self.info.name
+                );
+            }
+        }
+        one_at_a_time(
+            self,
+            requests.len(),
+            &mut |mock, index| {
+                let request = &requests[index];
+                let prompt = mock.encode_prompt(&request.prompt)?.input;
+                let generation = match request.max_tokens {
+                    0 => Generation {
+                        text: String::new(),
+                        tokens: Vec::new(),
+                        finish: FinishReason::MaxTokens,
+                    },
+                    _ => mock.generate_one(request)?,
+                };
+                let mut generated: Vec<TokenLogprob> = generation
+                    .tokens
+                    .iter()
+                    .map(|&id| unscored(id, vec![id as u8]))
+                    .collect();
+                if generation.finish == FinishReason::EndOfSequence {
+                    generated.push(unscored(MOCK_EOS, Vec::new()));
+                }
+                Ok(CompletionResult {
+                    prompt: prompt
+                        .iter()
+                        .map(|&id| unscored(id, vec![id as u8]))
+                        .collect(),
+                    generated,
+                    text: generation.text,
+                    finish: generation.finish,
+                    cached_prompt_tokens: 0,
+                })
+            },
+            sink,
+        )
+    }
+}
+
+/// The id the mock's generations end with (outside its byte vocabulary).
+const MOCK_EOS: u32 = 256;
+
+impl MockScorer {
+    /// One scripted generation: the script's text, cut before the first stop string and
+    /// at `max_tokens` bytes.
+    fn generate_one(&mut self, request: &CompletionRequest) -> Result<Generation> {
         let text = self.text_of(&request.prompt)?;
         self.calls.generations.fetch_add(1, Ordering::SeqCst);
         let mut output = (self.generation)(&text)?;
@@ -356,7 +425,8 @@ impl Scorer for MockScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::request::{Sampling, TextPrompt};
+    use crate::engine::request::{GenerationRequest, Sampling, TextPrompt};
+    use crate::engine::Generate;
 
     #[test]
     fn scripted_labels_reach_the_caller_and_are_counted() {

@@ -11,6 +11,7 @@ pub mod cache_writer;
 pub mod completion;
 pub mod decoder;
 pub mod error;
+pub mod generation;
 pub mod load;
 pub mod memory;
 pub mod mock;
@@ -30,13 +31,15 @@ pub use completion::{
 };
 pub use decoder::prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use decoder::tree_eval::{BatchBudget, EvalStats};
-pub use decoder::{DecoderScorer, DecoderSettings, Strategy};
+pub use decoder::{DecoderScorer, DecoderSettings, GenerationStats, Strategy};
 pub use error::{error_kind, EngineError, ErrorKind};
+pub use generation::{Generate, GenerationSink};
 pub use load::{load_decoder, load_resolved, load_scorer, load_t5, model_info, LoadOptions};
 pub use mock::MockScorer;
 pub use request::*;
 pub use runner::{
-    fill_together, generate_cached, plan_label, plan_labels, LabelPlan, PlannedLabel,
+    fill_together, generate_cached, generate_cached_all, plan_label, plan_labels, GeneratedCounts,
+    GenerationReader, LabelPlan, PlannedLabel,
 };
 pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, RubricProtocol, Scorer};
 pub use t5_scorer::T5Scorer;

@@ -11,9 +11,12 @@
 //! batches, bitwise the same results); each result is stored in the cache as it arrives
 //! (a killed run loses only what was in flight) and fanned out to every slot with its key.
 //!
-//! Generation requests are cached whole ([`generate_cached`]): keyed by the model's
+//! Generation requests are cached whole ([`generate_cached_all`]): keyed by the model's
 //! fingerprint, the prompt's token ids, the token budget, stop strings and the sampling
-//! settings (seed included), so a seeded sample is drawn once and reused.
+//! settings (seed included), so a seeded sample is drawn once and reused. A run's
+//! missing generations go to the scorer in one call, each stored as it is finished, with
+//! the label read a method asks after each (a judge's verdict after its feedback) read
+//! from the generation's own state and stored too.
 //!
 //! Methods (pairwise comparison, absolute scoring, the service's jobs, and new ones such
 //! as DHP scoring, paraphrase generation or adaptive comparison rounds) build requests
@@ -27,6 +30,9 @@ use sha2::{Digest, Sha256};
 
 use super::cache::{prompt_hash, CacheKey, ResultCache};
 use super::cache_writer::CacheWriter;
+use super::completion::{CompletionRequest, CompletionResult};
+use super::decoder::prefix_cache::PrefixCache;
+use super::generation::{completion_of, generation_of, GenerationSink};
 use super::request::{
     Generation, GenerationRequest, Label, LabelRequest, LabelResult, Prompt, TokenPrompt,
 };
@@ -305,50 +311,226 @@ fn generation_kind(kind: &str) -> String {
     format!("generation/{kind}")
 }
 
-/// Generate for `request`, or read the generation the cache holds for the same model,
-/// prompt tokens, budget, stop strings and sampling settings (seed included) under the
-/// method `kind`. The prompt is tokenised once. Returns the generation and whether it
-/// came from the cache.
+/// What a method makes of each generation of [`generate_cached_all`].
+pub trait GenerationReader {
+    /// Generation `index` is known (`cached`: read back from the result cache). Answer
+    /// the label read that follows it (a judge's verdict after its feedback), planned,
+    /// or `None`. Its prompt should continue the generation's prompt and text: a decoder
+    /// then reads it from the generation's own keys and values.
+    fn generation(
+        &mut self,
+        index: usize,
+        generation: &Generation,
+        cached: bool,
+        scorer: &dyn Scorer,
+    ) -> Result<Option<PlannedLabel>>;
+
+    /// The label read after generation `index` (`cached`: from the result cache).
+    fn label(&mut self, index: usize, result: LabelResult, cached: bool) -> Result<()> {
+        let _ = (index, result, cached);
+        Ok(())
+    }
+}
+
+/// A reader that only keeps the generations, in request order.
+struct KeepGenerations(Vec<Option<(Generation, bool)>>);
+
+impl GenerationReader for KeepGenerations {
+    fn generation(
+        &mut self,
+        index: usize,
+        generation: &Generation,
+        cached: bool,
+        _scorer: &dyn Scorer,
+    ) -> Result<Option<PlannedLabel>> {
+        self.0[index] = Some((generation.clone(), cached));
+        Ok(None)
+    }
+}
+
+/// How many generations and label reads [`generate_cached_all`] computed now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GeneratedCounts {
+    pub generations: usize,
+    pub labels: usize,
+}
+
+/// The cache key of a generation: model fingerprint aside, its prompt's tokens, budget,
+/// stop strings and sampling settings (seed included). Whatever batch it is made in.
+fn generation_key(tokens: &TokenPrompt, request: &GenerationRequest) -> Result<String> {
+    let identity = GenerationIdentity {
+        prompt: prompt_hash(tokens),
+        max_tokens: request.max_tokens,
+        stop: &request.stop,
+        sampling: &request.sampling,
+    };
+    Ok(hex::encode(Sha256::digest(serde_json::to_vec(&identity)?)))
+}
+
+/// Generate for every request of method `kind`, or read the generation the cache holds
+/// for the same model, prompt tokens, budget, stop strings and sampling settings; and
+/// the label read the reader asks after each. The missing generations go to the scorer
+/// in one call ([`Scorer::generate_each`]: one batch, prompts sharing prefixes), each
+/// stored in the cache the moment it is finished, its label read taken from the cache
+/// or read from the generation's own state and stored as it arrives; label reads after
+/// cached generations that the cache lacks are filled together at the end. A run
+/// stopped midway keeps everything finished.
+pub fn generate_cached_all(
+    scorer: &mut dyn Scorer,
+    cache: Option<&ResultCache>,
+    kind: &str,
+    requests: &[GenerationRequest],
+    reader: &mut dyn GenerationReader,
+) -> Result<GeneratedCounts> {
+    let prompts: Vec<&Prompt> = requests.iter().map(|r| &r.prompt).collect();
+    let tokens = scorer.encode_prompts(&prompts);
+    let fingerprint = scorer.info().fingerprint.clone();
+    let kind = generation_kind(kind);
+    let mut keys = Vec::with_capacity(requests.len());
+    let mut missing = Vec::new();
+    let mut pending = LabelPlan::new();
+    let mut pending_of = Vec::new();
+    let mut counts = GeneratedCounts::default();
+    for (index, (request, tokens)) in requests.iter().zip(tokens).enumerate() {
+        let tokens = tokens.with_context(|| format!("cannot encode generation prompt {index}"))?;
+        let key = generation_key(&tokens, request)?;
+        let hit = match cache {
+            Some(cache) => cache.get_text(&fingerprint, &kind, &key)?,
+            None => None,
+        };
+        match hit {
+            Some(text) => {
+                let generation: Generation = serde_json::from_str(&text).with_context(|| {
+                    format!(
+                        "result cache {}: unreadable {kind} entry",
+                        cache.map(ResultCache::location).unwrap_or_default()
+                    )
+                })?;
+                if let Some(planned) = reader.generation(index, &generation, true, scorer)? {
+                    match cache.map(|c| c.get(&planned.key)).transpose()?.flatten() {
+                        Some(result) => reader.label(index, result, true)?,
+                        None => {
+                            pending.push(planned);
+                            pending_of.push(index);
+                        }
+                    }
+                }
+            }
+            None => missing.push((index, tokens)),
+        }
+        keys.push(key);
+    }
+
+    if !missing.is_empty() {
+        let completions: Vec<CompletionRequest> = missing
+            .iter()
+            .map(|(index, tokens)| {
+                completion_of(&GenerationRequest {
+                    prompt: Prompt::Tokens(tokens.clone()),
+                    ..requests[*index].clone()
+                })
+            })
+            .collect();
+        struct Sink<'a> {
+            missing: &'a [(usize, TokenPrompt)],
+            keys: &'a [String],
+            cache: Option<&'a ResultCache>,
+            fingerprint: &'a str,
+            kind: &'a str,
+            reader: &'a mut dyn GenerationReader,
+            label_keys: HashMap<usize, CacheKey>,
+            counts: &'a mut GeneratedCounts,
+        }
+        impl GenerationSink for Sink<'_> {
+            fn generated(
+                &mut self,
+                k: usize,
+                result: CompletionResult,
+                scorer: &dyn Scorer,
+            ) -> Result<Option<LabelRequest>> {
+                let index = self.missing[k].0;
+                let generation = generation_of(&result);
+                if let Some(cache) = self.cache {
+                    cache.put_text(
+                        self.fingerprint,
+                        self.kind,
+                        &self.keys[index],
+                        &serde_json::to_string(&generation)?,
+                    )?;
+                }
+                self.counts.generations += 1;
+                let Some(planned) = self.reader.generation(index, &generation, false, scorer)?
+                else {
+                    return Ok(None);
+                };
+                if let Some(result) = self
+                    .cache
+                    .map(|c| c.get(&planned.key))
+                    .transpose()?
+                    .flatten()
+                {
+                    self.reader.label(index, result, true)?;
+                    return Ok(None);
+                }
+                self.label_keys.insert(k, planned.key);
+                Ok(Some(planned.request))
+            }
+
+            fn labelled(&mut self, k: usize, result: LabelResult) -> Result<()> {
+                let index = self.missing[k].0;
+                let key = self
+                    .label_keys
+                    .remove(&k)
+                    .context("a label read nobody asked for")?;
+                if let Some(cache) = self.cache {
+                    cache.put(&key, &result)?;
+                }
+                self.counts.labels += 1;
+                self.reader.label(index, result, false)
+            }
+        }
+        let mut sink = Sink {
+            missing: &missing,
+            keys: &keys,
+            cache,
+            fingerprint: &fingerprint,
+            kind: &kind,
+            reader: &mut *reader,
+            label_keys: HashMap::new(),
+            counts: &mut counts,
+        };
+        scorer.generate_each(&completions, &mut PrefixCache::new(0), &mut sink)?;
+    }
+
+    if !pending.is_empty() {
+        counts.labels += pending.fill(scorer, cache, &mut |_| Ok(()))?;
+        for (result, index) in pending.into_results()?.into_iter().zip(pending_of) {
+            reader.label(index, result, false)?;
+        }
+    }
+    Ok(counts)
+}
+
+/// [`generate_cached_all`] for one request, without a label read: the generation and
+/// whether it came from the cache.
 pub fn generate_cached(
     scorer: &mut dyn Scorer,
     cache: Option<&ResultCache>,
     kind: &str,
     request: &GenerationRequest,
 ) -> Result<(Generation, bool)> {
-    let tokens = scorer
-        .encode_prompt(&request.prompt)
-        .context("cannot encode the generation prompt")?;
-    let identity = GenerationIdentity {
-        prompt: prompt_hash(&tokens),
-        max_tokens: request.max_tokens,
-        stop: &request.stop,
-        sampling: &request.sampling,
-    };
-    let key = hex::encode(Sha256::digest(serde_json::to_vec(&identity)?));
-    let fingerprint = scorer.info().fingerprint.clone();
-    let kind = generation_kind(kind);
-    if let Some(cache) = cache {
-        if let Some(text) = cache.get_text(&fingerprint, &kind, &key)? {
-            let generation: Generation = serde_json::from_str(&text).with_context(|| {
-                format!("result cache {}: unreadable {kind} entry", cache.location())
-            })?;
-            return Ok((generation, true));
-        }
-    }
-    let tokenised = GenerationRequest {
-        prompt: Prompt::Tokens(tokens),
-        ..request.clone()
-    };
-    let generation = scorer.generate(&tokenised)?;
-    if let Some(cache) = cache {
-        cache.put_text(
-            &fingerprint,
-            &kind,
-            &key,
-            &serde_json::to_string(&generation)?,
-        )?;
-    }
-    Ok((generation, false))
+    let mut kept = KeepGenerations(vec![None]);
+    generate_cached_all(
+        scorer,
+        cache,
+        kind,
+        std::slice::from_ref(request),
+        &mut kept,
+    )?;
+    kept.0
+        .pop()
+        .flatten()
+        .context("the generation got no answer")
 }
 
 #[cfg(test)]
@@ -508,5 +690,114 @@ mod tests {
         assert!(!cached, "other sampling settings are another generation");
         let (_, cached) = generate_cached(&mut scorer, Some(&cache), "u", &request).unwrap();
         assert!(!cached, "another method's generations are kept apart");
+    }
+
+    /// Asks `Score:` after each generation, under `template`, and records what arrives.
+    struct AskScore {
+        template: &'static str,
+        generations: Vec<(usize, bool)>,
+        labels: Vec<(usize, bool, LabelResult)>,
+    }
+
+    impl GenerationReader for AskScore {
+        fn generation(
+            &mut self,
+            index: usize,
+            generation: &Generation,
+            cached: bool,
+            scorer: &dyn Scorer,
+        ) -> Result<Option<PlannedLabel>> {
+            self.generations.push((index, cached));
+            let request = LabelRequest {
+                prompt: Prompt::plain(TextPrompt::user(format!("{} Score:", generation.text))),
+                labels: vec![" 1".into(), " 2".into()],
+            };
+            plan_label(scorer, self.template, request, None).map(Some)
+        }
+
+        fn label(&mut self, index: usize, result: LabelResult, cached: bool) -> Result<()> {
+            self.labels.push((index, cached, result));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn generations_and_their_label_reads_are_cached_and_read_back() {
+        let mut scorer = MockScorer::new()
+            .with_generation(|prompt| Ok(format!("about {}", prompt.len())))
+            .with_labels(|text, labels| {
+                Ok(labels
+                    .iter()
+                    .map(|l| -((text.len() + l.len()) as f64) / 10.0)
+                    .collect())
+            });
+        let calls = scorer.calls();
+        let cache = ResultCache::in_memory().unwrap();
+        let requests: Vec<GenerationRequest> = ["one", "three"]
+            .iter()
+            .map(|text| GenerationRequest {
+                prompt: Prompt::plain(TextPrompt::user(*text)),
+                max_tokens: 20,
+                sampling: Sampling::Greedy,
+                stop: vec![],
+            })
+            .collect();
+        let reader = |template| AskScore {
+            template,
+            generations: Vec::new(),
+            labels: Vec::new(),
+        };
+
+        let mut first = reader("t/score");
+        let counts =
+            generate_cached_all(&mut scorer, Some(&cache), "k", &requests, &mut first).unwrap();
+        assert_eq!(
+            counts,
+            GeneratedCounts {
+                generations: 2,
+                labels: 2
+            }
+        );
+        assert!(first.generations.iter().all(|&(_, cached)| !cached));
+        assert_eq!(first.labels.len(), 2);
+        // The label read after "about 8" (the mock renders "one" as 8 bytes of prompt).
+        let (index, cached, result) = &first.labels[0];
+        assert!(!cached);
+        let prompt = scorer.render(&requests[*index].prompt).unwrap().input;
+        let text = format!("about {} Score:", prompt.len());
+        assert_eq!(result.labels[0].logprob, -((text.len() + 2) as f64) / 10.0);
+
+        // Everything again from the cache: nothing generated, nothing read.
+        let generated_before = calls.generations.load(std::sync::atomic::Ordering::SeqCst);
+        let mut second = reader("t/score");
+        let counts =
+            generate_cached_all(&mut scorer, Some(&cache), "k", &requests, &mut second).unwrap();
+        assert_eq!(counts, GeneratedCounts::default());
+        assert!(second.generations.iter().all(|&(_, cached)| cached));
+        assert!(second.labels.iter().all(|(_, cached, _)| *cached));
+        assert_eq!(
+            calls.generations.load(std::sync::atomic::Ordering::SeqCst),
+            generated_before
+        );
+
+        // Cached generations whose label reads the cache lacks: the reads alone are made.
+        let mut third = reader("t/other");
+        let counts =
+            generate_cached_all(&mut scorer, Some(&cache), "k", &requests, &mut third).unwrap();
+        assert_eq!(
+            counts,
+            GeneratedCounts {
+                generations: 0,
+                labels: 2
+            }
+        );
+        let mut by_index: Vec<_> = third.labels.iter().map(|(i, c, r)| (*i, *c, r)).collect();
+        by_index.sort_by_key(|(i, _, _)| *i);
+        let mut first_by_index: Vec<_> = first.labels.iter().collect();
+        first_by_index.sort_by_key(|(i, _, _)| *i);
+        for ((_, cached, r), (_, _, f)) in by_index.iter().zip(first_by_index) {
+            assert!(!cached);
+            assert_eq!(*r, f, "the same read, under another template");
+        }
     }
 }

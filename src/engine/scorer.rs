@@ -11,13 +11,11 @@ use serde::{Deserialize, Serialize};
 use crate::runtime::TextTokenizer;
 pub use crate::runtime::{Conventions, ModelKind, RubricProtocol};
 
-use super::completion::{
-    ChatMessage, ChatRole, CompletionRequest, CompletionResult, TokenLogprob, TokenPiece,
-};
+use super::completion::{ChatMessage, ChatRole, CompletionRequest};
 use super::decoder::prefix_cache::PrefixCache;
 use super::request::{
-    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, Prompt, TextPrompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, Label, LabelRequest, LabelResult, Prompt, TextPrompt,
+    TokenPrompt,
 };
 
 /// What a method may know about the model behind a scorer.
@@ -184,15 +182,20 @@ pub trait Scorer: Send {
         requests: &[ContinuationRequest],
     ) -> Result<Vec<ContinuationResult>>;
 
-    /// Generate text.
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation>;
-
-    /// Generate text for several requests; results in request order. Each request is
-    /// sampled from its own seeded generator. The default runs them one at a time;
-    /// scorers that can run rows side by side (each with its own cache) override it.
-    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
-        requests.iter().map(|r| self.generate(r)).collect()
-    }
+    /// The one generating entry point (see [`crate::engine::generation`]): generate (and
+    /// score, where asked) every request of `requests` in one call, handing each result to
+    /// `sink` as soon as it is finished, in any order, and answering the follow-up label
+    /// request the sink may ask after each. Prompts that start the same way are computed
+    /// once where the scorer can share them; `prefix_cache` keeps recent prefixes between
+    /// calls (the service's worker owns one; give `PrefixCache::new(0)` for none). A
+    /// generation ends at the end-of-sequence token, a stop string (its text cut before
+    /// it), `max_tokens`, or the context window.
+    fn generate_each(
+        &mut self,
+        requests: &[CompletionRequest],
+        prefix_cache: &mut PrefixCache,
+        sink: &mut dyn super::generation::GenerationSink,
+    ) -> Result<()>;
 
     /// The model's tokeniser, when it has one to share (the service's tokenizer routes).
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
@@ -219,79 +222,5 @@ pub trait Scorer: Send {
                 self.info().name
             ),
         }
-    }
-
-    /// Answer completions together: score prompts' tokens, generate with each generated
-    /// token's log-probability, keep recent prefixes in the caller's `prefix_cache` and
-    /// start from what it holds. Results in request order. The default generates with
-    /// [`Self::generate_batch`] and refuses log-probabilities.
-    fn complete(
-        &mut self,
-        requests: &[CompletionRequest],
-        prefix_cache: &mut PrefixCache,
-    ) -> Result<Vec<CompletionResult>> {
-        let _ = prefix_cache;
-        if requests.iter().any(|r| r.prompt_logprobs || r.logprobs) {
-            crate::bad_request!(
-                "model '{}' ({}) gives no token log-probabilities for completions",
-                self.info().name,
-                self.info().architecture
-            );
-        }
-        if requests.iter().any(|r| r.allowed_tokens.is_some()) {
-            crate::bad_request!(
-                "model '{}' ({}) does not restrict generation to allowed tokens",
-                self.info().name,
-                self.info().architecture
-            );
-        }
-        let piece = |id: u32| TokenPiece {
-            id,
-            bytes: Vec::new(),
-        };
-        let mut prompts = Vec::with_capacity(requests.len());
-        let mut generating = Vec::new();
-        for request in requests {
-            prompts.push(self.encode_prompt(&request.prompt)?.input);
-            if request.max_tokens > 0 {
-                generating.push(GenerationRequest {
-                    prompt: request.prompt.clone(),
-                    max_tokens: request.max_tokens,
-                    sampling: request.sampling,
-                    stop: request.stop.clone(),
-                });
-            }
-        }
-        let mut generations = self.generate_batch(&generating)?.into_iter();
-        let mut results = Vec::with_capacity(requests.len());
-        for (request, prompt) in requests.iter().zip(prompts) {
-            let generation = match request.max_tokens {
-                0 => None,
-                _ => Some(
-                    generations
-                        .next()
-                        .ok_or_else(|| anyhow::anyhow!("a generation is missing"))?,
-                ),
-            };
-            let unscored = |id: u32| TokenLogprob {
-                token: piece(id),
-                logprob: None,
-                top: Vec::new(),
-            };
-            results.push(CompletionResult {
-                prompt: prompt.into_iter().map(unscored).collect(),
-                generated: generation
-                    .as_ref()
-                    .map(|g| g.tokens.iter().map(|&id| unscored(id)).collect())
-                    .unwrap_or_default(),
-                text: generation
-                    .as_ref()
-                    .map(|g| g.text.clone())
-                    .unwrap_or_default(),
-                finish: generation.map_or(super::request::FinishReason::MaxTokens, |g| g.finish),
-                cached_prompt_tokens: 0,
-            });
-        }
-        Ok(results)
     }
 }

@@ -16,9 +16,12 @@ mod labels;
 
 use anyhow::{ensure, Context, Result};
 
+use super::completion::{CompletionRequest, CompletionResult, TokenLogprob};
+use super::decoder::prefix_cache::PrefixCache;
+use super::generation::{one_at_a_time, unscored, GenerationSink};
 use super::request::{
-    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, LabelScore, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, FinishReason, Label, LabelRequest, LabelResult,
+    LabelScore, Prompt, TokenPrompt,
 };
 use super::scorer::{ModelInfo, ModelKind, RenderedPrompt, Scorer};
 use crate::arch::t5::T5Model;
@@ -341,15 +344,64 @@ impl Scorer for T5Scorer {
         )
     }
 
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
-        let prompt = self.encode_prompt(&request.prompt)?;
-        self.warn_if_long(std::iter::once(prompt.input.len()));
-        generation::generate(
-            &self.model,
-            &self.tokenizer,
-            &prompt,
-            request,
-            &mut self.usage,
+    fn generate_each(
+        &mut self,
+        requests: &[CompletionRequest],
+        _prefix_cache: &mut PrefixCache,
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
+        if requests.iter().any(|r| r.prompt_logprobs || r.logprobs) {
+            crate::bad_request!(
+                "model '{}' ({}) gives no token log-probabilities for completions",
+                self.info.name,
+                self.info.architecture
+            );
+        }
+        if requests.iter().any(|r| r.allowed_tokens.is_some()) {
+            crate::bad_request!(
+                "model '{}' ({}) does not restrict generation to allowed tokens",
+                self.info.name,
+                self.info.architecture
+            );
+        }
+        let prompts = requests
+            .iter()
+            .map(|r| self.encode_prompt(&r.prompt))
+            .collect::<Result<Vec<_>>>()?;
+        self.warn_if_long(prompts.iter().map(|p| p.input.len()));
+        one_at_a_time(
+            self,
+            requests.len(),
+            &mut |scorer, index| {
+                let prompt = &prompts[index];
+                let generation = generation::generate(
+                    &scorer.model,
+                    &scorer.tokenizer,
+                    prompt,
+                    &requests[index],
+                    &mut scorer.usage,
+                )?;
+                let mut generated: Vec<TokenLogprob> = generation
+                    .tokens
+                    .iter()
+                    .map(|&id| unscored(id, Vec::new()))
+                    .collect();
+                if generation.finish == FinishReason::EndOfSequence {
+                    generated.push(unscored(scorer.model.config().eos_token_id, Vec::new()));
+                }
+                Ok(CompletionResult {
+                    prompt: prompt
+                        .input
+                        .iter()
+                        .map(|&id| unscored(id, Vec::new()))
+                        .collect(),
+                    generated,
+                    text: generation.text,
+                    finish: generation.finish,
+                    cached_prompt_tokens: 0,
+                })
+            },
+            sink,
         )
     }
 }

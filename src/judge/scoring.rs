@@ -457,7 +457,18 @@ fn run_rubric(
         };
         return read_distributions(scorer, contexts, (&ids.0, ids.1), request, &bar, cache, run);
     };
-    let (readings, generated) = feedbacks(scorer, contexts, method, max_tokens, progress, cache)?;
+    // The scores are read as each feedback ends, into the result cache (one in memory
+    // when the run keeps none), where the scoring below finds them.
+    let in_memory;
+    let cache = match cache {
+        Some(cache) => cache,
+        None => {
+            in_memory = ResultCache::in_memory()?;
+            &in_memory
+        }
+    };
+    let (readings, generated) =
+        feedbacks(scorer, contexts, method, max_tokens, progress, Some(cache))?;
     let bar = progress.task(
         total,
         &format!(
@@ -465,6 +476,8 @@ fn run_rubric(
             method.marker().trim_end()
         ),
     );
+    let cache = Some(cache);
+    let cached_before = run.cached;
     let request: &RequestOf = &|scorer, c, k| {
         let context = &contexts[c];
         let answer = readings[c][k].answer.as_str();
@@ -472,12 +485,20 @@ fn run_rubric(
     };
     let first = run.candidates.len();
     read_distributions(scorer, contexts, (&ids.0, ids.1), request, &bar, cache, run)?;
+    // Scores read with their feedbacks in this run were computed now, not found.
+    let read_now = generated.labels.min(run.cached - cached_before);
+    run.cached -= read_now;
+    run.computed += read_now;
     let readings: Vec<&Reading> = readings.iter().flatten().collect();
     for (entry, reading) in run.candidates[first..].iter_mut().zip(readings) {
         entry.feedback = Some(reading.feedback.clone());
         entry.format = Some(reading.format);
     }
-    tracing::debug!(generated, "rubric feedbacks generated in this run");
+    tracing::debug!(
+        generations = generated.generations,
+        scores = generated.labels,
+        "rubric feedbacks generated in this run"
+    );
     Ok(())
 }
 

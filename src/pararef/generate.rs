@@ -16,7 +16,7 @@ use super::input::{reference_id, ParaphraseRow};
 use super::prompts::PromptSet;
 use crate::engine::cache::prompt_hash;
 use crate::engine::{
-    Generation, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+    Generate, Generation, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
 };
 
 /// Cache kind of raw paraphrase generations.

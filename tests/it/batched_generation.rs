@@ -6,8 +6,9 @@
 use crate::common;
 
 use anyhow::Result;
+use nlg_judge::engine::Generate;
 use nlg_judge::engine::{
-    BatchBudget, DecoderSettings, GenerationRequest, Prompt, Sampling, Scorer, TextPrompt,
+    BatchBudget, DecoderSettings, GenerationRequest, Prompt, Sampling, TextPrompt,
 };
 
 fn requests() -> Vec<GenerationRequest> {

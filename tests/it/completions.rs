@@ -7,6 +7,7 @@
 use crate::common;
 
 use anyhow::Result;
+use nlg_judge::engine::Generate;
 use nlg_judge::engine::{
     ChatMessage, ChatRole, CompletionRequest, CompletionResult, ContinuationRequest, DecoderScorer,
     DecoderSettings, FinishReason, GenerationRequest, PrefixCache, Prompt, Sampling, Scorer,

@@ -8,6 +8,7 @@ use crate::common;
 use anyhow::Result;
 use nlg_judge::bench::pairwise::summeval_contexts;
 use nlg_judge::engine::decoder::trie::{QueryAt, TokenTrie};
+use nlg_judge::engine::Generate;
 use nlg_judge::engine::{
     BatchBudget, ContinuationRequest, DecoderSettings, GenerationRequest, Label, LabelRequest,
     Prompt, Sampling, Scorer, Strategy, TextPrompt,

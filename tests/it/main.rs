@@ -23,6 +23,7 @@ mod dhp_cli;
 mod dhp_pipeline;
 mod diagnostics;
 mod fuzz;
+mod generation_route;
 mod hub_source;
 mod hybrid;
 mod jury;

@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use anyhow::Result;
+use nlg_judge::engine::Generate;
 use nlg_judge::engine::{
-    ChatMessage, ChatRole, CompletionRequest, CompletionResult, ContinuationRequest, DecoderScorer,
-    DecoderSettings, Generation, GenerationRequest, Label, LabelRequest, LabelResult, MockScorer,
-    ModelInfo, PrefixCache, Prompt, RenderedPrompt, Sampling, Scorer, TextPrompt, TokenPrompt,
+    ChatMessage, ChatRole, CompletionRequest, ContinuationRequest, DecoderScorer, DecoderSettings,
+    GenerationRequest, GenerationSink, Label, LabelRequest, LabelResult, MockScorer, ModelInfo,
+    PrefixCache, Prompt, RenderedPrompt, Sampling, Scorer, TextPrompt, TokenPrompt,
 };
 use nlg_judge::runtime::TextTokenizer;
 use nlg_judge::server::{ServerConfig, WorkerStats};
@@ -291,22 +292,20 @@ impl Scorer for Gated {
     ) -> Result<Vec<nlg_judge::engine::ContinuationResult>> {
         self.inner.continuation_logprobs(requests)
     }
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
-        self.inner.generate(request)
-    }
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
         self.inner.text_tokenizer()
     }
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {
         self.inner.chat_prompt(messages)
     }
-    fn complete(
+    fn generate_each(
         &mut self,
         requests: &[CompletionRequest],
         cache: &mut PrefixCache,
-    ) -> Result<Vec<CompletionResult>> {
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
         self.gate.pass();
-        self.inner.complete(requests, cache)
+        self.inner.generate_each(requests, cache, sink)
     }
 }
 

@@ -18,8 +18,9 @@ use anyhow::Result;
 use nlg_judge::data::{group_contexts, summeval, Context};
 use nlg_judge::engine::{load_scorer, LoadOptions};
 use nlg_judge::engine::{
-    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, ModelInfo, Prompt, RenderedPrompt, ResultCache, Scorer, TextPrompt, TokenPrompt,
+    CompletionRequest, ContinuationRequest, ContinuationResult, GenerationSink, Label,
+    LabelRequest, LabelResult, ModelInfo, PrefixCache, Prompt, RenderedPrompt, ResultCache, Scorer,
+    TextPrompt, TokenPrompt,
 };
 use nlg_judge::judge::geval::StepsOrigin;
 use nlg_judge::judge::scale::score_label_tokens;
@@ -82,9 +83,15 @@ impl Scorer for Counting {
     ) -> Result<Vec<ContinuationResult>> {
         self.inner.continuation_logprobs(requests)
     }
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
-        self.generations.fetch_add(1, Ordering::SeqCst);
-        self.inner.generate(request)
+    fn generate_each(
+        &mut self,
+        requests: &[CompletionRequest],
+        cache: &mut PrefixCache,
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
+        let generating = requests.iter().filter(|r| r.max_tokens > 0).count();
+        self.generations.fetch_add(generating, Ordering::SeqCst);
+        self.inner.generate_each(requests, cache, sink)
     }
 }
 

@@ -8,6 +8,7 @@
 use crate::common;
 
 use crate::common::t5::{floats, ids, reference};
+use nlg_judge::engine::Generate;
 use nlg_judge::engine::{
     ContinuationRequest, FinishReason, GenerationRequest, Label, LabelRequest, LabelResult,
     ModelKind, Prompt, Sampling, Scorer, T5Scorer, TextPrompt, TokenPrompt,

@@ -3,11 +3,12 @@
 //! Text prompts go through the chat template and the tokeniser; every label request
 //! becomes token sequences with queries (one per label token, teacher-forced), and all
 //! sequences of a call are evaluated as one prefix trie (or, for baselines, one prompt at
-//! a time). Generation runs a prefill and then one token at a time over a caller-owned
-//! cache; batched generation advances many requests together, each row with its own
-//! cache, so that the per-token layers run over all rows at once.
+//! a time). Generation is the engine's one generation route (`generate.rs`): prompts
+//! through the prefix trie, all unfinished rows stepping in one pass, follow-up label
+//! reads continuing a row's own keys and values.
 
-mod complete;
+mod generate;
+pub use generate::GenerationStats;
 pub mod level_plan;
 pub(crate) mod pieces;
 pub mod prefix_cache;
@@ -15,15 +16,14 @@ pub mod tree_eval;
 pub mod trie;
 
 use anyhow::{anyhow, bail, Context, Result};
-use candle_core::Tensor;
 
-use crate::arch::llama::{KvCache, LlamaModel, RowGroup};
-use crate::engine::completion::{ChatMessage, CompletionRequest, CompletionResult};
+use crate::arch::llama::LlamaModel;
+use crate::engine::completion::{ChatMessage, CompletionRequest};
+use crate::engine::generation::GenerationSink;
 use crate::engine::request::{
-    ContinuationRequest, ContinuationResult, FinishReason, Generation, GenerationRequest, Label,
-    LabelRequest, LabelResult, LabelScore, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, Label, LabelRequest, LabelResult, LabelScore, Prompt,
+    TokenPrompt,
 };
-use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer};
 use crate::runtime::{ChatTemplate, TextTokenizer};
 use prefix_cache::PrefixCache;
@@ -58,6 +58,7 @@ pub struct DecoderScorer {
     plan: Plan,
     stop_ids: Vec<u32>,
     stats: EvalStats,
+    generation_stats: GenerationStats,
 }
 
 /// Token sequences of one request with the query (request, label, token) of each label
@@ -109,6 +110,7 @@ impl DecoderScorer {
             },
             stop_ids,
             stats: EvalStats::default(),
+            generation_stats: GenerationStats::default(),
         })
     }
 
@@ -144,6 +146,12 @@ impl DecoderScorer {
 
     pub fn reset_stats(&mut self) {
         self.stats = EvalStats::default();
+        self.generation_stats = GenerationStats::default();
+    }
+
+    /// What the generation route did since the last reset.
+    pub fn generation_stats(&self) -> GenerationStats {
+        self.generation_stats
     }
 
     fn render_text(&self, prompt: &Prompt) -> Result<String> {
@@ -264,26 +272,6 @@ impl DecoderScorer {
             self.stats.add(&stats);
         }
         Ok(())
-    }
-
-    /// Logits of the next token after `ids` (prefill in budget-sized pieces), with the
-    /// cache of all of `ids`.
-    fn prefill(&self, ids: &[u32]) -> Result<(Vec<f32>, KvCache)> {
-        let piece = self.settings.budget.max_batch_tokens.max(1);
-        let mut cache: Option<KvCache> = None;
-        let mut last_hidden = None;
-        for chunk in ids.chunks(piece) {
-            let mut out = self.model.forward(&[chunk], cache.as_ref(), true)?;
-            last_hidden = Some(out.last(0)?);
-            let kv = out.kv.take().context("forward pass returned no cache")?;
-            cache = Some(match cache {
-                Some(c) => c.append(&kv)?,
-                None => kv,
-            });
-        }
-        let hidden = last_hidden.context("empty prompt")?;
-        let logits = self.model.full_logits(&hidden)?.squeeze(0)?.to_vec1()?;
-        Ok((logits, cache.context("empty prompt")?))
     }
 }
 
@@ -423,175 +411,6 @@ impl Scorer for DecoderScorer {
             .collect()
     }
 
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
-        let prompt = self.prompt_ids(&request.prompt)?;
-        let window = self.model.config().context_length;
-        if prompt.len() >= window {
-            bail!(
-                "prompt of {} tokens leaves no room in the context window of {window}",
-                prompt.len()
-            );
-        }
-        let mut sampler = TokenSampler::new(&request.sampling)?;
-        let (mut logits, mut cache) = self.prefill(&prompt)?;
-        let mut tokens: Vec<u32> = Vec::new();
-        let mut finish = FinishReason::MaxTokens;
-        let mut text = String::new();
-        while tokens.len() < request.max_tokens && prompt.len() + tokens.len() < window {
-            let next = sampler.next(&logits)?;
-            if self.stop_ids.contains(&next) {
-                finish = FinishReason::EndOfSequence;
-                break;
-            }
-            tokens.push(next);
-            text = self.tokenizer.decode(&tokens, true)?;
-            if let Some(cut) = first_stop(&text, &request.stop) {
-                text.truncate(cut);
-                finish = FinishReason::Stop;
-                break;
-            }
-            if tokens.len() == request.max_tokens {
-                break;
-            }
-            let out = self.model.forward(&[&[next]], Some(&cache), true)?;
-            cache = cache.append(&out.kv.context("forward pass returned no cache")?)?;
-            logits = self.model.full_logits(&out.hidden)?.squeeze(0)?.to_vec1()?;
-        }
-        Ok(Generation {
-            text,
-            tokens,
-            finish,
-        })
-    }
-
-    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
-        let window = self.model.config().context_length;
-        let rows_per_pass = self.settings.budget.max_batch_rows.max(1);
-        let mut rows = Vec::with_capacity(requests.len());
-        for (index, request) in requests.iter().enumerate() {
-            let prompt = self
-                .prompt_ids(&request.prompt)
-                .with_context(|| format!("generation request {index}"))?;
-            if prompt.len() >= window {
-                bail!(
-                    "generation request {index}: prompt of {} tokens leaves no room in the context window of {window}",
-                    prompt.len()
-                );
-            }
-            rows.push(BatchRow {
-                sampler: TokenSampler::new(&request.sampling)?,
-                prompt,
-                cache: None,
-                logits: Vec::new(),
-                tokens: Vec::new(),
-                text: String::new(),
-                finish: None,
-            });
-        }
-        // Prefill: prompts side by side, in passes of at most `rows_per_pass` rows.
-        let indices: Vec<usize> = (0..rows.len()).collect();
-        for pass in indices.chunks(rows_per_pass) {
-            let groups: Vec<RowGroup> = pass
-                .iter()
-                .map(|&i| RowGroup {
-                    prefix: Vec::new(),
-                    rows: vec![rows[i].prompt.as_slice()],
-                })
-                .collect();
-            let outputs = self.model.forward_groups(&groups, true)?;
-            let mut last = Vec::with_capacity(pass.len());
-            for output in &outputs {
-                last.push(output.last(0)?);
-            }
-            let logits = self
-                .model
-                .full_logits(&Tensor::cat(&last, 0)?)?
-                .to_vec2::<f32>()?;
-            for ((&i, mut output), row_logits) in pass.iter().zip(outputs).zip(logits) {
-                rows[i].cache = Some(output.kv.take().context("forward pass returned no cache")?);
-                rows[i].logits = row_logits;
-            }
-        }
-        loop {
-            // Sample each unfinished row's next token.
-            let mut stepping = Vec::new();
-            for (row, request) in rows.iter_mut().zip(requests) {
-                if row.finish.is_some() {
-                    continue;
-                }
-                if row.tokens.len() >= request.max_tokens
-                    || row.prompt.len() + row.tokens.len() >= window
-                {
-                    row.finish = Some(FinishReason::MaxTokens);
-                    continue;
-                }
-                let next = row.sampler.next(&row.logits)?;
-                if self.stop_ids.contains(&next) {
-                    row.finish = Some(FinishReason::EndOfSequence);
-                    continue;
-                }
-                row.tokens.push(next);
-                row.text = self.tokenizer.decode(&row.tokens, true)?;
-                if let Some(cut) = first_stop(&row.text, &request.stop) {
-                    row.text.truncate(cut);
-                    row.finish = Some(FinishReason::Stop);
-                    continue;
-                }
-                if row.tokens.len() == request.max_tokens {
-                    row.finish = Some(FinishReason::MaxTokens);
-                    continue;
-                }
-                stepping.push(next);
-            }
-            let active: Vec<usize> = (0..rows.len())
-                .filter(|&i| rows[i].finish.is_none())
-                .collect();
-            if active.is_empty() {
-                break;
-            }
-            for (pass, tokens) in active
-                .chunks(rows_per_pass)
-                .zip(stepping.chunks(rows_per_pass))
-            {
-                let singles: Vec<[u32; 1]> = tokens.iter().map(|&t| [t]).collect();
-                let groups: Vec<RowGroup> = pass
-                    .iter()
-                    .zip(&singles)
-                    .map(|(&i, token)| {
-                        Ok(RowGroup {
-                            prefix: vec![rows[i].cache.as_ref().context("row without a cache")?],
-                            rows: vec![token.as_slice()],
-                        })
-                    })
-                    .collect::<Result<_>>()?;
-                let outputs = self.model.forward_groups(&groups, true)?;
-                drop(groups);
-                let mut last = Vec::with_capacity(pass.len());
-                for output in &outputs {
-                    last.push(output.last(0)?);
-                }
-                let logits = self
-                    .model
-                    .full_logits(&Tensor::cat(&last, 0)?)?
-                    .to_vec2::<f32>()?;
-                for ((&i, mut output), row_logits) in pass.iter().zip(outputs).zip(logits) {
-                    let new = output.kv.take().context("forward pass returned no cache")?;
-                    let cache = rows[i].cache.take().context("row without a cache")?;
-                    rows[i].cache = Some(cache.append(&new)?);
-                    rows[i].logits = row_logits;
-                }
-            }
-        }
-        Ok(rows
-            .into_iter()
-            .map(|row| Generation {
-                text: row.text,
-                tokens: row.tokens,
-                finish: row.finish.unwrap_or(FinishReason::MaxTokens),
-            })
-            .collect())
-    }
-
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
         Some(&self.tokenizer)
     }
@@ -600,12 +419,13 @@ impl Scorer for DecoderScorer {
         crate::engine::templating::conversation_prompt(&self.chat, &self.info.name, messages)
     }
 
-    fn complete(
+    fn generate_each(
         &mut self,
         requests: &[CompletionRequest],
         prefix_cache: &mut PrefixCache,
-    ) -> Result<Vec<CompletionResult>> {
-        self.complete_all(requests, prefix_cache)
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
+        self.generate_all(requests, prefix_cache, sink)
     }
 }
 
@@ -616,16 +436,4 @@ fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
         .filter(|s| !s.is_empty())
         .filter_map(|s| text.find(s.as_str()))
         .min()
-}
-
-/// One request of a batched generation.
-struct BatchRow {
-    sampler: TokenSampler,
-    prompt: Vec<u32>,
-    cache: Option<KvCache>,
-    /// Logits of the next token.
-    logits: Vec<f32>,
-    tokens: Vec<u32>,
-    text: String,
-    finish: Option<FinishReason>,
 }

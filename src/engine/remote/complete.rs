@@ -18,6 +18,7 @@ use crate::engine::completion::{
     CompletionRequest, CompletionResult, ScoredToken, TokenLogprob, MAX_TOP_LOGPROBS,
 };
 use crate::engine::decoder::pieces::TokenPieces;
+use crate::engine::generation::{unscored, GenerationSink};
 use crate::engine::request::{FinishReason, Sampling};
 
 /// The generation fields of a completion body: length, sampling, stop strings.
@@ -304,16 +305,64 @@ impl RemoteScorer {
         })
     }
 
-    /// Answer completions, up to the concurrency bound at once, in token order (prompts
-    /// sharing a prefix reach the engine together); results in request order.
-    pub(super) fn complete_all(
+    /// A plain generation (no log-probabilities, no restriction) with one engine request:
+    /// the engine's text, its tokens as our tokeniser reads the text.
+    fn generate_plain(&self, request: &CompletionRequest, ids: &[u32]) -> Result<CompletionResult> {
+        let mut pieces = TokenPieces::new(&self.tokenizer);
+        let prompt = ids
+            .iter()
+            .map(|&id| unscored(id, pieces.piece(id).bytes))
+            .collect();
+        if request.max_tokens == 0 {
+            return Ok(CompletionResult {
+                prompt,
+                generated: Vec::new(),
+                text: String::new(),
+                finish: FinishReason::MaxTokens,
+                cached_prompt_tokens: 0,
+            });
+        }
+        let fields = generation_fields(request.max_tokens, request.sampling, &request.stop);
+        let answer = self.completion(self.body(ids, false, fields)?)?;
+        let (text, finish) = replies::generated(&answer)
+            .context("the engine's completion has no `choices[0].text`")?;
+        let finish = finish_reason(finish.as_deref(), &request.stop);
+        let mut generated: Vec<TokenLogprob> = self
+            .tokenizer
+            .encode(&text)?
+            .into_iter()
+            .map(|id| unscored(id, pieces.piece(id).bytes))
+            .collect();
+        if finish == FinishReason::EndOfSequence {
+            // The engine's end-of-sequence token, which the text does not show (as a local
+            // decoder reports it); its id where the tokeniser names one.
+            let eos = self.tokenizer.special().eos.unwrap_or(u32::MAX);
+            generated.push(unscored(eos, Vec::new()));
+        }
+        Ok(CompletionResult {
+            prompt,
+            generated,
+            text,
+            finish,
+            cached_prompt_tokens: replies::cached_prompt_tokens(&answer).min(ids.len()),
+        })
+    }
+
+    /// Answer generations and completions, up to the concurrency bound at once (the
+    /// `--concurrency` flag), in token order (prompts sharing a prefix reach the engine
+    /// together), each result to `sink` as it arrives; the follow-ups the sink asks are
+    /// scored together at the end, as one label call.
+    pub(super) fn generate_all(
         &mut self,
         requests: &[CompletionRequest],
-    ) -> Result<Vec<CompletionResult>> {
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
         let mut prompts = Vec::with_capacity(requests.len());
         for request in requests {
             prompts.push(self.prompt_ids(&request.prompt)?);
         }
+        let scored =
+            |r: &CompletionRequest| r.prompt_logprobs || r.logprobs || r.allowed_tokens.is_some();
         let ids_named = match requests
             .iter()
             .position(|r| r.prompt_logprobs || r.logprobs)
@@ -323,12 +372,23 @@ impl RemoteScorer {
         };
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by(|&a, &b| prompts[a].cmp(&prompts[b]));
-        let this = &*self;
-        this.collect_in_parallel(
-            &order,
-            requests.len(),
-            &|index| this.complete_one(&requests[index], &prompts[index], ids_named),
-            "a completion",
-        )
+        let mut follow_ups = Vec::new();
+        {
+            let this = &*self;
+            this.in_parallel(
+                &order,
+                &|index| match scored(&requests[index]) {
+                    true => this.complete_one(&requests[index], &prompts[index], ids_named),
+                    false => this.generate_plain(&requests[index], &prompts[index]),
+                },
+                &mut |index, result| {
+                    if let Some(follow_up) = sink.generated(index, result, this)? {
+                        follow_ups.push((index, follow_up));
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        crate::engine::generation::answer_follow_ups(self, follow_ups, sink)
     }
 }

@@ -34,14 +34,14 @@ use std::sync::{mpsc, Mutex, OnceLock};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 
-use super::complete::{finish_reason, generation_fields};
 use super::http::{CallError, Endpoint};
 use super::replies::{self, Echoed, TokenKey};
-use crate::engine::completion::{ChatMessage, CompletionRequest, CompletionResult};
+use crate::engine::completion::{ChatMessage, CompletionRequest};
 use crate::engine::decoder::prefix_cache::PrefixCache;
+use crate::engine::generation::GenerationSink;
 use crate::engine::request::{
-    ContinuationRequest, ContinuationResult, Generation, GenerationRequest, Label, LabelRequest,
-    LabelResult, LabelScore, Prompt, TokenPrompt,
+    ContinuationRequest, ContinuationResult, Label, LabelRequest, LabelResult, LabelScore, Prompt,
+    TokenPrompt,
 };
 use crate::engine::scorer::{ModelInfo, RenderedPrompt, Scorer, Usage};
 use crate::engine::templating;
@@ -1068,50 +1068,19 @@ impl Scorer for RemoteScorer {
         )
     }
 
-    fn generate(&mut self, request: &GenerationRequest) -> Result<Generation> {
-        let mut all = self.generate_batch(std::slice::from_ref(request))?;
-        all.pop().context("a generation got no answer")
-    }
-
-    fn generate_batch(&mut self, requests: &[GenerationRequest]) -> Result<Vec<Generation>> {
-        let mut bodies = Vec::with_capacity(requests.len());
-        for request in requests {
-            let ids = self.prompt_ids(&request.prompt)?;
-            let fields = generation_fields(request.max_tokens, request.sampling, &request.stop);
-            bodies.push(self.body(&ids, false, fields)?);
-        }
-        let order: Vec<usize> = (0..requests.len()).collect();
-        let this = &*self;
-        this.collect_in_parallel(
-            &order,
-            requests.len(),
-            &|index| {
-                let answer = this.completion(bodies[index].clone())?;
-                let (text, finish) = replies::generated(&answer)
-                    .context("the engine's completion has no `choices[0].text`")?;
-                let finish = finish_reason(finish.as_deref(), &requests[index].stop);
-                Ok(Generation {
-                    tokens: this.tokenizer.encode(&text)?,
-                    text,
-                    finish,
-                })
-            },
-            "a generation",
-        )
-    }
-
     fn text_tokenizer(&self) -> Option<&TextTokenizer> {
         Some(&self.tokenizer)
     }
 
-    fn complete(
+    fn generate_each(
         &mut self,
         requests: &[CompletionRequest],
         prefix_cache: &mut PrefixCache,
-    ) -> Result<Vec<CompletionResult>> {
+        sink: &mut dyn GenerationSink,
+    ) -> Result<()> {
         // The engine keeps its own prefix cache.
         let _ = prefix_cache;
-        self.complete_all(requests)
+        self.generate_all(requests, sink)
     }
 
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Prompt> {

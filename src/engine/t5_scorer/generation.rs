@@ -6,7 +6,8 @@ use anyhow::Result;
 
 use super::Usage;
 use crate::arch::t5::T5Model;
-use crate::engine::request::{FinishReason, Generation, GenerationRequest, TokenPrompt};
+use crate::engine::completion::CompletionRequest;
+use crate::engine::request::{FinishReason, Generation, TokenPrompt};
 use crate::engine::sampling::TokenSampler;
 use crate::runtime::TextTokenizer;
 
@@ -25,7 +26,7 @@ pub(super) fn generate(
     model: &T5Model,
     tokenizer: &TextTokenizer,
     prompt: &TokenPrompt,
-    request: &GenerationRequest,
+    request: &CompletionRequest,
     usage: &mut Usage,
 ) -> Result<Generation> {
     let mut sampler = TokenSampler::new(&request.sampling)?;

@@ -24,7 +24,8 @@ use sha2::{Digest, Sha256};
 
 use super::criteria::Criteria;
 use crate::engine::{
-    EngineError, FinishReason, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+    EngineError, FinishReason, Generate, GenerationRequest, Prompt, ResultCache, Sampling, Scorer,
+    TextPrompt,
 };
 use crate::judge::diagnostics::steps_problem;
 

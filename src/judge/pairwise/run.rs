@@ -508,19 +508,33 @@ fn run_relative_with_feedback(
             design_pairs(context, options).with_context(|| format!("context `{}`", context.id))
         })
         .collect::<Result<Vec<_>>>()?;
+    // The choices are read as each feedback ends, into the result cache (one in memory
+    // when the run keeps none), where the comparisons below find them.
+    let in_memory;
+    let cache = match cache {
+        Some(cache) => cache,
+        None => {
+            in_memory = ResultCache::in_memory()?;
+            &in_memory
+        }
+    };
     let mut relative = Box::new(relative.clone());
-    write_feedbacks(
+    let generated = write_feedbacks(
         scorer,
         contexts,
         &pairs,
         &mut relative,
         &options.progress,
-        cache,
+        Some(cache),
     )?;
     let marker = relative.marker();
     let mut with_feedbacks = options.clone();
     with_feedbacks.relative = Some(relative);
-    let mut result = run_compare(scorer, contexts, &with_feedbacks, cache)?;
+    let mut result = run_compare(scorer, contexts, &with_feedbacks, Some(cache))?;
+    // Choices read with their feedbacks in this run were computed now, not found.
+    let read_now = generated.labels.min(result.cached);
+    result.cached -= read_now;
+    result.computed += read_now;
     let feedbacks = with_feedbacks
         .relative
         .map(|r| r.readings)

@@ -14,7 +14,8 @@
 //!   (`tests/fixtures/rubric/` holds the published templates' renderings);
 //! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
 //!   appended), and whether the model kept to its format;
-//! - [`run`]: the decided method and its feedback step (one generation per candidate);
+//! - [`run`]: the decided method and its feedback step (one generation per candidate, a
+//!   run's in one batch, each score read from its feedback's state);
 //! - [`relative`]: relative grading of two responses (`compare --rubric`).
 
 pub mod protocol;

@@ -49,9 +49,10 @@ use super::reading::{read_answer, Reading};
 use super::run::ProtocolSource;
 use super::{Rubric, RubricProtocol};
 use crate::data::Context;
-use crate::engine::runner::generate_cached;
 use crate::engine::{
-    GenerationRequest, Label, LabelRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+    generate_cached_all, plan_label, GeneratedCounts, Generation, GenerationReader,
+    GenerationRequest, Label, LabelRequest, PlannedLabel, Prompt, ResultCache, Sampling, Scorer,
+    TextPrompt,
 };
 use crate::judge::scale::text_label_tokens_after;
 use crate::judge::scoring::required_reference;
@@ -391,8 +392,11 @@ pub fn pair_key(context: &Context, (first, second): (usize, usize)) -> (String, 
 }
 
 /// Write (or read back from the cache) the feedback of every ordered pair in `pairs` (one
-/// list per context, in `contexts`' order) into `grading.readings`. Returns how many were
-/// generated now.
+/// list per context, in `contexts`' order) into `grading.readings`: all of them in one
+/// engine call (one batch; pairs sharing their context and first response share that
+/// computation), each cached as it ends, with its choice read right after its own
+/// feedback and marker and stored in `cache` under the comparison's key (so the
+/// comparisons that follow find it). Returns what was computed now.
 pub fn write_feedbacks(
     scorer: &mut dyn Scorer,
     contexts: &[Context],
@@ -400,42 +404,80 @@ pub fn write_feedbacks(
     grading: &mut RelativeGrading,
     progress: &Progress,
     cache: Option<&ResultCache>,
-) -> Result<usize> {
+) -> Result<GeneratedCounts> {
     let Some(max_tokens) = grading.feedback_tokens else {
-        return Ok(0);
+        return Ok(GeneratedCounts::default());
     };
     let total: usize = pairs.iter().map(Vec::len).sum();
     progress.note(&format!(
-        "relative rubric grading ({} format, {}): writing {total} feedback(s), one generation \
-         per ordered pair (generations do not go through the prefix trie), then reading \
-         A or B after `{}`",
+        "relative rubric grading ({} format, {}): writing {total} feedback(s) in one batch \
+         (pairs that share a context and a first response share their computation), each \
+         choice of A or B read after `{}` as its feedback ends",
         grading.protocol,
         grading.protocol_source.describe(),
         grading.marker()
     ));
-    let bar = progress.task(total as u64, "pairwise feedbacks written (generation)");
-    let mut generated = 0;
-    for (context, pairs) in contexts.iter().zip(pairs) {
+    let mut at = Vec::with_capacity(total);
+    let mut requests = Vec::with_capacity(total);
+    for (c, (context, pairs)) in contexts.iter().zip(pairs).enumerate() {
         for &pair in pairs {
             let key = pair_key(context, pair);
-            let at = || format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2);
             let request = grading
                 .feedback_request(scorer, context, pair, max_tokens)
-                .with_context(at)?;
-            let (generation, cached) =
-                generate_cached(scorer, cache, FEEDBACK_CACHE_KIND, &request)
-                    .with_context(|| format!("writing the feedback of {}", at()))?;
-            let reading = read_choice(grading.protocol, &generation.text, generation.finish)?;
-            grading.readings.insert(key, reading);
-            if cached {
-                bar.found_in_cache(1);
-            } else {
-                generated += 1;
-                bar.step(1)?;
-            }
+                .with_context(|| format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2))?;
+            at.push((c, pair));
+            requests.push(request);
         }
     }
-    Ok(generated)
+    let bar = progress.task(total as u64, "pairwise feedbacks written (generation)");
+    let template = grading.template_id();
+    let mut reader = PairFeedbackReader {
+        contexts,
+        at: &at,
+        grading,
+        template,
+        bar: &bar,
+    };
+    generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
+        .context("writing the pairwise feedbacks")
+}
+
+/// Reads each pairwise feedback as it arrives and asks its choice right after it.
+struct PairFeedbackReader<'a> {
+    contexts: &'a [Context],
+    at: &'a [(usize, (usize, usize))],
+    grading: &'a mut RelativeGrading,
+    template: String,
+    bar: &'a crate::progress::ProgressTask,
+}
+
+impl GenerationReader for PairFeedbackReader<'_> {
+    fn generation(
+        &mut self,
+        index: usize,
+        generation: &Generation,
+        cached: bool,
+        scorer: &dyn Scorer,
+    ) -> Result<Option<PlannedLabel>> {
+        let (c, pair) = self.at[index];
+        let context = &self.contexts[c];
+        let key = pair_key(context, pair);
+        let at = || format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2);
+        let reading = read_choice(self.grading.protocol, &generation.text, generation.finish)
+            .with_context(at)?;
+        self.grading.readings.insert(key.clone(), reading);
+        let request = self
+            .grading
+            .choice_request(scorer, context, pair)
+            .and_then(|request| plan_label(scorer, &self.template, request, None))
+            .with_context(at)?;
+        if cached {
+            self.bar.found_in_cache(1);
+        } else {
+            self.bar.step(1)?;
+        }
+        Ok(Some(request))
+    }
 }
 
 #[cfg(test)]

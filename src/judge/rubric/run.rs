@@ -2,13 +2,15 @@
 //! feedback step.
 //!
 //! With feedback (the default), each candidate costs one greedy generation: the model
-//! writes its feedback after the rubric prompt (through
-//! [`crate::engine::runner::generate_cached`], so a rerun reads it back; generations do
-//! not go through the prefix trie). Each feedback is then read ([`super::reading`]) and
-//! the score is asked as a label request after the feedback and the marker, planned,
-//! cached and batched like every label request of `score` (`judge::scoring`). Without
-//! feedback the label request follows the prompt and the marker directly, and the whole
-//! run goes through the prefix trie like prompt scoring.
+//! writes its feedback after the rubric prompt. A run's feedbacks go to the engine in one
+//! call ([`crate::engine::generate_cached_all`]: one batch, the prompts of a context
+//! sharing its computation, each feedback cached as it ends, so a rerun reads it back).
+//! Each feedback is read ([`super::reading`]) as it arrives, and its score asked as a
+//! label request after the feedback and the marker, which the engine reads from the
+//! generation's own state and caches under the key `score` plans it with
+//! (`judge::scoring`), so the scoring step finds it. Without feedback the label request
+//! follows the prompt and the marker directly, and the whole run goes through the prefix
+//! trie like prompt scoring.
 
 use anyhow::{Context as _, Result};
 
@@ -16,8 +18,10 @@ use super::protocol::{self, RubricInput};
 use super::reading::{read, Reading};
 use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
-use crate::engine::runner::generate_cached;
-use crate::engine::{EngineError, GenerationRequest, LabelRequest, ResultCache, Scorer};
+use crate::engine::{
+    generate_cached_all, plan_label, EngineError, GeneratedCounts, Generation, GenerationReader,
+    GenerationRequest, LabelRequest, PlannedLabel, ResultCache, Scorer,
+};
 use crate::judge::scoring::required_reference;
 use crate::progress::Progress;
 
@@ -163,7 +167,10 @@ impl RubricMethod {
 }
 
 /// Every candidate's feedback, read, per context in input order: one generation per
-/// candidate (or its cached copy). Returns the readings and how many were generated now.
+/// candidate (or its cached copy), all of a run's generations in one engine call (one
+/// batch, the prompts sharing their context), each with its score read right after its
+/// own feedback and marker and stored in `cache` (so the scoring that follows finds
+/// it). Returns the readings and what was computed now.
 pub fn feedbacks(
     scorer: &mut dyn Scorer,
     contexts: &[Context],
@@ -171,43 +178,93 @@ pub fn feedbacks(
     max_tokens: usize,
     progress: &Progress,
     cache: Option<&ResultCache>,
-) -> Result<(Vec<Vec<Reading>>, usize)> {
+) -> Result<(Vec<Vec<Reading>>, GeneratedCounts)> {
     let total: usize = contexts.iter().map(|c| c.candidates.len()).sum();
     progress.note(&format!(
-        "rubric grading ({} format, {}): writing {total} feedback(s), one generation per \
-         candidate (generations do not go through the prefix trie), then reading each score \
-         after `{}`",
+        "rubric grading ({} format, {}): writing {total} feedback(s) in one batch (prompts \
+         that share a context share its computation), each score read after `{}` as its \
+         feedback ends",
         method.protocol,
         method.protocol_source.describe(),
         method.marker()
     ));
-    let bar = progress.task(total as u64, "feedbacks written (generation)");
-    let mut generated = 0;
-    let mut readings = Vec::with_capacity(contexts.len());
-    for context in contexts {
-        let mut here = Vec::with_capacity(context.candidates.len());
-        for candidate in &context.candidates {
-            let at = || format!("context `{}`, candidate `{}`", context.id, candidate.id);
+    let mut at = Vec::with_capacity(total);
+    let mut requests = Vec::with_capacity(total);
+    for (c, context) in contexts.iter().enumerate() {
+        for (k, candidate) in context.candidates.iter().enumerate() {
             let request = method
                 .feedback_request(scorer, context, candidate, max_tokens)
-                .with_context(at)?;
-            let (generation, cached) =
-                generate_cached(scorer, cache, FEEDBACK_CACHE_KIND, &request)
-                    .with_context(|| format!("writing the feedback of {}", at()))?;
-            here.push(read(
-                method.protocol,
-                method.rubric.scale,
-                &generation.text,
-                generation.finish,
-            ));
-            if cached {
-                bar.found_in_cache(1);
-            } else {
-                generated += 1;
-                bar.step(1)?;
-            }
+                .with_context(|| {
+                    format!("context `{}`, candidate `{}`", context.id, candidate.id)
+                })?;
+            at.push((c, k));
+            requests.push(request);
         }
-        readings.push(here);
     }
-    Ok((readings, generated))
+    let bar = progress.task(total as u64, "feedbacks written (generation)");
+    let mut reader = FeedbackReader {
+        contexts,
+        method,
+        at: &at,
+        template: method.template_id(),
+        readings: vec![None; total],
+        bar: &bar,
+    };
+    let counts = generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
+        .context("writing the rubric feedbacks")?;
+    let mut readings: Vec<Vec<Reading>> = contexts
+        .iter()
+        .map(|c| Vec::with_capacity(c.candidates.len()))
+        .collect();
+    for ((c, k), reading) in at.iter().zip(reader.readings) {
+        let context = &contexts[*c];
+        readings[*c].push(reading.with_context(|| {
+            format!(
+                "context `{}`: no feedback for `{}`",
+                context.id, context.candidates[*k].id
+            )
+        })?);
+    }
+    Ok((readings, counts))
+}
+
+/// Reads each feedback as it arrives and asks its score right after it.
+struct FeedbackReader<'a> {
+    contexts: &'a [Context],
+    method: &'a RubricMethod,
+    at: &'a [(usize, usize)],
+    template: String,
+    readings: Vec<Option<Reading>>,
+    bar: &'a crate::progress::ProgressTask,
+}
+
+impl GenerationReader for FeedbackReader<'_> {
+    fn generation(
+        &mut self,
+        index: usize,
+        generation: &Generation,
+        cached: bool,
+        scorer: &dyn Scorer,
+    ) -> Result<Option<PlannedLabel>> {
+        let (c, k) = self.at[index];
+        let (context, candidate) = (&self.contexts[c], &self.contexts[c].candidates[k]);
+        let reading = read(
+            self.method.protocol,
+            self.method.rubric.scale,
+            &generation.text,
+            generation.finish,
+        );
+        let request = self
+            .method
+            .score_request(scorer, context, candidate, Some(&reading.answer))
+            .and_then(|request| plan_label(scorer, &self.template, request, None))
+            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))?;
+        self.readings[index] = Some(reading);
+        if cached {
+            self.bar.found_in_cache(1);
+        } else {
+            self.bar.step(1)?;
+        }
+        Ok(Some(request))
+    }
 }

@@ -7,7 +7,7 @@
 use anyhow::Result;
 
 use super::body::JobRequest;
-use crate::engine::{CompletionRequest, CompletionResult, PrefixCache, Scorer};
+use crate::engine::{CompletionRequest, CompletionResult, Generate, PrefixCache, Scorer};
 use crate::server::worker::{guarded, JobFailure, Reply, WorkerStats};
 
 /// One completion job as the worker holds it.

@@ -1,0 +1,292 @@
+//! The one generation route (issue 58) on the real SmolLM2 and SummEval summaries:
+//!
+//! - rubric feedbacks generated together (one call, admitted in waves when the row budget
+//!   is small) are the feedbacks each generates alone, token for token;
+//! - the score read as a follow-up from a feedback's own keys and values equals the same
+//!   label request read on its own through the prefix trie, within 1e-5;
+//! - `score --method rubric` killed midway (some feedbacks stored) and started again
+//!   gives the output of an uninterrupted run (the same feedbacks and formats, every
+//!   number within 1e-5), generating only the rest.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::Result;
+use nlg_judge::data::{group_contexts, summeval, Context};
+use nlg_judge::engine::{
+    BatchBudget, CompletionResult, DecoderSettings, Generate, GenerationRequest, GenerationSink,
+    LabelRequest, LabelResult, PrefixCache, Scorer,
+};
+use nlg_judge::judge::rubric::reading::read;
+use nlg_judge::judge::rubric::run::RubricMethod;
+use nlg_judge::judge::rubric::Rubric;
+use nlg_judge::judge::Task;
+
+use crate::common;
+
+/// Agreement of a score read from a generation's own state with the same read on its own
+/// (f32 arithmetic in other passes: the last bits of a few sums differ).
+const FOLLOW_UP_TOLERANCE: f64 = 1e-5;
+
+fn document(candidates: usize) -> Context {
+    let records = summeval::read(&common::shared_data_dir()).expect("SummEval");
+    let mut contexts = group_contexts(records).expect("contexts");
+    let mut context = contexts.remove(0);
+    context.candidates.truncate(candidates);
+    context
+}
+
+fn method(scorer: &dyn Scorer) -> RubricMethod {
+    let rubric = Rubric::builtin("coherence", Task::Summary).expect("built-in rubric");
+    RubricMethod::new(scorer, rubric, None, Some(24), false).expect("method")
+}
+
+fn feedback_requests(scorer: &dyn Scorer, context: &Context) -> Vec<GenerationRequest> {
+    let method = method(scorer);
+    context
+        .candidates
+        .iter()
+        .map(|c| method.feedback_request(scorer, context, c, 24).unwrap())
+        .collect()
+}
+
+#[test]
+fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()> {
+    let context = document(5);
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let requests = feedback_requests(&scorer, &context);
+    let alone: Vec<_> = requests
+        .iter()
+        .map(|r| scorer.generate(r))
+        .collect::<Result<_>>()?;
+    let together = scorer.generate_batch(&requests)?;
+    // Two rows at a time: the rest wait and are admitted as rows finish, their prompts
+    // starting from the article the first wave left in the prefix cache.
+    let mut narrow = common::smollm2_scorer(DecoderSettings {
+        budget: BatchBudget {
+            max_batch_rows: 2,
+            ..BatchBudget::default()
+        },
+        ..DecoderSettings::default()
+    });
+    let in_waves = narrow.generate_batch(&requests)?;
+    for (index, one) in alone.iter().enumerate() {
+        assert!(!one.tokens.is_empty(), "feedback {index} is empty");
+        assert_eq!(one, &together[index], "feedback {index}, all rows at once");
+        assert_eq!(
+            one, &in_waves[index],
+            "feedback {index}, two rows at a time"
+        );
+    }
+    Ok(())
+}
+
+/// Asks each feedback's score as a follow-up and keeps both.
+struct Scores<'a> {
+    context: &'a Context,
+    method: RubricMethod,
+    asked: Vec<Option<LabelRequest>>,
+    read: Vec<Option<LabelResult>>,
+}
+
+impl GenerationSink for Scores<'_> {
+    fn generated(
+        &mut self,
+        index: usize,
+        result: CompletionResult,
+        scorer: &dyn Scorer,
+    ) -> Result<Option<LabelRequest>> {
+        let reading = read(
+            self.method.protocol,
+            self.method.rubric.scale,
+            &result.text,
+            result.finish,
+        );
+        let request = self.method.score_request(
+            scorer,
+            self.context,
+            &self.context.candidates[index],
+            Some(&reading.answer),
+        )?;
+        self.asked[index] = Some(request.clone());
+        Ok(Some(request))
+    }
+
+    fn labelled(&mut self, index: usize, result: LabelResult) -> Result<()> {
+        self.read[index] = Some(result);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_score_read_from_the_feedbacks_own_state_equals_a_separate_read() -> Result<()> {
+    let context = document(4);
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let requests: Vec<_> = feedback_requests(&scorer, &context)
+        .iter()
+        .map(nlg_judge::engine::generation::completion_of)
+        .collect();
+    let mut sink = Scores {
+        context: &context,
+        method: method(&scorer),
+        asked: vec![None; requests.len()],
+        read: vec![None; requests.len()],
+    };
+    scorer.generate_each(&requests, &mut PrefixCache::new(0), &mut sink)?;
+    for (index, (asked, read)) in sink.asked.into_iter().zip(sink.read).enumerate() {
+        let asked = asked.expect("every feedback asked its score");
+        let read = read.expect("every score was read");
+        let separate = scorer
+            .label_logprobs(std::slice::from_ref(&asked))?
+            .remove(0);
+        assert_eq!(read.prompt_tokens, separate.prompt_tokens, "score {index}");
+        assert_eq!(read.labels.len(), 5, "score {index}: the scale 1-5");
+        for (label, (a, b)) in read.labels.iter().zip(&separate.labels).enumerate() {
+            assert_eq!(a.tokens, b.tokens, "score {index}, label {label}");
+            assert!(
+                (a.logprob - b.logprob).abs() <= FOLLOW_UP_TOLERANCE,
+                "score {index}, label {label}: {} from the feedback's state, {} alone",
+                a.logprob,
+                b.logprob
+            );
+        }
+    }
+    Ok(())
+}
+
+fn nlg_judge() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+}
+
+fn score_args(input: &Path, cache: &Path, out: &Path) -> Vec<String> {
+    [
+        "score",
+        "--method",
+        "rubric",
+        "--rubric",
+        "coherence",
+        "--max-feedback-tokens",
+        "40",
+        "--model",
+        "smollm2-135m-instruct",
+        "--input",
+        &input.display().to_string(),
+        "--cache",
+        &cache.display().to_string(),
+        "--output",
+        &out.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn stored_feedbacks(cache: &Path) -> usize {
+    let Ok(db) =
+        rusqlite::Connection::open_with_flags(cache, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return 0;
+    };
+    db.query_row(
+        "SELECT COUNT(*) FROM text_results WHERE kind LIKE 'generation/rubric-feedback'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n as usize)
+    .unwrap_or(0)
+}
+
+#[test]
+fn a_rubric_run_killed_midway_resumes_to_the_same_output() -> Result<()> {
+    const CANDIDATES: usize = 8;
+    let dir = tempfile::tempdir()?;
+    let records = summeval::read(&common::shared_data_dir())?;
+    let records: Vec<_> = nlg_judge::data::limit_contexts(records, Some(1))
+        .into_iter()
+        .take(CANDIDATES)
+        .collect();
+    let input = dir.path().join("doc.jsonl");
+    let mut file = std::fs::File::create(&input)?;
+    nlg_judge::data::write_records(&mut file, &records)?;
+    drop(file);
+
+    let (cache_a, out_a) = (dir.path().join("a.sqlite"), dir.path().join("a.jsonl"));
+    let whole = nlg_judge()
+        .args(score_args(&input, &cache_a, &out_a))
+        .stderr(Stdio::null())
+        .status()?;
+    assert!(whole.success());
+    assert_eq!(stored_feedbacks(&cache_a), CANDIDATES);
+
+    // Killed once a feedback is stored (each is stored as it ends), then started again.
+    let (cache_b, out_b) = (dir.path().join("b.sqlite"), dir.path().join("b.jsonl"));
+    let mut child = nlg_judge()
+        .args(score_args(&input, &cache_b, &out_b))
+        .stderr(Stdio::null())
+        .spawn()?;
+    common::wait::until("a feedback stored by the run to interrupt", || {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before it could be interrupted");
+        }
+        stored_feedbacks(&cache_b) >= 1
+    });
+    child.kill()?;
+    child.wait()?;
+    let stored = stored_feedbacks(&cache_b);
+    assert!(stored < CANDIDATES, "the run finished before it was killed");
+    assert!(!out_b.exists(), "a killed run leaves no final output");
+
+    let resumed = nlg_judge()
+        .args(score_args(&input, &cache_b, &out_b))
+        .output()?;
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(stored_feedbacks(&cache_b), CANDIDATES);
+    let rows = |path: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    let (whole, resumed) = (rows(&out_a), rows(&out_b));
+    assert_eq!(whole.len(), CANDIDATES);
+    assert_eq!(whole.len(), resumed.len());
+    for (a, b) in whole.iter().zip(&resumed) {
+        same_within(a, b, "row");
+    }
+    Ok(())
+}
+
+/// `a` and `b` equal but for numbers, which may differ by [`FOLLOW_UP_TOLERANCE`] (a
+/// score read from a feedback's own state in one run is read on its own in the other
+/// when the kill fell between the feedback and its score).
+fn same_within(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= FOLLOW_UP_TOLERANCE, "{at}: {x} vs {y}");
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{at}"
+            );
+            for (key, value) in x {
+                same_within(value, &y[key], &format!("{at}.{key}"));
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                same_within(u, v, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
