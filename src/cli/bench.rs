@@ -87,6 +87,11 @@ pub struct GenerateArgs {
     /// feedbacks are the same text, the largest score difference.
     #[arg(long)]
     pub compare_with: Option<PathBuf>,
+
+    /// Write the feedback prompts as the model reads them (chat template applied; a JSON
+    /// list of strings), for the peers harness (`../shared/bench/peers/genpeer.py`).
+    #[arg(long)]
+    pub save_prompts: Option<PathBuf>,
 }
 
 /// Which strategies to run.
@@ -169,6 +174,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         PlannedPaths::new()
             .maybe_input("--compare-with", args.compare_with.as_deref())
             .output("--save-feedbacks", args.save_feedbacks.as_deref())
+            .output("--save-prompts", args.save_prompts.as_deref())
             .check()?;
         anyhow::ensure!(args.candidates > 0, "--candidates must be at least 1");
         anyhow::ensure!(
@@ -198,6 +204,22 @@ fn generate(args: GenerateArgs) -> Result<()> {
         false,
     )
     .map_err(super::input_error)?;
+    if let Some(path) = &args.save_prompts {
+        let mut prompts = Vec::new();
+        for context in &contexts {
+            for candidate in &context.candidates {
+                let request = method.feedback_request(
+                    &scorer,
+                    context,
+                    candidate,
+                    args.max_feedback_tokens,
+                )?;
+                prompts.push(scorer.render(&request.prompt)?.input);
+            }
+        }
+        std::fs::write(path, serde_json::to_string(&prompts)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let rows = args.rows.unwrap_or(scorer.settings().budget.max_batch_rows);
     let result = bench_generate(&mut scorer, &contexts, &method, rows)?;
     let compared = match &args.compare_with {

@@ -472,18 +472,24 @@ async fn a_model_served_by_our_service_equals_the_same_model_in_process() -> Res
     Ok(())
 }
 
-#[test]
-fn compare_with_backend_on_the_command_line_equals_the_local_run() -> Result<()> {
-    let bin = env!("CARGO_BIN_EXE_nlg-judge");
-    let dir = tempfile::tempdir()?;
-    let mut serve = Command::new(bin)
+/// `nlg-judge serve` of `model` on a free loopback port: the process, the
+/// reader of its stderr (kept open while it runs) and its URL.
+fn serve_model(
+    model: &std::ffi::OsStr,
+    dir: &std::path::Path,
+) -> Result<(
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+    String,
+)> {
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
         .args(["serve", "--addr", "127.0.0.1:0", "--model"])
-        .arg(fixture())
-        .env("NLG_JUDGE_CACHE", dir.path())
+        .arg(model)
+        .env("NLG_JUDGE_CACHE", dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()?;
-    // The service says where it listens on stderr; the reader stays open while it runs.
+    // The service says where it listens on stderr.
     let mut said = std::io::BufReader::new(serve.stderr.take().expect("stderr"));
     let mut line = String::new();
     while !line.contains("serving") {
@@ -497,6 +503,107 @@ fn compare_with_backend_on_the_command_line_equals_the_local_run() -> Result<()>
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
+    Ok((serve, said, url))
+}
+
+/// Rubric grading with feedback through `--backend` (our own service in front of
+/// SmolLM2): the feedbacks go to the engine concurrently and come back as the
+/// local run writes them; the scores read after them agree.
+#[test]
+fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
+    let bin = env!("CARGO_BIN_EXE_nlg-judge");
+    let dir = tempfile::tempdir()?;
+    common::card_file("smollm2-135m-instruct");
+    let (mut serve, said, url) = serve_model("smollm2-135m-instruct".as_ref(), dir.path())?;
+    // Short texts and a terse rubric: a quick run.
+    let rubric = dir.path().join("terse.toml");
+    std::fs::write(
+        &rubric,
+        "name = \"Coherence\"\ncriterion = \"Is it clear?\"\ndescriptions = [\"no\", \
+         \"barely\", \"partly\", \"mostly\", \"yes\"]\n",
+    )?;
+    let input = dir.path().join("short.jsonl");
+    let texts = [
+        "A cat sat.",
+        "The mat was red.",
+        "Rain fell all day.",
+        "Birds sang.",
+        "Ok.",
+    ];
+    let rows: Vec<String> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            serde_json::json!({"context_id": "c", "context": "", "candidate_id": format!("s{i}"),
+                "candidate": text})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&input, rows.join("\n") + "\n")?;
+    let run = |extra: &[&str], name: &str| -> Result<Vec<Value>> {
+        let out = dir.path().join(format!("{name}.jsonl"));
+        let output = Command::new(bin)
+            .args([
+                "score",
+                "--method",
+                "rubric",
+                "--max-feedback-tokens",
+                "12",
+                "--rubric",
+            ])
+            .arg(&rubric)
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(&out)
+            .arg("--cache")
+            .arg(dir.path().join(format!("{name}.sqlite")))
+            .args(extra)
+            .env("NLG_JUDGE_CACHE", dir.path())
+            .output()?;
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(std::fs::read_to_string(&out)?
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<Vec<Value>, _>>()?)
+    };
+    let local = run(&["--model", "smollm2-135m-instruct"], "local")?;
+    let backend = format!("{url}/v1");
+    let served = run(
+        &[
+            "--backend",
+            &backend,
+            "--model",
+            "smollm2-135m-instruct",
+            "--concurrency",
+            "3",
+        ],
+        "served",
+    )?;
+    let _ = serve.kill();
+    let _ = serve.wait();
+    drop(said);
+    assert_eq!(local.len(), 5);
+    assert_eq!(local.len(), served.len());
+    for (a, b) in local.iter().zip(&served) {
+        assert_eq!(a["candidate"], b["candidate"]);
+        assert_eq!(a["feedback"], b["feedback"], "{}", a["candidate"]);
+        assert_eq!(a["format"], b["format"], "{}", a["candidate"]);
+        let (x, y) = (a["score"].as_f64().unwrap(), b["score"].as_f64().unwrap());
+        assert!((x - y).abs() < 1e-4, "{}: {x} vs {y}", a["candidate"]);
+    }
+    Ok(())
+}
+
+#[test]
+fn compare_with_backend_on_the_command_line_equals_the_local_run() -> Result<()> {
+    let bin = env!("CARGO_BIN_EXE_nlg-judge");
+    let dir = tempfile::tempdir()?;
+    let (mut serve, said, url) = serve_model(fixture().as_os_str(), dir.path())?;
     let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/library.jsonl");
     let run = |extra: &[&str], name: &str| -> Result<(Vec<f64>, String)> {
         let pairs = dir.path().join(format!("{name}_pairs.jsonl"));
