@@ -70,12 +70,33 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
         ..DecoderSettings::default()
     });
     let in_waves = narrow.generate_batch(&requests)?;
+    // A key/value budget of about two rows (SmolLM2 keeps 46 KB a position; a row here
+    // is some 850 positions): rows wait for memory, not for slots.
+    let mut bounded = common::smollm2_scorer(DecoderSettings {
+        budget: BatchBudget {
+            max_arena_bytes: 90 << 20,
+            ..BatchBudget::default()
+        },
+        ..DecoderSettings::default()
+    });
+    let within_memory = bounded.generate_batch(&requests)?;
+    let stats = bounded.generation_stats();
+    assert!(
+        stats.decode_rows <= 2 * stats.decode_steps && stats.decode_rows > stats.decode_steps,
+        "{} rows in {} steps: the budget holds two rows at once",
+        stats.decode_rows,
+        stats.decode_steps
+    );
     for (index, one) in alone.iter().enumerate() {
         assert!(!one.tokens.is_empty(), "feedback {index} is empty");
         assert_eq!(one, &together[index], "feedback {index}, all rows at once");
         assert_eq!(
             one, &in_waves[index],
             "feedback {index}, two rows at a time"
+        );
+        assert_eq!(
+            one, &within_memory[index],
+            "feedback {index}, a memory bound"
         );
     }
     Ok(())

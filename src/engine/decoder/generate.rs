@@ -3,8 +3,11 @@
 //!
 //! 1. **Admission in prefix order.** Generating requests wait sorted by their prompt's
 //!    tokens, so neighbours share their longest prefixes. Up to `max_batch_rows` rows run
-//!    at once; when a quarter of the slots are free (or none run), the next waiting
-//!    prompts are admitted together.
+//!    at once, and no more than the key/value budget (`max_arena_bytes`, 4 GiB by
+//!    default) holds with every row at its prompt and whole token bound; when a quarter
+//!    of the slots are free (or none run), the next waiting prompts are admitted together.
+//!    The prefix cache a call keeps for itself (when its caller gives none) holds at
+//!    most half that budget.
 //! 2. **Prompts through the prefix trie.** The admitted prompts (and, in the first wave,
 //!    every request that only scores its prompt) form one trie, cut where the prefix
 //!    cache already holds their start: shared prefixes (a document's article for all its
@@ -357,6 +360,18 @@ impl DecoderScorer {
         cache.begin(&self.info.fingerprint);
 
         let rows_at_once = self.settings.budget.max_batch_rows.max(1);
+        // Keys and values of one position, all layers (f32 on the CPU's buffer path, the
+        // activations' type elsewhere), and the most the running rows may hold.
+        let config = self.model.config();
+        let position_bytes = config.num_layers
+            * 2
+            * config.num_kv_heads
+            * config.head_dim
+            * self.model.activation_dtype().size_in_bytes();
+        let kv_budget = self.settings.budget.max_arena_bytes;
+        let row_bytes = |index: usize| {
+            position_bytes * (call.prompts[index].len() + call.requests[index].max_tokens)
+        };
         let scoring: Vec<usize> = (0..requests.len())
             .filter(|&i| requests[i].max_tokens == 0)
             .collect();
@@ -371,12 +386,26 @@ impl DecoderScorer {
         let mut first_wave = true;
 
         loop {
-            // Admission.
+            // Admission: within the row budget and the key/value budget (each row counted
+            // at its prompt and whole token bound, as if nothing were shared).
             let free = rows_at_once.saturating_sub(rows.len());
+            let held: usize = rows.iter().map(|row| row_bytes(row.index)).sum();
             let admit = if waiting.is_empty() || free == 0 {
                 0
             } else if rows.is_empty() || free >= (rows_at_once / 4).max(1) {
-                free.min(waiting.len())
+                // The next rows in prompt order while they fit (one at least when none
+                // runs, however large).
+                let mut admit = 0;
+                let mut bytes = held;
+                for &index in waiting.iter().rev().take(free) {
+                    let alone = rows.is_empty() && admit == 0;
+                    if bytes + row_bytes(index) > kv_budget && !alone {
+                        break;
+                    }
+                    bytes += row_bytes(index);
+                    admit += 1;
+                }
+                admit
             } else {
                 0
             };
