@@ -84,6 +84,21 @@ impl GenerationSink for Collect {
     }
 }
 
+/// A sink handing each result to a closure, asking no follow-up.
+pub struct EachResult<'a>(pub &'a mut dyn FnMut(usize, CompletionResult) -> Result<()>);
+
+impl GenerationSink for EachResult<'_> {
+    fn generated(
+        &mut self,
+        index: usize,
+        result: CompletionResult,
+        _scorer: &dyn Scorer,
+    ) -> Result<Option<LabelRequest>> {
+        (self.0)(index, result)?;
+        Ok(None)
+    }
+}
+
 /// The completion request of a plain generation (no log-probabilities asked).
 pub fn completion_of(request: &GenerationRequest) -> CompletionRequest {
     CompletionRequest {

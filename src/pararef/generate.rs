@@ -15,8 +15,10 @@ use super::clean::clean_paraphrase;
 use super::input::{reference_id, ParaphraseRow};
 use super::prompts::PromptSet;
 use crate::engine::cache::prompt_hash;
+use crate::engine::generation::{completion_of, generation_of, EachResult};
 use crate::engine::{
-    Generate, Generation, GenerationRequest, Prompt, ResultCache, Sampling, Scorer, TextPrompt,
+    CompletionRequest, CompletionResult, Generation, GenerationRequest, PrefixCache, Prompt,
+    ResultCache, Sampling, Scorer, TextPrompt,
 };
 
 /// Cache kind of raw paraphrase generations.
@@ -256,11 +258,16 @@ fn generate_cached(
         .collect();
     report.cached += requests.len() - missing.len();
     if !missing.is_empty() {
-        let subset: Vec<GenerationRequest> = missing.iter().map(|&i| requests[i].clone()).collect();
+        // One call for the batch; each paraphrase stored the moment it is finished, so a
+        // run stopped midway keeps every finished one.
+        let subset: Vec<CompletionRequest> = missing
+            .iter()
+            .map(|&i| completion_of(&requests[i]))
+            .collect();
         let start = Instant::now();
-        let generated = scorer.generate_batch(&subset)?;
-        report.generation_seconds += start.elapsed().as_secs_f64();
-        for (&i, generation) in missing.iter().zip(generated) {
+        let mut store = |k: usize, result: CompletionResult| -> Result<()> {
+            let i = missing[k];
+            let generation = generation_of(&result);
             report.generated += 1;
             report.new_tokens += generation.tokens.len();
             if let Some(cache) = cache {
@@ -272,7 +279,15 @@ fn generate_cached(
                 )?;
             }
             found[i] = Some(generation);
-        }
+            Ok(())
+        };
+        let outcome = scorer.generate_each(
+            &subset,
+            &mut PrefixCache::new(0),
+            &mut EachResult(&mut store),
+        );
+        report.generation_seconds += start.elapsed().as_secs_f64();
+        outcome?;
     }
     found
         .into_iter()
