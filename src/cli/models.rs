@@ -109,7 +109,7 @@ fn find<'a>(catalog: &'a CardCatalog, name: &str) -> Result<&'a ModelCard> {
 
 fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
     println!(
-        "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} STATUS",
+        "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} {:<11} STATUS",
         "NAME",
         "ARCH",
         "FORMAT",
@@ -118,7 +118,8 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
         "LICENCE",
         "WEIGHTS f32/bf16/int8/gguf",
         "PINNED",
-        "SOURCES"
+        "SOURCES",
+        "JUDGE"
     );
     for card in catalog.cards() {
         let (bytes, complete) = card.known_size();
@@ -133,7 +134,7 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
             sources.insert(0, "local");
         }
         println!(
-            "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} {}",
+            "{:<30} {:<11} {:<15} {:>10} {:>6}  {:<10} {:<26} {:<6} {:<10} {:<11} {}",
             card.name,
             card.architecture.as_str(),
             card.format.to_string(),
@@ -152,6 +153,9 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
                 "yes"
             },
             sources.join(","),
+            card.judge
+                .map(|judge| judge.protocol.to_string())
+                .unwrap_or_else(|| "-".into()),
             status(&card_state(card, options))
         );
     }
@@ -159,7 +163,9 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
         "\nWEIGHTS: GiB the weights need at f32, bf16 and int8 (--precision), and kept as \
          stored (GGUF, with the copy candle makes of K-quant blocks at the first product); \
          running adds the key/value cache and activations (~1-2 GiB for a 7-8B model). \
-         PINNED: revision and every sha256 in the card (`nlg-judge models show NAME` says what is not)."
+         PINNED: revision and every sha256 in the card (`nlg-judge models show NAME` says what is not). \
+         JUDGE: the rubric-grading protocol a judge model was trained on (`score --method rubric` \
+         and `compare --rubric` use it unless --protocol says otherwise)."
     );
     println!("cache: {}", options.cache.root().display());
     Ok(())
@@ -194,6 +200,16 @@ fn show(card: &ModelCard) {
         }
     }
     println!("chat template {:?}", card.chat.template);
+    match card.judge {
+        Some(judge) => println!(
+            "judge protocol {} (rubric grading uses it unless --protocol says otherwise)",
+            judge.protocol
+        ),
+        None => println!(
+            "judge protocol: none (not a judge model; rubric grading uses the plain protocol \
+             unless --protocol says otherwise)"
+        ),
+    }
     for source in &card.sources {
         match source {
             crate::runtime::card::Source::Hub(hub) => {

@@ -69,6 +69,10 @@ fn list_and_show_give_licence_memory_and_pinning() {
     for part in ["8.0B", "llama3.1", "29.9/16.9/10.4 ", " no "] {
         assert!(llama.contains(part), "{part}: {llama}");
     }
+    // Judge cards name their protocol; others show a dash.
+    assert!(line("prometheus-7b-v2").contains(" prometheus "));
+    assert!(line("flow-judge-v0.1").contains(" flow-judge "));
+    assert!(llama.contains(" - "), "{llama}");
     // A GGUF card also says what its weights need kept as stored.
     let smol = line("smollm2-135m-instruct");
     for part in ["135M", "apache-2.0", "0.5/0.3/0.2/0.2 ", " yes "] {
@@ -87,9 +91,12 @@ fn list_and_show_give_licence_memory_and_pinning() {
         "weights at bf16     16.9 GiB",
         "meta-llama/Llama-3.1-8B-Instruct at 0e9e39f249a16976918f6564b8830bc894c89659",
         "pinned: no: no sha256 in the card for config.json",
+        "judge protocol: none (not a judge model",
     ] {
         assert!(shown.contains(part), "{part}: {shown}");
     }
+    let output = run(cache.path(), &["models", "show", "prometheus-7b-v2"], &[]);
+    assert!(text(&output.stdout).contains("judge protocol prometheus (rubric grading uses it"));
 }
 
 #[test]
