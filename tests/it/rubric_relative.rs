@@ -209,6 +209,41 @@ fn relative_grading_reads_each_choice_after_its_feedback_and_counts_the_format()
         .unwrap();
     assert_eq!(line["format"], "missing");
     assert!(lines.iter().filter(|l| l["format"] == "kept").count() == 11);
+    // Issue 60: the reports show every feedback too, not only --comparisons-out.
+    let report = nlg_judge::report::Report::from_compare(
+        "relative",
+        Vec::new(),
+        &result,
+        &contexts(),
+        "win ratio",
+    )
+    .unwrap();
+    let pairs = report.runs[0].contexts[0]
+        .pair_feedback
+        .as_ref()
+        .expect("the feedback of each comparison");
+    assert_eq!(pairs.len(), 12);
+    let shown = pairs
+        .iter()
+        .find(|p| (p.first, p.second) == (2, 0))
+        .expect("q1 shown first against q2");
+    assert_eq!(shown.feedback, "Response B holds together better.");
+    assert_eq!(shown.format, FormatOutcome::Missing);
+    let markdown = report.to_markdown();
+    assert!(
+        markdown.contains("Feedback on each comparison (A shown first):")
+            && markdown.contains(
+                "- A q1 vs B q2, P(A better) 0.200, format missing: Response B holds together \
+                 better."
+            ),
+        "{markdown}"
+    );
+    let html = report.to_html().unwrap();
+    assert!(
+        html.contains("\"pair_feedback\"") && html.contains("Response B holds together better."),
+        "the page's data carry the feedbacks"
+    );
+    assert!(html.contains("The judge's feedback on each comparison"));
 
     // A rerun reads feedbacks and choices from the cache.
     let again = run_compare(&mut judge, &contexts(), &options, Some(&cache)).unwrap();
