@@ -92,7 +92,7 @@ def test_one_judge_twice_is_refused(judge, cli):
     with pytest.raises(ValueError, match="'no-such-model' is given twice"):
         nlg_judge.Jury(["no-such-model", "other", "no-such-model"])
     process = cli("compare", "--model", "no-such-model", "--model", "no-such-model",
-                  "--input", LIBRARY, "--no-cache", check=False)
+                  "--attribute", "coherence", "--input", LIBRARY, "--no-cache", check=False)
     assert process.returncode == 2, process.stderr
     assert "--model no-such-model is given twice" in process.stderr
 
@@ -100,8 +100,9 @@ def test_one_judge_twice_is_refused(judge, cli):
 def test_weights_and_judges_that_cannot_sit_are_refused(judge):
     with pytest.raises(ValueError, match="2 weights for 1 judges"):
         nlg_judge.Jury([judge], weights=[1, 2])
-    with pytest.raises(ValueError, match="weight -1"):
-        nlg_judge.Jury([judge, judge], weights=[1, -1]).compare(LIBRARY, "coherence")
+    # Refused before any judge loads (the names are of no model).
+    with pytest.raises(ValueError, match="judge 2: weight -1"):
+        nlg_judge.Jury(["no-such-model", "other-model"], weights=[1, -1])
     with pytest.raises(ValueError, match="design='adaptive' takes one judge"):
         nlg_judge.Jury([judge]).compare(LIBRARY, "coherence", design="adaptive")
     rows = [

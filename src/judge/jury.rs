@@ -53,7 +53,8 @@ pub const AGREEMENT_MIN_JUDGES: usize = 3;
 
 impl JuryWeights {
     /// Whether these weights can weigh `judges` judges, decided before any judge runs:
-    /// given weights one per judge, agreement weights for three judges or more. `how`
+    /// given weights one per judge, non-negative and not all 0; agreement weights for
+    /// three judges or more. `how`
     /// names agreement weights in the caller's words (`--jury-weights agreement`,
     /// `weights="agreement"`).
     pub fn check(&self, judges: usize, how: &str) -> Result<()> {
@@ -62,7 +63,22 @@ impl JuryWeights {
             JuryWeights::Given(given) if given.len() != judges => {
                 bail!("{} weights for {judges} judges", given.len())
             }
-            JuryWeights::Given(_) => Ok(()),
+            JuryWeights::Given(given) => {
+                if let Some((k, w)) = given
+                    .iter()
+                    .enumerate()
+                    .find(|(_, w)| !w.is_finite() || **w < 0.0)
+                {
+                    bail!(
+                        "judge {}: weight {w} (weights are non-negative numbers)",
+                        k + 1
+                    );
+                }
+                if given.iter().all(|&w| w == 0.0) {
+                    bail!("every judge weighs 0: nothing would be combined");
+                }
+                Ok(())
+            }
             JuryWeights::FromAgreement if judges < AGREEMENT_MIN_JUDGES => bail!(
                 "{how} needs {AGREEMENT_MIN_JUDGES} judges or more (this jury has {judges}): a \
                  judge's weight is its agreement with the others, and with {judges} judge{} \
@@ -212,10 +228,15 @@ fn resolve_weights(
     spearman: &[Vec<Option<f64>>],
 ) -> Result<(Vec<f64>, Option<String>)> {
     let n = names.len();
-    weights.check(n, "agreement weights")?;
+    if *weights == JuryWeights::FromAgreement {
+        weights.check(n, "agreement weights")?;
+    }
     Ok(match weights {
         JuryWeights::Equal => (vec![1.0; n], None),
         JuryWeights::Given(given) => {
+            if given.len() != n {
+                bail!("{} weights for {n} judges", given.len());
+            }
             if let Some((k, w)) = given
                 .iter()
                 .enumerate()

@@ -257,6 +257,11 @@ fn kappa_agreement_weights_and_standardised_scores() {
     assert!(error.contains("needs 3 judges or more"), "{error}");
     assert!(JuryWeights::FromAgreement.check(3, "x").is_ok());
     assert!(JuryWeights::Given(vec![1.0]).check(2, "x").is_err());
+    let error = JuryWeights::Given(vec![1.0, -1.0])
+        .check(2, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(error.starts_with("judge 2: weight -1"), "{error}");
     // Two judges in agreement and equal weights: the standardised mean. a's z-scores
     // are (-1.2247, 0, 1.2247), b's (-1.2247, 1.2247, 0).
     let pair = combine_scores(&names[..2], &[&a, &b], &JuryWeights::Equal).unwrap();
