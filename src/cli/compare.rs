@@ -209,7 +209,9 @@ pub struct CompareArgs {
     /// Absolute scores as experts beside the comparisons: `nlg-judge score`'s output for
     /// the same input (matched by context_id and candidate_id). The scores are then one
     /// Product of Experts of the comparisons and these scores, mapped onto the
-    /// comparisons' scale by a fitted line; --design adaptive uses them as its prior.
+    /// comparisons' scale by a fitted line whose slope is one for the whole run (a
+    /// negative slope less than two standard errors below 0 is held at 0, and the
+    /// prior_slope diagnostic says so); --design adaptive uses them as its prior.
     #[arg(long, value_name = "FILE")]
     pub prior_scores: Option<PathBuf>,
 

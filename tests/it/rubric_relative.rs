@@ -209,6 +209,21 @@ fn relative_grading_reads_each_choice_after_its_feedback_and_counts_the_format()
         .unwrap();
     assert_eq!(line["format"], "missing");
     assert!(lines.iter().filter(|l| l["format"] == "kept").count() == 11);
+    // Issue 60: every row records how it was graded, as `score --method rubric`'s do.
+    let mut scores = Vec::new();
+    nlg_judge::judge::pairwise::run::write_scores(&result, &contexts(), &mut scores).unwrap();
+    let rows: Vec<Value> = String::from_utf8(scores)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for row in rows.iter().chain(&lines) {
+        let rubric = &row["rubric"];
+        assert_eq!(rubric["name"], "Coherence", "{row}");
+        assert_eq!(rubric["protocol"], "prometheus");
+        assert_eq!(rubric["protocol_source"], "card");
+        assert_eq!(rubric["max_feedback_tokens"], 64);
+    }
     // Issue 60: the reports show every feedback too, not only --comparisons-out.
     let report = nlg_judge::report::Report::from_compare(
         "relative",

@@ -204,6 +204,11 @@ pub struct CompareResult {
     /// Whether the judge was judging: positional bias, order consistency, ties, label
     /// mass, each with its threshold and remedy.
     pub diagnostics: Diagnostics,
+    /// Relative rubric grading: how it graded (the rubric's name, criterion and scale,
+    /// the protocol and where it came from, the feedback bound), as every output row
+    /// records it ([`crate::judge::rubric::rubric_record`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rubric: Option<serde_json::Value>,
     /// Relative rubric grading's feedbacks, read, by (context id, first id, second id);
     /// empty otherwise.
     #[serde(skip)]
@@ -690,6 +695,14 @@ pub fn summarise(
         accuracy: None,
         score_field: None,
         prior: None,
+        rubric: options.relative.as_ref().map(|r| {
+            crate::judge::rubric::rubric_record(
+                &r.rubric,
+                r.protocol,
+                r.protocol_source,
+                r.feedback_tokens,
+            )
+        }),
         human_key: matched,
         computed: 0,
         cached: 0,
@@ -910,6 +923,9 @@ pub fn write_scores(
                     line.push_str(&format!(",\"scores\":{}", json!(candidate.scores)));
                 }
             }
+            if let Some(rubric) = &result.rubric {
+                line.push_str(&format!(",\"rubric\":{rubric}"));
+            }
             line.push_str("}\n");
             out.write_all(line.as_bytes())?;
         }
@@ -939,8 +955,13 @@ pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<
                     )
                 })
                 .unwrap_or_default();
+            let rubric = result
+                .rubric
+                .as_ref()
+                .map(|r| format!(",\"rubric\":{r}"))
+                .unwrap_or_default();
             let line = format!(
-                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}}}\n",
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}{rubric}}}\n",
                 json!(context.context_id),
                 json!(a),
                 json!(b),
