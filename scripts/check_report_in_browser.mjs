@@ -20,6 +20,27 @@ const browser = await chromium.launch({
 let failures = 0;
 const fail = (message) => { failures++; console.log(`FAIL ${message}`); };
 
+// What a page draws over itself: a chart's y title over its tick labels, a histogram's
+// marker label over its bars, a sentence that ends in a dangling separator.
+function layoutProblems() {
+  const problems = [];
+  for (const c of document.querySelectorAll("main canvas[data-ytitle-right]")) {
+    if (+c.dataset.ytitleRight > +c.dataset.yticksLeft) problems.push(`a chart's y title (to x ${c.dataset.ytitleRight}) runs over its tick labels (from x ${c.dataset.yticksLeft})`);
+  }
+  for (const svg of document.querySelectorAll("main svg")) {
+    const bars = [...svg.querySelectorAll("rect")].map((r) => r.getBBox());
+    for (const label of svg.querySelectorAll("text[font-weight='600']")) {
+      const b = label.getBBox();
+      const over = bars.some((r) => b.x < r.x + r.width && r.x < b.x + b.width && b.y < r.y + r.height && r.y < b.y + b.height);
+      if (over) problems.push(`the marker label "${label.textContent}" is drawn over a bar`);
+    }
+  }
+  for (const p of document.querySelectorAll("main .caption, main .explain")) {
+    if (/[;,:]\s*$/.test(p.textContent)) problems.push(`a sentence ends dangling: "${p.textContent.slice(-60)}"`);
+  }
+  return problems;
+}
+
 for (const spec of specs) {
   const [name, file] = spec.split("=");
   const url = "file://" + resolve(file);
@@ -48,6 +69,19 @@ for (const spec of specs) {
       overflow: document.documentElement.scrollWidth - window.innerWidth,
     }));
     await page.screenshot({ path: `${outDir}/${name}-summary-${width}.png`, fullPage: true });
+    for (const problem of await page.evaluate(layoutProblems)) fail(`${name} @${width}px summary: ${problem}`);
+    // Each further judgement (a jury's judges) on its own page.
+    const runs = await page.$$eval("select[aria-label=run] option", (o) => o.length);
+    for (let k = 1; k < runs; k++) {
+      await page.evaluate((k) => { location.hash = `view=summary&run=${k}`; }, k);
+      await page.waitForFunction((k) => document.querySelector("select[aria-label=run]")?.value === String(k), k);
+      for (const problem of await page.evaluate(layoutProblems)) fail(`${name} @${width}px judgement ${k}: ${problem}`);
+      if (k === 1) await page.screenshot({ path: `${outDir}/${name}-judge${k}-${width}.png`, fullPage: true });
+    }
+    if (runs > 1) {
+      await page.evaluate(() => { location.hash = "view=summary&run=0"; });
+      await page.waitForFunction(() => document.querySelector("select[aria-label=run]")?.value === "0");
+    }
     let line = `${name} @${width}px: ${(bytes / 1e6).toFixed(2)} MB, shown after ${loaded} ms (DOMContentLoaded ${timing.domContentLoaded} ms, load ${timing.load} ms); tabs ${summary.tabs.join("|")}; ${summary.kpis} key numbers, ${summary.charts} charts, ${summary.rows} context rows`;
     if (summary.overflow > 0) fail(`${name} @${width}px: the page is ${summary.overflow}px wider than the window`);
     if (summary.tabs.includes("Contexts")) {
@@ -82,6 +116,16 @@ for (const spec of specs) {
         if (!shown) fail(`${name} @${width}px: clicking a ranking row showed no text`);
       }
       if (context.overflow > 0) fail(`${name} @${width}px: the context page is ${context.overflow}px wider than the window`);
+      for (const problem of await page.evaluate(layoutProblems)) fail(`${name} @${width}px context: ${problem}`);
+      if (name === "relative") {
+        // Relative rubric grading: every comparison's feedback, in a card and with the
+        // pair's texts.
+        const card = await page.$("text=The judge's feedback on each comparison");
+        const beside = await page.$$(".pair-feedback");
+        line += `, feedback card ${card ? "shown" : "missing"}, ${beside.length} feedbacks with the pair`;
+        if (!card) fail(`${name} @${width}px: no card of the comparisons' feedback`);
+        if (beside.length < 1) fail(`${name} @${width}px: the pair panel shows no feedback`);
+      }
       if (n < 2) fail(`${name}: the ranking has ${n} rows`);
       await page.screenshot({ path: `${outDir}/${name}-context-${width}.png`, fullPage: true });
       if (width === 1400) {

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The HTML reports in a real browser (headless Chromium, Debian's package): builds the
-# demo's compare and G-Eval reports (with the default model, fetched and cached like the
-# README's first command), a DHP report from the committed analyses and a synthetic
-# run of 300 contexts x 32 candidates; opens each at 1400 and 420 px; fails on any
-# console error, page error or request that leaves the file; prints sizes and load
+# demo's compare, G-Eval, relative rubric grading and jury reports (with the default
+# model, fetched and cached like the README's first command), a DHP report from the
+# committed analyses and a synthetic run of 300 contexts x 32 candidates; opens each at
+# 1400 and 420 px (a jury's judges' pages too); fails on any console error, page error
+# or request that leaves the file, and on what a page draws over itself (a y title over
+# tick labels, a marker label over bars, a dangling sentence); prints sizes and load
 # times; leaves the screenshots in OUT (default target/report-check).
 #
-#   scripts/check_report_in_browser.sh [OUT]
+#   scripts/check_report_in_browser.sh [OUT]     (PROFILE=release for the release binary)
 #
 # Needs: chromium (apt-get install -y chromium), node with npm (installs playwright-core
 # into a cache folder, not into the repository). Outside CI's fast path; its recorded
@@ -25,24 +27,38 @@ if [ ! -d "$tools/node_modules/playwright-core" ]; then
 fi
 cp scripts/check_report_in_browser.mjs "$tools/"
 
-cargo build --quiet --bin nlg-judge --example synthetic_report
-bin=target/debug/nlg-judge
+# PROFILE=release uses (and builds) the release binary, as the tests do.
+profile="${PROFILE:-debug}"
+if [ "$profile" = release ]; then
+  cargo build --quiet --release --bin nlg-judge --example synthetic_report
+else
+  cargo build --quiet --bin nlg-judge --example synthetic_report
+fi
+bin=target/$profile/nlg-judge
 echo "== reports"
 $bin compare --input examples/data/library.jsonl --attribute coherence --debias threshold \
   --rank soft --output "$out/demo-scores.jsonl" --report "$out/demo.html" 2>&1 | grep '^results: report'
 $bin score --input examples/data/library.jsonl --attribute coherence --method geval \
   --output "$out/demo-geval.jsonl" --report "$out/geval.html" 2>&1 | grep '^results: report'
+# Relative rubric grading (each comparison's feedback), and a jury over three contexts
+# (each judge's page has the per-context histograms with the run's marker).
+$bin compare --input examples/data/library.jsonl --rubric coherence --max-feedback-tokens 24 \
+  --output "$out/relative-scores.jsonl" --report "$out/relative.html" 2>&1 | grep '^results: report'
+$bin compare --input examples/data/stories.jsonl --attribute coherence --task custom --item Story \
+  --context-label Prompt --rank poe --model smollm2-135m-instruct --model mock \
+  --output "$out/jury-scores.jsonl" --report "$out/jury.html" 2>&1 | grep '^results: report'
 (cd docs/results/dhp && "$OLDPWD/$bin" dhp report --title "DHP summarization (SummEval), G-Eval" \
   --run "SmolLM2-135M, 100 documents (LLM edits: 20)=summarization-smollm2-100.json" \
   --run "SmolLM2-135M, 30 documents, rule only=summarization-smollm2.json" \
   --run "Qwen2.5-0.5B, 100 documents (LLM edits: 20)=summarization-qwen25-100.json" \
   --report "$out/dhp.html" >/dev/null)
 started=$(date +%s%N)
-target/debug/examples/synthetic_report 300 32 "$out/large.html"
-echo "synthetic report written in $(( ($(date +%s%N) - started) / 1000000 )) ms (debug build)"
+target/$profile/examples/synthetic_report 300 32 "$out/large.html"
+echo "synthetic report written in $(( ($(date +%s%N) - started) / 1000000 )) ms ($profile build)"
 ls -l "$out"/*.html | awk '{printf "%-10s %9d bytes  %s\n", "size", $5, $9}'
 gzip -c "$out/large.html" | wc -c | awk '{printf "large.html gzipped: %d bytes\n", $1}'
 echo "== browser ($("$chromium" --version 2>/dev/null | head -1)); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 CHROMIUM="$chromium" node "$tools/check_report_in_browser.mjs" "$out" \
-  demo="$out/demo.html" geval="$out/geval.html" dhp="$out/dhp.html" large="$out/large.html"
+  demo="$out/demo.html" geval="$out/geval.html" relative="$out/relative.html" \
+  jury="$out/jury.html" dhp="$out/dhp.html" large="$out/large.html"
 echo "screenshots: $out/*.png"

@@ -28,16 +28,20 @@ class Jury:
     Args:
         judges: the judges: model names (each loaded as ``Judge(name, **options)``,
             named by the name as given, like ``--model``) or :class:`Judge` objects
-            (named by their model's name); a name given twice is ``name#2`` the second
-            time, as on the command line.
+            (named by their model's name). The same name or the same Judge twice is
+            refused (it would be one judge with its weight doubled); two Judges of one
+            model are ``name`` and ``name#2``.
         weights: None or ``"equal"`` (every judge weighs 1), ``"agreement"`` (a judge's
-            mean Spearman with the others; none where negative), or one non-negative
-            number per judge (a jury file's ``weight``).
+            mean Spearman with the others, none where negative; three judges or more, and
+            where no judge agrees with another every judge weighs 1, said in
+            ``JuryResult.weights_note``), or one non-negative number per judge (a jury
+            file's ``weight``).
         options: keywords of :class:`Judge` for the judges given by name (``cache``,
             ``device``, ``precision``, ``progress``, ...).
 
     Raises:
-        ValueError: no judges, or bad weights.
+        ValueError: no judges, a judge given twice, or bad weights (agreement weights
+            for fewer than three judges).
     """
 
     def __init__(
@@ -58,6 +62,22 @@ class Jury:
             self._weights = [float(w) for w in weights]
             if len(self._weights) != len(judges):
                 raise ValueError(f"weights: {len(self._weights)} weights for {len(judges)} judges")
+        for k, judge in enumerate(judges):
+            for earlier in judges[:k]:
+                same = earlier is judge or (
+                    not isinstance(judge, Judge)
+                    and not isinstance(earlier, Judge)
+                    and os.fspath(earlier) == os.fspath(judge)
+                )
+                if same:
+                    shown = judge.model["name"] if isinstance(judge, Judge) else os.fspath(judge)
+                    raise ValueError(
+                        f"judges: {shown!r} is given twice: a jury of one judge twice is that "
+                        "judge alone with its weight doubled; give each judge once (weights=[...] "
+                        "gives a judge its weight)"
+                    )
+        # Checked before any judge is loaded (as the command line's exit code 2).
+        _native.check_jury_weights(len(judges), self._weights, self._agreement)
         self._own: List[Judge] = []
         self.judges: List[Judge] = []
         given_names: List[str] = []

@@ -146,6 +146,9 @@ class NativeJuryResult:
         ci: float,
     ) -> Tuple[str, str]: ...
 
+def check_jury_weights(
+    judges: int, weights: Optional[List[float]], agreement: bool
+) -> None: ...
 def jury_compare(
     names: List[str],
     results: List[NativeCompareResult],

@@ -417,7 +417,10 @@ class JuryResult:
         kappa: for comparisons, judges x judges Cohen's kappa of their decisions on the
             comparisons both made (NaN where undefined); None for scores.
         diagnostics: what the jury's ``--output`` sidecar ``OUT.diagnostics.json`` holds:
-            ``judges`` (each judge's diagnostics by name), ``weights``, ``agreement``.
+            ``judges`` (each judge's diagnostics by name), ``weights``, ``agreement``
+            (and ``weights_note`` where the jury has one).
+        weights_note: None, or why the weights are not the ones asked for (agreement
+            weights that were all 0: every judge weighs 1 instead).
     """
 
     def __init__(
@@ -433,6 +436,7 @@ class JuryResult:
         self.spearman = _matrix(raw["agreement"]["spearman"])
         self.kappa = _matrix(raw["agreement"].get("kappa"))
         self.diagnostics: Dict[str, Any] = json.loads(native.diagnostics_json())
+        self.weights_note: Optional[str] = raw.get("weights_note")
 
     def __getitem__(self, key: Union[int, str]) -> JuryContext:
         if isinstance(key, int):

@@ -9,17 +9,19 @@ use serde_json::json;
 
 use nlg_judge::arch::WeightPolicy;
 use nlg_judge::cli::model_args::PrecisionArg;
-use nlg_judge::data::{Candidate, Context};
+use nlg_judge::data::{find_human_key_among, Candidate, Context};
 use nlg_judge::engine::remote::{self, BackendConfig};
 use nlg_judge::engine::{
     load_scorer, BatchBudget, DecoderSettings, Label, LabelRequest, LoadOptions, ModelInfo, Prompt,
     ResultCache, Scorer, Strategy, TextPrompt,
 };
+use nlg_judge::judge::attribute::score_keys;
 use nlg_judge::judge::diagnostics::{self, Audience};
 use nlg_judge::judge::geval::{resolve_steps, StepsSource};
 use nlg_judge::judge::pairwise::fit::compare_what_fits;
 use nlg_judge::judge::pairwise::{CompareRequest, Debias, Design, StopRule};
 use nlg_judge::judge::rubric::{Rubric, RubricProtocol};
+use nlg_judge::judge::scoring::check_references;
 use nlg_judge::judge::{
     resolve_method, run_scoring, ResolvedMethod, RubricChoice, RubricRequest, ScoreMethod,
     ScoreRequest, ScoreScale, Task,
@@ -270,6 +272,7 @@ impl NativeJudge {
                     .transpose()?,
                 reference,
                 rubric: None,
+                audience: Audience::Python,
             })
         })()
         .or_py()?;
@@ -318,6 +321,7 @@ impl NativeJudge {
                     feedback,
                     max_feedback_tokens,
                 }),
+                audience: Audience::Python,
                 ..ScoreRequest::new(ScoreMethod::Rubric, attribute.as_deref())
             })
         })()
@@ -530,6 +534,18 @@ impl NativeJudge {
         self.run(py, sink, move |engine, progress| {
             let options = request.options(progress.clone()).map_err(input)?;
             let contexts = source.contexts(1)?;
+            // Decided from the options and the rows before the model runs: the caller's
+            // to fix (ValueError), as the command line's exit code 2.
+            if options.reference {
+                check_references(&contexts, "reference=True", false).map_err(input)?;
+            }
+            // A human score that is not a number is refused, naming its row (a key
+            // that no row has is no error here: `correlate` says so when asked).
+            let names = match &human_key {
+                Some(key) => vec![key.clone()],
+                None => score_keys(&options.attribute),
+            };
+            find_human_key_among(&contexts, &names).map_err(input)?;
             let method = resolve_method(engine.scorer.as_mut(), &options, engine.cache.as_ref())?;
             let mut run = run_scoring(
                 engine.scorer.as_mut(),

@@ -32,6 +32,23 @@ fn weights_of(weights: Option<Vec<f64>>, agreement: bool) -> Result<JuryWeights>
     })
 }
 
+/// Whether `weights` (or agreement weights) can weigh `judges` judges, before any judge
+/// runs: the library's check, in Python's words.
+#[pyfunction]
+#[pyo3(signature = (judges, weights, agreement))]
+pub fn check_jury_weights(
+    judges: usize,
+    weights: Option<Vec<f64>>,
+    agreement: bool,
+) -> PyResult<()> {
+    (|| -> Result<()> {
+        weights_of(weights, agreement)?
+            .check(judges, "weights=\"agreement\"")
+            .map_err(input)
+    })()
+    .or_py()
+}
+
 /// A jury's comparisons combined (as `compare --model A --model B`): each judge's bias
 /// corrected first where `design` lacks both orders of its pairs.
 #[pyfunction]

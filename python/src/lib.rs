@@ -24,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<results::NativeCompareResult>()?;
     m.add_class::<results::NativeScoreResult>()?;
     m.add_class::<jury::NativeJuryResult>()?;
+    m.add_function(wrap_pyfunction!(jury::check_jury_weights, m)?)?;
     m.add_function(wrap_pyfunction!(jury::jury_compare, m)?)?;
     m.add_function(wrap_pyfunction!(jury::jury_scores, m)?)?;
     m.add_function(wrap_pyfunction!(functions::correlate, m)?)?;

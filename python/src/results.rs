@@ -11,9 +11,8 @@ use nlg_judge::data::{find_human_key_among, human_keys, Context};
 use nlg_judge::judge::attribute::score_keys;
 use nlg_judge::judge::pairwise::fit::{FittedRun, SetAside};
 use nlg_judge::judge::pairwise::{write_comparisons, write_scores, CompareResult};
-use nlg_judge::judge::rubric::run::ProtocolSource;
 use nlg_judge::judge::rubric::FormatCounts;
-use nlg_judge::judge::{write_scored, ResolvedMethod, ScoreRun};
+use nlg_judge::judge::{write_run, ResolvedMethod, ScoreRun};
 use nlg_judge::stats::Item;
 
 use crate::errors::{input, OrPy};
@@ -201,11 +200,7 @@ impl NativeScoreResult {
                 "name": rubric.rubric.name,
                 "criterion": rubric.rubric.criterion,
                 "protocol": rubric.protocol,
-                "protocol_source": match rubric.protocol_source {
-                    ProtocolSource::Requested => "requested",
-                    ProtocolSource::Card => "card",
-                    ProtocolSource::Default => "default",
-                },
+                "protocol_source": rubric.protocol_source.name(),
                 "max_feedback_tokens": rubric.feedback_tokens,
             });
             if rubric.feedback_tokens.is_some() {
@@ -220,7 +215,7 @@ impl NativeScoreResult {
     /// What `score --output` writes.
     fn scores_jsonl(&self) -> PyResult<String> {
         let mut bytes = Vec::new();
-        write_scored(&self.run.candidates, &mut bytes).or_py()?;
+        write_run(&self.run, &mut bytes).or_py()?;
         utf8(bytes).or_py()
     }
 

@@ -37,6 +37,12 @@ def test_grade_with_feedback_equals_the_command_line(cli, judge, tmp_path):
     assert result.rubric["name"] == "Coherence" and result.rubric["protocol"] == "plain"
     assert result.rubric["protocol_source"] == "default"
     assert result.rubric["max_feedback_tokens"] == 24
+    # Issue 60: every output row records how it was graded, as the result does.
+    for row in rows:
+        assert row["rubric"] == {
+            "name": "Coherence", "criterion": row["rubric"]["criterion"], "scale": [1, 5],
+            "protocol": "plain", "protocol_source": "default", "max_feedback_tokens": 24,
+        }
     assert result.criteria == "Coherence" and result.scale == [1, 5]
     # The format check measures what the command line's sidecar measures.
     sidecar = json.loads((tmp_path / "cli.jsonl.diagnostics.json").read_text())
@@ -81,3 +87,33 @@ def test_bad_rubrics_and_options_name_the_field(judge):
         judge.grade(LIBRARY, "coherence", protocol="gpt")
     with pytest.raises(ValueError, match="1-5 only"):
         judge.grade(LIBRARY, RUBRIC, protocol="prometheus", feedback=False)
+
+
+def _rows(**extra):
+    """Two candidates of one context, with `extra` fields on the first."""
+    rows = [
+        {"context_id": "d", "context": "An article.", "candidate_id": cid, "candidate": text}
+        for cid, text in [("a", "A summary."), ("b", "Another summary.")]
+    ]
+    rows[0].update(extra)
+    return rows
+
+
+def test_rows_the_options_cannot_take_are_refused_before_the_model_runs(judge, tmp_path):
+    # Issue 60: reference=True with rows without a `reference` is the caller's to fix,
+    # named by its row, in Python's words (as the command line's exit code 2).
+    with pytest.raises(ValueError) as error:
+        judge.grade(_rows(reference="The gold summary."), "coherence", reference=True)
+    message = str(error.value)
+    assert "reference=True shows each candidate's `reference`, but candidate `b`" in message
+    assert "(1 of 2 candidates have none)" in message and "--reference" not in message
+    # Issue 60: a human score that is not a number is refused (it was read as NaN).
+    with pytest.raises(ValueError, match=r"`scores.coherence` is a string, not a number"):
+        judge.grade(_rows(scores={"coherence": "high"}), "coherence", feedback=False)
+    # Issue 60: errors name Python's keywords, not the command line's flags.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 1\n")
+    with pytest.raises(ValueError) as error:
+        judge.grade(LIBRARY, bad)
+    assert str(error.value).startswith("rubric: "), str(error.value)
+    assert "--rubric" not in str(error.value)

@@ -1,6 +1,7 @@
 """`Jury` equals the command line's jury (`--model A --model B`): the output lines byte
-for byte, the weights and agreement of its diagnostics sidecar, its table; a jury of one
-judge twice ranks as that judge; a judge that sets candidates aside cannot sit on one."""
+for byte, the weights and agreement of its diagnostics sidecar, its table; one judge
+twice, and agreement weights for two judges, are refused before any model loads, as on
+the command line; a judge that sets candidates aside cannot sit on one."""
 
 from __future__ import annotations
 
@@ -50,18 +51,19 @@ def test_a_jury_compare_equals_the_command_line(cli, jury, tmp_path):
     assert list(frame["candidate_id"]) == result[0].candidate_ids
 
 
-def test_a_jury_of_scores_with_agreement_weights_equals_the_command_line(cli, tmp_path):
+def test_a_jury_of_scores_equals_the_command_line(cli, tmp_path):
     out = tmp_path / "cli.jsonl"
     process = cli("score", "--method", "prompt", "--attribute", "coherence", "--model", MODELS[0],
-                  "--model", MODELS[1], "--jury-weights", "agreement", "--input", LIBRARY,
-                  "--no-cache", "--correlate", "--output", out)
-    with nlg_judge.Jury(MODELS, weights="agreement", cache=False, progress=False) as panel:
+                  "--model", MODELS[1], "--input", LIBRARY, "--no-cache", "--correlate",
+                  "--output", out)
+    with nlg_judge.Jury(MODELS, cache=False, progress=False) as panel:
         result = panel.score(LIBRARY, "prompt", attribute="coherence", progress=False)
     result.to_jsonl(tmp_path / "py.jsonl")
     assert (tmp_path / "py.jsonl").read_bytes() == out.read_bytes()
     sidecar = json.loads((tmp_path / "cli.jsonl.diagnostics.json").read_text())
     assert result.judges == sidecar["weights"]
     assert result.kappa is None
+    assert result.weights_note is None and "weights_note" not in sidecar
     # The jury's Spearman with the human scores is the one `--correlate` prints.
     line = re.search(r"^\s+jury\s+(-?[0-9.]+)", process.stdout, re.M)
     assert line, process.stdout
@@ -70,22 +72,37 @@ def test_a_jury_of_scores_with_agreement_weights_equals_the_command_line(cli, tm
     assert own == pytest.approx(result.results[MODELS[0]].correlate(bootstrap=None).spearman)
 
 
-def test_one_judge_twice_ranks_as_that_judge(judge):
-    alone = judge.compare(LIBRARY, "coherence", rank="poe")
-    twice = nlg_judge.Jury([judge, judge]).compare(LIBRARY, "coherence", rank="poe")
-    assert twice.names == ["smollm2-135m-instruct", "smollm2-135m-instruct#2"]
-    assert np.allclose(twice[0].scores, alone[0].scores, atol=1e-9)
-    assert twice[0].ranking() == alone[0].ranking()
-    assert np.allclose(twice.spearman, 1.0)
-    # Kappa is 1, or undefined where the judge decided every comparison the same way.
-    assert all(np.isnan(k) or k == pytest.approx(1.0) for k in twice.kappa.flat)
+def test_agreement_weights_for_two_judges_are_refused_before_any_loads(cli):
+    # Issue 60: with two judges each one's agreement with "the others" is one number, so
+    # the weights would always be equal; refused before a model loads, as on the command
+    # line (exit code 2). The names are of no model: loading one would fail otherwise.
+    with pytest.raises(ValueError, match=r'weights="agreement" needs 3 judges or more \(this jury has 2\)'):
+        nlg_judge.Jury(["no-such-model", "other-model"], weights="agreement")
+    process = cli("score", "--method", "prompt", "--attribute", "coherence", "--model",
+                  "no-such-model", "--model", "other-model", "--jury-weights", "agreement",
+                  "--input", LIBRARY, "--no-cache", check=False)
+    assert process.returncode == 2, process.stderr
+    assert "--jury-weights agreement needs 3 judges or more (this jury has 2)" in process.stderr
+
+
+def test_one_judge_twice_is_refused(judge, cli):
+    # Issue 60: one judge twice would be that judge alone with double weight.
+    with pytest.raises(ValueError, match="'smollm2-135m-instruct' is given twice"):
+        nlg_judge.Jury([judge, judge])
+    with pytest.raises(ValueError, match="'no-such-model' is given twice"):
+        nlg_judge.Jury(["no-such-model", "other", "no-such-model"])
+    process = cli("compare", "--model", "no-such-model", "--model", "no-such-model",
+                  "--attribute", "coherence", "--input", LIBRARY, "--no-cache", check=False)
+    assert process.returncode == 2, process.stderr
+    assert "--model no-such-model is given twice" in process.stderr
 
 
 def test_weights_and_judges_that_cannot_sit_are_refused(judge):
     with pytest.raises(ValueError, match="2 weights for 1 judges"):
         nlg_judge.Jury([judge], weights=[1, 2])
-    with pytest.raises(ValueError, match="weight -1"):
-        nlg_judge.Jury([judge, judge], weights=[1, -1]).compare(LIBRARY, "coherence")
+    # Refused before any judge loads (the names are of no model).
+    with pytest.raises(ValueError, match="judge 2: weight -1"):
+        nlg_judge.Jury(["no-such-model", "other-model"], weights=[1, -1])
     with pytest.raises(ValueError, match="design='adaptive' takes one judge"):
         nlg_judge.Jury([judge]).compare(LIBRARY, "coherence", design="adaptive")
     rows = [
@@ -101,4 +118,5 @@ def test_weights_and_judges_that_cannot_sit_are_refused(judge):
     assert alone[0].candidate_ids == ["S1", "S2"]
     # A jury's judges must judge the same candidates.
     with pytest.raises(ValueError, match="judge `smollm2-135m-instruct` cannot compare every candidate"):
-        nlg_judge.Jury([judge, judge]).compare(rows, "coherence")
+        with nlg_judge.Judge(cache=False, progress=False) as other:
+            nlg_judge.Jury([judge, other]).compare(rows, "coherence")

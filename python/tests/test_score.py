@@ -48,7 +48,8 @@ def test_geval_with_given_steps_equals_the_command_line(cli, judge, tmp_path):
 
 
 def test_free_text_criteria_and_misplaced_options(judge):
-    with pytest.raises(ValueError, match="--reference applies to --method geval and rubric only"):
+    # In Python's words, not the command line's flags (issue 60).
+    with pytest.raises(ValueError, match='reference=True applies to method="geval" and rubric only'):
         judge.score(LIBRARY, "prompt", attribute="coherence", reference=True)
     with pytest.raises(ValueError, match="scale: '1-'"):
         judge.score(LIBRARY, "prompt", attribute="coherence", scale="1-")

@@ -10,8 +10,8 @@ use clap::Args;
 use super::cache_args::CacheArgs;
 use super::compare_table::format_tables;
 use super::jury::{
-    format_jury, human_agreement, judge_args, jurors, jury_facts, weights as jury_weights,
-    write_jury_run, Juror, WeightsArg,
+    format_jury, human_agreement, judge_args, jurors, jury_facts, same_model_warning,
+    weights as jury_weights, write_jury_run, Juror, WeightsArg,
 };
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
@@ -31,7 +31,8 @@ use crate::judge::pairwise::{
 };
 use crate::judge::rubric::relative::RelativeGrading;
 use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
-use crate::judge::rubric::{Rubric, RubricProtocol};
+use crate::judge::rubric::{rubric_facts, Rubric, RubricProtocol};
+use crate::judge::scoring::check_references;
 use crate::judge::Task;
 use crate::rank::hybrid::DEFAULT_PRIOR_WEIGHT;
 use crate::rank::RankMethod;
@@ -208,7 +209,9 @@ pub struct CompareArgs {
     /// Absolute scores as experts beside the comparisons: `nlg-judge score`'s output for
     /// the same input (matched by context_id and candidate_id). The scores are then one
     /// Product of Experts of the comparisons and these scores, mapped onto the
-    /// comparisons' scale by a fitted line; --design adaptive uses them as its prior.
+    /// comparisons' scale by a fitted line whose slope is one for the whole run (a
+    /// negative slope less than two standard errors below 0 is held at 0, and the
+    /// prior_slope diagnostic says so); --design adaptive uses them as its prior.
     #[arg(long, value_name = "FILE")]
     pub prior_scores: Option<PathBuf>,
 
@@ -218,21 +221,11 @@ pub struct CompareArgs {
     pub prior_weight: f64,
 }
 
-/// The rubric of `--rubric` and the attribute it stands for, checked before any model
-/// loads; `None` without `--rubric`.
+/// The rubric of `--rubric`, checked before any model loads; `None` without `--rubric`.
 fn chosen_rubric(args: &CompareArgs) -> Result<Option<Rubric>> {
     let Some(spec) = &args.rubric else {
         return Ok(None);
     };
-    for (flag, given) in [
-        ("--adjective", args.adjective.is_some()),
-        ("--question", args.question.is_some()),
-        ("--template", args.template != "c1"),
-    ] {
-        if given {
-            bail!("{flag} does not apply with --rubric: the rubric names the criterion");
-        }
-    }
     if args.no_feedback && args.max_feedback_tokens != DEFAULT_FEEDBACK_TOKENS {
         bail!("--max-feedback-tokens does not apply with --no-feedback (no feedback is written)");
     }
@@ -276,20 +269,14 @@ fn prior_scores(
     Ok(Some(prior))
 }
 
-/// The library's request from the arguments (and the rubric of `--rubric`, whose name is
-/// the attribute when none is given and whose criterion stands for the question).
-fn request(args: &CompareArgs, rubric: Option<&Rubric>) -> CompareRequest {
-    CompareRequest {
-        attribute: match (&args.attribute, rubric) {
-            (Some(attribute), _) => attribute.clone(),
-            (None, Some(rubric)) => rubric.name.to_lowercase(),
-            (None, None) => String::new(),
-        },
+/// The library's request from the arguments; with the rubric of `--rubric` its name is
+/// the attribute when none is given and its criterion the question
+/// ([`CompareRequest::with_rubric`]).
+fn request(args: &CompareArgs, rubric: Option<&Rubric>) -> Result<CompareRequest> {
+    let request = CompareRequest {
+        attribute: args.attribute.clone().unwrap_or_default(),
         adjective: args.adjective.clone(),
-        question: match rubric {
-            Some(rubric) => Some(rubric.criterion.clone()),
-            None => args.question.clone(),
-        },
+        question: args.question.clone(),
         template: args.template.clone(),
         task: args.task,
         item: args.item.clone(),
@@ -303,6 +290,10 @@ fn request(args: &CompareArgs, rubric: Option<&Rubric>) -> CompareRequest {
         rank: args.rank,
         debias: args.debias,
         human_key: args.human_key.clone(),
+    };
+    match rubric {
+        Some(rubric) => request.with_rubric(rubric, |option| format!("--{option}")),
+        None => Ok(request),
     }
 }
 
@@ -353,6 +344,35 @@ fn report_facts(
             ),
         ),
     ];
+    if let Some(relative) = &options.relative {
+        facts.extend(rubric_facts(
+            &relative.rubric,
+            relative.protocol,
+            relative.protocol_source,
+            relative.feedback_tokens,
+            relative.marker(),
+            "ordered pair",
+            "A or B",
+        ));
+    }
+    if let Some(fit) = &result.prior {
+        facts.push((
+            "absolute scores' slope".to_string(),
+            format!(
+                "one for all {} context(s): fitted {:.3} logits per standard deviation \
+                 (standard error {:.3}, from {} compared pair(s)){}",
+                fit.contexts,
+                fit.fitted,
+                fit.standard_error,
+                fit.pairs,
+                if fit.held {
+                    "; negative without support, held at 0"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
     if let Some(key) = &result.human_key {
         facts.push(("human scores".to_string(), key.clone()));
     }
@@ -461,6 +481,18 @@ fn run_jury(
     for (name, model) in judge_args(&args.model, jurors) {
         eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
         let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
+        let earlier: Vec<(String, String)> = names
+            .iter()
+            .cloned()
+            .zip(
+                models
+                    .iter()
+                    .map(|m: &crate::engine::ModelInfo| m.fingerprint.clone()),
+            )
+            .collect();
+        if let Some(warning) = same_model_warning(&earlier, &name, &scorer.info().fingerprint) {
+            eprintln!("{warning}");
+        }
         let (kept, set_aside) = set_aside_over_long(scorer.as_ref(), contexts.to_vec(), options)?;
         require_every_candidate(&name, &set_aside).map_err(super::input_error)?;
         let result = run_compare(scorer.as_mut(), &kept, options, cache.as_ref())
@@ -616,7 +648,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     // loaded: a failure here is the user's to fix (exit code 2).
     let (mut options, shard, contexts, jury, rubric) = (|| -> Result<_> {
         let rubric = chosen_rubric(&args)?;
-        let options = request(&args, rubric.as_ref()).options(super::progress::bars("compare"))?;
+        let options = request(&args, rubric.as_ref())?.options(super::progress::bars("compare"))?;
         let shard = args.shard.resolve()?;
         let jury = jurors(&args.model, args.jury.as_deref())?;
         if jury.is_some() {
@@ -653,6 +685,12 @@ pub fn run(args: CompareArgs) -> Result<()> {
                  alone would decide differently from a single run: run it unsharded"
             );
         }
+        if shard.is_some() && args.prior_scores.is_some() {
+            bail!(
+                "--prior-scores fits one slope from all of a run's contexts, so a shard alone \
+                 would rank differently from a single run: run it unsharded"
+            );
+        }
         let all = read_contexts(&args.input)?;
         let options = options.with_prior(prior_scores(&args, &all)?);
         let contexts = take_shard(all, shard);
@@ -664,6 +702,9 @@ pub fn run(args: CompareArgs) -> Result<()> {
             args.human_key.as_deref(),
             &score_keys(&options.attribute.name),
         )?;
+        if rubric.is_some() && args.reference {
+            check_references(&contexts, "--reference", true)?;
+        }
         if rubric.is_some() && !args.no_feedback && args.design == Design::Adaptive {
             bail!(
                 "relative rubric grading with feedback cannot use --design adaptive (the \

@@ -130,29 +130,23 @@ pub fn format_tables(result: &CompareResult, contexts: &[Context]) -> String {
             .unwrap_or_default(),
         rate_text(result.accuracy)
     );
-    let slopes: Vec<f64> = result
-        .contexts
-        .iter()
-        .filter_map(|c| c.prior_slope)
-        .collect();
-    if !slopes.is_empty() {
-        let mean = slopes.iter().sum::<f64>() / slopes.len() as f64;
-        let (low, high) = slopes
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &s| {
-                (l.min(s), h.max(s))
-            });
-        let against = slopes.iter().filter(|&&s| s < 0.0).count();
+    if let Some(fit) = &result.prior {
         let _ = writeln!(
             text,
-            "absolute scores as experts: fitted slope {} logits per standard deviation (from {} \
-             to {}); negative, i.e. ordering the candidates against the comparisons, in {} of {} \
-             contexts",
-            fixed(mean, 3),
-            fixed(low, 3),
-            fixed(high, 3),
-            against,
-            slopes.len()
+            "absolute scores as experts: one slope for all {} context(s), fitted {} logits per \
+             standard deviation (standard error {}) from {} compared pair(s) whose absolute \
+             scores differ{}",
+            fit.contexts,
+            fixed(fit.fitted, 3),
+            fixed(fit.standard_error, 3),
+            fit.pairs,
+            if fit.held {
+                "; negative without support, held at 0 (see the diagnostics)"
+            } else if fit.fitted < 0.0 {
+                "; negative: the absolute scores order the candidates against the comparisons"
+            } else {
+                ""
+            }
         );
     }
     text.push_str(&result.diagnostics.text());

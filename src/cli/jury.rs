@@ -92,7 +92,40 @@ pub fn jurors(model: &ModelArgs, file: Option<&Path>) -> Result<Option<Vec<Juror
                 );
             }
         }
+        for (k, juror) in parsed.judge.iter().enumerate() {
+            if let Some(first) = parsed.judge[..k]
+                .iter()
+                .position(|other| other.model == juror.model && other.backend == juror.backend)
+            {
+                bail!(
+                    "jury file {}: judges {} and {} are the same model `{}`{}: a jury of one \
+                     model twice is that model alone with its weight doubled; name it once \
+                     (with the weight you mean)",
+                    path.display(),
+                    first + 1,
+                    k + 1,
+                    juror.model,
+                    juror
+                        .backend
+                        .as_deref()
+                        .map_or_else(String::new, |b| format!(" at {b}"))
+                );
+            }
+        }
         return Ok(Some(parsed.judge));
+    }
+    if let Some((k, twice)) = model
+        .model
+        .iter()
+        .enumerate()
+        .find(|(k, m)| model.model[..*k].contains(m))
+    {
+        bail!(
+            "--model {twice} is given twice (the {} --model): a jury of one model twice is that \
+             model alone with its weight doubled; name each judge once (a jury file gives a \
+             judge its weight)",
+            ordinal(k + 1)
+        );
     }
     if model.model.len() > 1 {
         return Ok(Some(
@@ -110,6 +143,18 @@ pub fn jurors(model: &ModelArgs, file: Option<&Path>) -> Result<Option<Vec<Juror
     Ok(None)
 }
 
+/// "1st", "2nd", "3rd", "4th", ...
+fn ordinal(k: usize) -> String {
+    let suffix = match (k % 10, k % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{k}{suffix}")
+}
+
 /// The weights of `jurors` under `--jury-weights`: the file's where it gives any.
 pub fn weights(jurors: &[Juror], arg: WeightsArg) -> Result<JuryWeights> {
     let given: Vec<Option<f64>> = jurors.iter().map(|j| j.weight).collect();
@@ -121,13 +166,31 @@ pub fn weights(jurors: &[Juror], arg: WeightsArg) -> Result<JuryWeights> {
             given.into_iter().map(|w| w.unwrap_or(1.0)).collect(),
         ));
     }
-    Ok(match arg {
+    let weights = match arg {
         WeightsArg::Equal => JuryWeights::Equal,
         WeightsArg::Agreement => JuryWeights::FromAgreement,
-    })
+    };
+    weights.check(jurors.len(), "--jury-weights agreement")?;
+    Ok(weights)
 }
 
-/// Each juror's model arguments and a distinct name (`model`, `model#2` for a repeat).
+/// The warning for judge `name` whose model `fingerprint` is that of a judge loaded
+/// before it (`earlier`: each earlier judge's name and fingerprint): two spellings of
+/// one model (a card name and its file) that the names alone could not tell apart.
+pub fn same_model_warning(
+    earlier: &[(String, String)],
+    name: &str,
+    fingerprint: &str,
+) -> Option<String> {
+    let (first, _) = earlier.iter().find(|(_, f)| f == fingerprint)?;
+    Some(format!(
+        "warning: judges `{first}` and `{name}` are the same model (the same files): the jury \
+         counts it twice, as one judge with its weight doubled"
+    ))
+}
+
+/// Each juror's model arguments and a distinct name (`model`, and `model#2` for the same
+/// model at a second backend of a jury file: a repeat of model and backend is refused).
 pub fn judge_args(model: &ModelArgs, jurors: &[Juror]) -> Vec<(String, ModelArgs)> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     jurors
@@ -209,6 +272,9 @@ pub fn format_jury(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if let Some(note) = &result.weights_note {
+        let _ = writeln!(text, "note: {note}");
+    }
     let _ = writeln!(
         text,
         "agreement between the judges (Spearman within contexts, mean):"
@@ -332,11 +398,15 @@ pub fn jury_diagnostics(
         .zip(diagnostics)
         .map(|(judge, d)| Ok((judge.name.clone(), serde_json::to_value(d)?)))
         .collect::<Result<_>>()?;
-    Ok(json!({
+    let mut value = json!({
         "judges": judges,
         "weights": result.judges,
         "agreement": result.agreement,
-    }))
+    });
+    if let Some(note) = &result.weights_note {
+        value["weights_note"] = json!(note);
+    }
+    Ok(value)
 }
 
 /// `OUT.diagnostics.json` of a jury: each judge's diagnostics, and the agreement.

@@ -142,7 +142,10 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
             .to_string_lossy()
             .ends_with(std::path::MAIN_SEPARATOR)
     {
-        bail!("{flag} {shown} is a folder: give a file path (for example {shown}/out.jsonl)");
+        bail!(
+            "{flag} {shown} is a folder: give a file path (for example {})",
+            path.join(example_file(flag)).display()
+        );
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -162,6 +165,17 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
         )
     })?;
     Ok(())
+}
+
+/// A file name that suits what `flag` writes, for the example in "is a folder".
+fn example_file(flag: &str) -> &'static str {
+    match flag {
+        "--report" => "report.html",
+        "--figure" => "figure.svg",
+        "--steps-out" => "steps.txt",
+        "--comparisons-out" => "comparisons.jsonl",
+        _ => "out.jsonl",
+    }
 }
 
 /// `path` itself if it exists, else its nearest existing ancestor (`.` for a relative
@@ -309,6 +323,15 @@ mod tests {
         std::fs::create_dir(&folder).unwrap();
         let message = refused(PlannedPaths::new().output("--output", Some(&folder)));
         assert!(message.contains("is a folder"), "{message}");
+        assert!(message.contains("out/out.jsonl)"), "{message}");
+        // Issue 60: the example suits what the flag writes.
+        let message = refused(PlannedPaths::new().output("--report", Some(&folder)));
+        assert!(
+            message.contains("is a folder: give a file path (for example")
+                && message.contains("out/report.html)")
+                && !message.contains("out.jsonl"),
+            "{message}"
+        );
 
         let file = dir.path().join("plain.txt");
         std::fs::write(&file, "x").unwrap();

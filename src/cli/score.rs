@@ -11,8 +11,8 @@ use super::cache_args::CacheArgs;
 use super::compare::{diagnostics_path, file_name, write_diagnostics, write_file, write_report};
 use super::compare_table::format_score_tables;
 use super::jury::{
-    format_jury, human_agreement, judge_args, jurors, jury_facts, weights as jury_weights,
-    write_jury_run, Juror, WeightsArg,
+    format_jury, human_agreement, judge_args, jurors, jury_facts, same_model_warning,
+    weights as jury_weights, write_jury_run, Juror, WeightsArg,
 };
 use super::model_args::ModelArgs;
 use super::outputs::PlannedPaths;
@@ -26,10 +26,10 @@ use crate::judge::geval::Criteria;
 use crate::judge::geval::StepsOrigin;
 use crate::judge::jury::combine_scores;
 use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
-use crate::judge::rubric::{Rubric, RubricProtocol};
-use crate::judge::scoring::show_first_prompt;
+use crate::judge::rubric::{rubric_facts, Rubric, RubricProtocol};
+use crate::judge::scoring::{check_references, show_first_prompt};
 use crate::judge::{
-    resolve_method, run_scoring, write_scored, ResolvedMethod, RubricChoice, RubricRequest,
+    resolve_method, run_scoring, write_run, ResolvedMethod, RubricChoice, RubricRequest,
     ScoreMethod, ScoreOptions, ScoreRequest, ScoreRun, ScoreScale, Task,
 };
 use crate::report::{score_run, Report};
@@ -57,7 +57,10 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub input: PathBuf,
 
-    #[arg(long, required_unless_present_any = ["criteria_text", "rubric"], help = attribute_help())]
+    // Not required by clap: `--method rubric` without `--rubric` is asked for its rubric
+    // first (the attribute defaults to the rubric's name), and the library says what a
+    // run without an attribute needs (`ScoreRequest::options`).
+    #[arg(long, help = attribute_help())]
     pub attribute: Option<String>,
 
     /// GPTScore: the adjective of an attribute that is not built in ("empathetic"; "more
@@ -196,10 +199,11 @@ fn attribute_help() -> String {
         })
         .collect();
     format!(
-        "Attribute to judge. G-Eval's built-in criteria: {}; any other with --criteria or \
-         --criteria-text (with --criteria-text it defaults to the criterion's name). \
-         GPTScore: built-in {}; any other with --adjective. Prompt scoring: any name (its \
-         prompt names the attribute)",
+        "Attribute to judge (needed unless --criteria-text or --rubric names it). G-Eval's \
+         built-in criteria: {}; any other with --criteria or --criteria-text (with \
+         --criteria-text it defaults to the criterion's name). GPTScore: built-in {}; any \
+         other with --adjective. Prompt scoring: any name (its prompt names the attribute). \
+         Rubric grading: defaults to the rubric's name",
         geval.join("; "),
         builtin_attribute_list()
     )
@@ -273,6 +277,7 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
             feedback: !args.no_feedback,
             max_feedback_tokens: args.max_feedback_tokens,
         }),
+        audience: Default::default(),
     };
     let progress = super::progress::bars("score");
     if args.task.is_none() && request.task == Task::Custom {
@@ -300,9 +305,15 @@ fn run_jury(
     let mut names = Vec::with_capacity(jurors.len());
     let mut runs = Vec::with_capacity(jurors.len());
     let mut models = Vec::with_capacity(jurors.len());
+    let mut earlier: Vec<(String, String)> = Vec::with_capacity(jurors.len());
     for (name, model) in judge_args(&args.model, jurors) {
         eprintln!("judge {} of {}: {name}", names.len() + 1, jurors.len());
         let mut scorer = model.load().with_context(|| format!("judge `{name}`"))?;
+        let fingerprint = scorer.info().fingerprint.clone();
+        if let Some(warning) = same_model_warning(&earlier, &name, &fingerprint) {
+            eprintln!("{warning}");
+        }
+        earlier.push((name.clone(), fingerprint));
         let method = resolve_method(scorer.as_mut(), options, cache.as_ref())
             .with_context(|| format!("judge `{name}`"))?;
         let run = run_scoring(
@@ -331,6 +342,23 @@ fn run_jury(
             "method".to_string(),
             format!("{:?}", args.method).to_lowercase(),
         ));
+        // Each judge grades in its own protocol unless one was asked for: the rubric
+        // and the feedback bound are the jury's, the protocols each judge's.
+        if let Some(ResolvedMethod::Rubric(first)) = runs.first().map(|r| &r.method) {
+            let mut shared = rubric_facts_of(first);
+            shared[1].1 = runs
+                .iter()
+                .zip(&names)
+                .map(|(run, name)| match &run.method {
+                    ResolvedMethod::Rubric(r) => {
+                        format!("{name}: {} ({})", r.protocol, r.protocol_source.describe())
+                    }
+                    _ => format!("{name}: -"),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            facts.extend(shared);
+        }
         facts.push((
             "jury scores".to_string(),
             "the weighted mean of the judges' scores, each standardised over the run".to_string(),
@@ -375,6 +403,20 @@ fn run_jury(
         cache_path.as_deref(),
         scores_line,
         wrote,
+    )
+}
+
+/// A rubric run's facts for the report's run panel: the rubric, the protocol and the
+/// feedback bound.
+fn rubric_facts_of(rubric: &crate::judge::rubric::RubricMethod) -> Vec<(String, String)> {
+    rubric_facts(
+        &rubric.rubric,
+        rubric.protocol,
+        rubric.protocol_source,
+        rubric.feedback_tokens,
+        rubric.marker(),
+        "candidate",
+        "the score",
     )
 }
 
@@ -464,6 +506,9 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             .output("--steps-out", args.steps_out.as_deref())
             .check()?;
         let contexts = take_shard(read_single_contexts(&args.input)?, shard);
+        if options.reference {
+            check_references(&contexts, "--reference", false)?;
+        }
         // The human scores are read now: a bad one is refused before any model call.
         let human_key = human_key_for(
             &contexts,
@@ -552,6 +597,10 @@ pub fn run(args: ScoreArgs) -> Result<()> {
                 human_key.clone().unwrap_or_else(|| "none".to_string()),
             ),
         ];
+        let mut facts = facts;
+        if let ResolvedMethod::Rubric(rubric) = &method {
+            facts.splice(3..3, rubric_facts_of(rubric));
+        }
         let title = format!(
             "{}: {name} of {} context(s)",
             file_name(&args.input),
@@ -598,14 +647,14 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     };
     match &args.output {
         Some(path) => {
-            write_file(path, |out| write_scored(&run.candidates, out))?;
+            write_file(path, |out| write_run(&run, out))?;
             let sidecar = write_diagnostics(path, &run.diagnostics)?;
             report.push_str(&format!(
                 "results: scores (context_id, candidate_id, score, distribution{}): {}\n",
-                if args.method == ScoreMethod::Rubric && !args.no_feedback {
-                    ", feedback, format"
-                } else {
-                    ""
+                match (args.method, args.no_feedback) {
+                    (ScoreMethod::Rubric, false) => ", feedback, format, rubric",
+                    (ScoreMethod::Rubric, true) => ", rubric",
+                    _ => "",
                 },
                 path.display()
             ));
@@ -639,7 +688,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         None => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            write_scored(&run.candidates, &mut out)?;
+            write_run(&run, &mut out)?;
             out.flush()?;
             report.push_str(
                 "results: scores (context_id, candidate_id, score, distribution): standard \

@@ -14,6 +14,7 @@
 //! | `label_mass` | mean probability on the answer labels (min in the message) | below 0.5 | a larger model, `--show-prompt` |
 //! | `steps` (G-Eval) | most times one sentence of the evaluation steps repeats | above 2, or under 8 letters | `--steps FILE`, a larger model |
 //! | `too_long` (compare) | candidates left out because no comparison of theirs fits the model | above 0 | shorter texts, a model with a longer window |
+//! | `prior_slope` (compare with absolute scores as experts) | the run's one fitted slope from the absolute scores onto the comparisons | below 0 (held at 0 unless 2 standard errors below) | more comparisons; check the score file |
 //! | `format` (rubric grading with feedback) | share of feedbacks with the result marker once, then a score of the scale | below 0.8 | `--max-feedback-tokens` (when cut), `--no-feedback`, a larger model |
 //!
 //! A remedy names only what would change this run's result, in the words of whoever
@@ -33,7 +34,8 @@ use serde::Serialize;
 use super::pairwise::{CompareOptions, CompareResult, Debias, Design};
 use super::rubric::FormatCounts;
 use super::scoring::{ResolvedMethod, ScoreRun};
-use crate::rank::{ranks_from_scores, RankMethod};
+use crate::rank::hybrid::SIGN_EVIDENCE;
+use crate::rank::{ranks_from_scores, RankMethod, SlopeFit};
 
 /// Positional bias warns when the first position wins more than this share of the
 /// comparisons, or less than one minus it.
@@ -675,8 +677,14 @@ pub fn steps(text: &str, audience: Audience) -> Check {
 }
 
 /// The format of a rubric judge's feedbacks: the share that wrote `marker` once and then
-/// a score of the scale, the other outcomes counted in the message.
-pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) -> Option<Check> {
+/// a result (a score of the scale; with `relative`, relative grading's A or B), the other
+/// outcomes counted in the message.
+pub fn rubric_format(
+    counts: &FormatCounts,
+    marker: &str,
+    relative: bool,
+    audience: Audience,
+) -> Option<Check> {
     let total = counts.total();
     if total == 0 {
         return None;
@@ -686,6 +694,11 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
         actions.push(Action::MoreFeedbackTokens);
     }
     actions.extend([Action::NoFeedback, Action::LargerModel]);
+    let (result, missing) = if relative {
+        ("A or B", "without A or B")
+    } else {
+        ("a score of the scale", "without a score")
+    };
     Some(
         Check::new(
             "format",
@@ -693,9 +706,9 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
             FORMAT_KEPT_MIN,
             WarnWhen::Below,
             format!(
-                "{} of {total} feedbacks kept to the format (`{}` once, then a result: a score, or A or \
-             B); the marker without a result {}, repeated {}, never written {}, cut at the token limit {} (the \
-             marker appended where missing)",
+                "{} of {total} feedbacks kept to the format (`{}` once, then {result}); the \
+                 marker {missing} {}, repeated {}, never written {}, cut at the token limit {} \
+                 (the marker appended where missing)",
                 counts.kept,
                 marker.trim_end(),
                 counts.no_score,
@@ -705,7 +718,7 @@ pub fn rubric_format(counts: &FormatCounts, marker: &str, audience: Audience) ->
             ),
             &remedy(
                 "the judge does not keep to its rubric format (its result is still read after \
-             the marker)",
+                 the marker)",
                 &actions,
                 audience,
             ),
@@ -802,7 +815,73 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
     }
     let masses: Vec<f64> = comparisons.iter().map(|c| c.label_mass).collect();
     checks.extend(label_mass(&masses, "labels A and B", choices.audience));
+    if let Some(fit) = &result.prior {
+        checks.push(prior_slope(fit, choices.audience));
+    }
     Diagnostics::new(checks)
+}
+
+/// With absolute scores as experts: the run's one slope from them onto the comparisons
+/// ([`crate::rank::hybrid`]). Warns when the fitted slope is negative: held at 0 where
+/// the comparisons do not support its sign (the absolute scores then place no
+/// candidate), kept where they do (the absolute scores order the candidates against
+/// the comparisons). The message names the pairs behind the slope.
+pub fn prior_slope(fit: &SlopeFit, audience: Audience) -> Check {
+    let behind = format!(
+        "fitted from {} compared pair{} ({} comparison{}) whose absolute scores differ, in {} \
+         context{}",
+        fit.pairs,
+        if fit.pairs == 1 { "" } else { "s" },
+        fit.comparisons,
+        if fit.comparisons == 1 { "" } else { "s" },
+        fit.contexts,
+        if fit.contexts == 1 { "" } else { "s" },
+    );
+    let numbers = format!(
+        "{:.3} logits per standard deviation (standard error {:.3})",
+        fit.fitted, fit.standard_error
+    );
+    let (message, why) = if fit.held {
+        (
+            format!(
+                "the absolute scores' one slope, {behind}, is {numbers}: negative, but less \
+                 than {SIGN_EVIDENCE} standard errors below 0, so the comparisons do not show \
+                 that the scores order the candidates against them; held at 0, so the \
+                 absolute scores place no candidate and only the comparisons order the \
+                 candidates they reach"
+            ),
+            remedy(
+                "too few comparisons to tell how the absolute scores line up with them",
+                &[Action::MoreComparisons],
+                audience,
+            ),
+        )
+    } else if fit.fitted < 0.0 {
+        (
+            format!(
+                "the absolute scores' one slope, {behind}, is {numbers}: negative beyond \
+                 {SIGN_EVIDENCE} standard errors, so the absolute scores order the \
+                 candidates against the comparisons"
+            ),
+            "check that a higher absolute score means a better candidate in the score file, \
+             or rank by the comparisons alone"
+                .to_string(),
+        )
+    } else {
+        (
+            format!("the absolute scores' one slope, {behind}, is {numbers}"),
+            String::new(),
+        )
+    };
+    Check::new(
+        "prior_slope",
+        fit.fitted,
+        0.0,
+        WarnWhen::Below,
+        message,
+        &why,
+    )
+    .over(fit.pairs)
 }
 
 /// The diagnostics of a scoring run: label mass and ties for prompt scoring, G-Eval and
@@ -815,7 +894,7 @@ pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
     }
     if let ResolvedMethod::Rubric(rubric) = &run.method {
         let counts = FormatCounts::of(run.candidates.iter().filter_map(|c| c.format));
-        checks.extend(rubric_format(&counts, rubric.marker(), audience));
+        checks.extend(rubric_format(&counts, rubric.marker(), false, audience));
     }
     if !matches!(run.method, ResolvedMethod::Gptscore { .. }) {
         let masses: Vec<f64> = run
@@ -1274,7 +1353,7 @@ mod tests {
     fn the_format_check_counts_every_outcome_and_offers_tokens_only_when_cut() {
         use crate::judge::rubric::FormatOutcome::*;
         let counts = FormatCounts::of([Kept, Kept, Kept, Missing, Cut]);
-        let check = rubric_format(&counts, "[RESULT] ", Audience::CommandLine).unwrap();
+        let check = rubric_format(&counts, "[RESULT] ", false, Audience::CommandLine).unwrap();
         assert!((check.value - 0.6).abs() < 1e-12);
         assert!(check.is_warning());
         assert!(
@@ -1287,23 +1366,42 @@ mod tests {
             "{}",
             check.message
         );
+        // Issue 60: absolute grading's result is a score, relative grading's A or B.
+        assert!(
+            check.message.contains(
+                "(`[RESULT]` once, then a score of the scale); the marker without a score 0"
+            ) && !check.message.contains("A or B"),
+            "{}",
+            check.message
+        );
+        let relative = rubric_format(&counts, "[RESULT] ", true, Audience::CommandLine).unwrap();
+        assert!(
+            relative
+                .message
+                .contains("once, then A or B); the marker without A or B 0")
+                && !relative.message.contains("score"),
+            "{}",
+            relative.message
+        );
         let remedy = check.remedy.unwrap();
         assert!(
             remedy.contains("--max-feedback-tokens") && remedy.contains("--no-feedback"),
             "{remedy}"
         );
         let uncut = FormatCounts::of([Kept, Missing, Repeated, NoScore]);
-        let remedy = rubric_format(&uncut, "Score:", Audience::CommandLine)
+        let remedy = rubric_format(&uncut, "Score:", false, Audience::CommandLine)
             .unwrap()
             .remedy
             .unwrap();
         assert!(!remedy.contains("--max-feedback-tokens"), "{remedy}");
         let fine = FormatCounts::of([Kept; 9].into_iter().chain([Missing]));
-        assert!(!rubric_format(&fine, "Score:", Audience::CommandLine)
-            .unwrap()
-            .is_warning());
+        assert!(
+            !rubric_format(&fine, "Score:", false, Audience::CommandLine)
+                .unwrap()
+                .is_warning()
+        );
         // The service and Python name their own fields and keywords.
-        let served = rubric_format(&counts, "Score:", Audience::Service).unwrap();
+        let served = rubric_format(&counts, "Score:", false, Audience::Service).unwrap();
         let remedy = served.remedy.unwrap();
         assert!(
             remedy.contains("a larger \"max_feedback_tokens\"")
@@ -1311,13 +1409,19 @@ mod tests {
                 && !remedy.contains("--max-feedback-tokens"),
             "{remedy}"
         );
-        let python = rubric_format(&counts, "Score:", Audience::Python).unwrap();
+        let python = rubric_format(&counts, "Score:", false, Audience::Python).unwrap();
         let remedy = python.remedy.unwrap();
         assert!(
             remedy.contains("max_feedback_tokens=") && remedy.contains("feedback=False"),
             "{remedy}"
         );
-        assert!(rubric_format(&FormatCounts::default(), "Score:", Audience::CommandLine).is_none());
+        assert!(rubric_format(
+            &FormatCounts::default(),
+            "Score:",
+            false,
+            Audience::CommandLine
+        )
+        .is_none());
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - Scores (`score`): each judge's scores standardised over the run (mean 0, standard
 //!   deviation 1: judges use their scales differently), then their weighted mean.
 //! - Weights: equal, given, or learned from agreement (a judge's mean Spearman with the
-//!   others, negative agreement counting as none).
+//!   others, negative agreement counting as none; three judges or more, and equal weights,
+//!   said so in the result, where no judge agrees with another).
 //! - Agreement: Spearman between every two judges' scores within each context (the mean
 //!   over contexts), and for comparisons Cohen's kappa of their decisions (each judge at
 //!   its own threshold) on the comparisons both made.
@@ -40,9 +41,55 @@ pub enum JuryWeights {
     Equal,
     /// One weight per judge, in the jury's order (non-negative, not all zero).
     Given(Vec<f64>),
-    /// From agreement: a judge's mean Spearman with the others (0 where negative); equal
-    /// where no judge agrees with any other.
+    /// From agreement: a judge's mean Spearman with the others (0 where negative); equal,
+    /// and said so ([`JuryResult::weights_note`]), where no judge agrees with any other.
+    /// Needs three judges or more ([`JuryWeights::check`]).
     FromAgreement,
+}
+
+/// Agreement weights need this many judges: with two, each judge's agreement with "the
+/// others" is the same number, so the weights would be equal whatever the judges do.
+pub const AGREEMENT_MIN_JUDGES: usize = 3;
+
+impl JuryWeights {
+    /// Whether these weights can weigh `judges` judges, decided before any judge runs:
+    /// given weights one per judge, non-negative and not all 0; agreement weights for
+    /// three judges or more. `how`
+    /// names agreement weights in the caller's words (`--jury-weights agreement`,
+    /// `weights="agreement"`).
+    pub fn check(&self, judges: usize, how: &str) -> Result<()> {
+        match self {
+            JuryWeights::Equal => Ok(()),
+            JuryWeights::Given(given) if given.len() != judges => {
+                bail!("{} weights for {judges} judges", given.len())
+            }
+            JuryWeights::Given(given) => {
+                if let Some((k, w)) = given
+                    .iter()
+                    .enumerate()
+                    .find(|(_, w)| !w.is_finite() || **w < 0.0)
+                {
+                    bail!(
+                        "judge {}: weight {w} (weights are non-negative numbers)",
+                        k + 1
+                    );
+                }
+                if given.iter().all(|&w| w == 0.0) {
+                    bail!("every judge weighs 0: nothing would be combined");
+                }
+                Ok(())
+            }
+            JuryWeights::FromAgreement if judges < AGREEMENT_MIN_JUDGES => bail!(
+                "{how} needs {AGREEMENT_MIN_JUDGES} judges or more (this jury has {judges}): a \
+                 judge's weight is its agreement with the others, and with {judges} judge{} \
+                 every judge's agreement with the others is the same number, so the weights \
+                 would be equal whatever the judges say; leave it out for equal weights, or \
+                 give each judge its weight",
+                if judges == 1 { "" } else { "s" }
+            ),
+            JuryWeights::FromAgreement => Ok(()),
+        }
+    }
 }
 
 /// One judge of the jury, as the output names it.
@@ -83,6 +130,10 @@ pub struct JuryResult {
     pub judges: Vec<JudgeEntry>,
     pub contexts: Vec<JuryContext>,
     pub agreement: Agreement,
+    /// Where the weights are not what was asked for, why: agreement weights that were
+    /// all 0 (no judge agrees with another), replaced by equal weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_note: Option<String>,
 }
 
 impl JuryResult {
@@ -169,15 +220,19 @@ fn check_alike<'a>(
     Ok(())
 }
 
-/// The weights of `names` under `weights`, given the judges' agreement.
+/// The weights of `names` under `weights`, given the judges' agreement, and why they
+/// are not what was asked for where they are not.
 fn resolve_weights(
     names: &[String],
     weights: &JuryWeights,
     spearman: &[Vec<Option<f64>>],
-) -> Result<Vec<f64>> {
+) -> Result<(Vec<f64>, Option<String>)> {
     let n = names.len();
+    if *weights == JuryWeights::FromAgreement {
+        weights.check(n, "agreement weights")?;
+    }
     Ok(match weights {
-        JuryWeights::Equal => vec![1.0; n],
+        JuryWeights::Equal => (vec![1.0; n], None),
         JuryWeights::Given(given) => {
             if given.len() != n {
                 bail!("{} weights for {n} judges", given.len());
@@ -195,7 +250,7 @@ fn resolve_weights(
             if given.iter().all(|&w| w == 0.0) {
                 bail!("every judge weighs 0: nothing would be combined");
             }
-            given.clone()
+            (given.clone(), None)
         }
         JuryWeights::FromAgreement => {
             let learned: Vec<f64> = (0..n)
@@ -212,9 +267,17 @@ fn resolve_weights(
                 })
                 .collect();
             if learned.iter().all(|&w| w == 0.0) {
-                vec![1.0; n]
+                (
+                    vec![1.0; n],
+                    Some(
+                        "agreement weights: no judge agrees with the others (each judge's mean \
+                         Spearman with the others is 0 or below, or undefined), so every \
+                         agreement weight would be 0; every judge weighs 1 instead"
+                            .to_string(),
+                    ),
+                )
             } else {
-                learned
+                (learned, None)
             }
         }
     })
@@ -265,7 +328,7 @@ pub fn combine_comparisons(
         .map(|r| r.contexts.iter().map(|c| c.scores.as_slice()).collect())
         .collect();
     let spearman = spearman_matrix(&scores)?;
-    let weights = resolve_weights(names, weights, &spearman)?;
+    let (weights, weights_note) = resolve_weights(names, weights, &spearman)?;
     let factors: Vec<Option<f64>> = results
         .iter()
         .map(|result| {
@@ -316,6 +379,7 @@ pub fn combine_comparisons(
             spearman,
             kappa: Some(kappa),
         },
+        weights_note,
     })
 }
 
@@ -386,7 +450,7 @@ pub fn combine_scores(
         .map(|g| g.iter().map(|(_, _, s)| s.as_slice()).collect())
         .collect();
     let spearman = spearman_matrix(&scores)?;
-    let weights = resolve_weights(names, weights, &spearman)?;
+    let (weights, weights_note) = resolve_weights(names, weights, &spearman)?;
     let standardised: Vec<Vec<Vec<f64>>> = grouped
         .iter()
         .map(|judge| {
@@ -434,6 +498,7 @@ pub fn combine_scores(
             spearman,
             kappa: None,
         },
+        weights_note,
     })
 }
 

@@ -29,8 +29,8 @@ pub use attribute::{Attribute, Nouns, Task};
 pub use scale::{ScoreDistribution, ScoreScale};
 pub use score_request::{RubricChoice, RubricRequest, ScoreRequest};
 pub use scoring::{
-    resolve_method, run_scoring, score_contexts, write_scored, ResolvedMethod, RubricOptions,
-    ScoreMethod, ScoreOptions, ScoreRun, ScoredCandidate,
+    resolve_method, run_scoring, score_contexts, write_run, write_scored, ResolvedMethod,
+    RubricOptions, ScoreMethod, ScoreOptions, ScoreRun, ScoredCandidate,
 };
 
 /// Test helper: assert that `parts` occur in `text` in order, each after the one before;

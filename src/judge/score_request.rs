@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _, Result};
 
 use super::attribute::{Attribute, Task};
+use super::diagnostics::Audience;
 use super::geval::steps::DEFAULT_MAX_TOKENS;
 use super::geval::{criteria_from_text, Criteria, StepsSource};
 use super::rubric::{Rubric, RubricProtocol};
@@ -37,6 +38,9 @@ pub struct ScoreRequest {
     pub reference: bool,
     /// Rubric grading's choices (`--method rubric` only).
     pub rubric: Option<RubricRequest>,
+    /// Who reads the errors: they name the options in that reader's words (`--rubric`,
+    /// `rubric=`).
+    pub audience: Audience,
 }
 
 /// Which rubric a caller chose.
@@ -87,6 +91,22 @@ impl ScoreRequest {
             scale: None,
             reference: false,
             rubric: None,
+            audience: Audience::CommandLine,
+        }
+    }
+
+    /// `flag` (a command-line option, `--criteria-text`, or one with its value,
+    /// `--method geval`) in the words of whoever reads the errors: as it is on the
+    /// command line, `criteria_text=` or `method="geval"` in Python.
+    fn word(&self, flag: &str) -> String {
+        if self.audience != Audience::Python {
+            return flag.to_string();
+        }
+        let bare = flag.trim_start_matches('-');
+        match bare.split_once(' ') {
+            Some((name, value)) => format!("{}=\"{value}\"", name.replace('-', "_")),
+            None if bare == "reference" => "reference=True".to_string(),
+            None => format!("{}=", bare.replace('-', "_")),
         }
     }
 
@@ -125,40 +145,59 @@ impl ScoreRequest {
             ("--task-prompt", self.task_prompt.is_some()),
             ("--steps", self.steps.is_some()),
         ];
+        let w = |flag: &str| self.word(flag);
         if self.method != ScoreMethod::Geval {
             if let Some((flag, _)) = geval_only.iter().find(|(_, set)| *set) {
-                bail!("{flag} applies to --method geval only");
+                bail!("{} applies to {} only", w(flag), w("--method geval"));
             }
             if self.method == ScoreMethod::Gptscore && self.scale.is_some() {
-                bail!("--scale does not apply to --method gptscore");
+                bail!(
+                    "{} does not apply to {}",
+                    w("--scale"),
+                    w("--method gptscore")
+                );
             }
         }
         if self.reference && !matches!(self.method, ScoreMethod::Geval | ScoreMethod::Rubric) {
-            bail!("--reference applies to --method geval and rubric only");
+            bail!(
+                "{} applies to {} and rubric only",
+                w("--reference"),
+                w("--method geval")
+            );
         }
         let rubric = match (&self.rubric, self.method) {
-            (None, ScoreMethod::Rubric) => {
-                bail!("--method rubric needs a rubric: --rubric NAME or --rubric FILE")
-            }
+            (None, ScoreMethod::Rubric) => match self.audience {
+                Audience::Python => bail!("rubric grading needs a rubric (rubric=)"),
+                _ => bail!("--method rubric needs a rubric: --rubric NAME or --rubric FILE"),
+            },
             (Some(_), ScoreMethod::Rubric) if self.scale.is_some() => bail!(
-                "--scale does not apply to --method rubric: the rubric's descriptions set its \
-                 scale (its `scale` field in a rubric file)"
+                "{} does not apply to {}: the rubric's descriptions set its scale (its `scale` \
+                 field in a rubric file)",
+                w("--scale"),
+                w("--method rubric")
             ),
             (Some(chosen), ScoreMethod::Rubric) => Some(RubricOptions {
                 rubric: match &chosen.rubric {
                     RubricChoice::Named(spec) => {
-                        Rubric::load(spec, self.task).context("--rubric")?
+                        Rubric::load(spec, self.task).with_context(|| match self.audience {
+                            Audience::Python => "rubric".to_string(),
+                            _ => "--rubric".to_string(),
+                        })?
                     }
                     RubricChoice::Given(rubric) => rubric.as_ref().clone(),
                 },
                 protocol: chosen.protocol,
                 feedback_tokens: chosen.feedback.then_some(chosen.max_feedback_tokens),
             }),
-            (Some(_), _) => bail!("--rubric applies to --method rubric only"),
+            (Some(_), _) => bail!("{} applies to {} only", w("--rubric"), w("--method rubric")),
             (None, _) => None,
         };
         if self.criteria.is_some() && self.criteria_text.is_some() {
-            bail!("--criteria and --criteria-text cannot be used together");
+            bail!(
+                "{} and {} cannot be used together",
+                w("--criteria"),
+                w("--criteria-text")
+            );
         }
         let from_text = match &self.criteria_text {
             Some(text) => Some(
@@ -168,7 +207,7 @@ impl ScoreRequest {
                     self.scale,
                     Some(self.task),
                 )
-                .context("--criteria-text")?,
+                .with_context(|| w("--criteria-text").trim_end_matches('=').to_string())?,
             ),
             None => None,
         };
@@ -176,7 +215,11 @@ impl ScoreRequest {
             (Some(attribute), _, _) => attribute.clone(),
             (None, Some((criteria, _)), _) => criteria.name.to_lowercase(),
             (None, None, Some(chosen)) => chosen.rubric.name.to_lowercase(),
-            (None, None, None) => bail!("--attribute is needed (or --criteria-text)"),
+            (None, None, None) => bail!(
+                "{} is needed (or {})",
+                w("--attribute").trim_end_matches('='),
+                w("--criteria-text").trim_end_matches('=')
+            ),
         };
         // The attribute is checked now, before a caller loads a model for it.
         match self.method {
@@ -185,10 +228,12 @@ impl ScoreRequest {
             ScoreMethod::Prompt => {
                 if self.adjective.is_some() {
                     bail!(
-                        "--adjective does not apply to --method prompt: its prompt names the \
-                         attribute itself (\"... measures the summary's {}\"); it applies to \
-                         --method gptscore (and to compare)",
-                        Attribute::for_prompt_scoring(&attribute)?.name
+                        "{} does not apply to {}: its prompt names the attribute itself (\"... \
+                         measures the summary's {}\"); it applies to {} (and to compare)",
+                        w("--adjective"),
+                        w("--method prompt"),
+                        Attribute::for_prompt_scoring(&attribute)?.name,
+                        w("--method gptscore")
                     );
                 }
                 Attribute::for_prompt_scoring(&attribute)?;
@@ -202,7 +247,11 @@ impl ScoreRequest {
             ScoreMethod::Geval | ScoreMethod::Rubric => {}
         }
         if self.adjective.is_some() && self.method == ScoreMethod::Rubric {
-            bail!("--adjective does not apply to --method rubric: the rubric names the criterion");
+            bail!(
+                "{} does not apply to {}: the rubric names the criterion",
+                w("--adjective"),
+                w("--method rubric")
+            );
         }
         let mut options = ScoreOptions::new(self.method, self.task, &attribute);
         options.adjective = self.adjective.clone();
@@ -268,6 +317,32 @@ mod tests {
         );
         let request = ScoreRequest::new(ScoreMethod::Geval, None);
         assert!(request.options(Progress::none()).is_err());
+    }
+
+    /// Issue 60: Python's callers read its keywords, not the command line's flags.
+    #[test]
+    fn python_callers_read_their_keywords() {
+        let mut request = ScoreRequest::new(ScoreMethod::Prompt, Some("coherence"));
+        request.audience = Audience::Python;
+        request.reference = true;
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert_eq!(
+            error,
+            "reference=True applies to method=\"geval\" and rubric only"
+        );
+        let mut request = ScoreRequest::new(ScoreMethod::Rubric, None);
+        request.audience = Audience::Python;
+        request.rubric = Some(RubricRequest::new("/no/such/rubric.toml"));
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert!(
+            error.starts_with("rubric: cannot read rubric file /no/such/rubric.toml"),
+            "{error}"
+        );
+        assert!(!error.contains("--"), "{error}");
+        let mut request = ScoreRequest::new(ScoreMethod::Geval, None);
+        request.audience = Audience::Python;
+        let error = format!("{:#}", request.options(Progress::none()).unwrap_err());
+        assert_eq!(error, "attribute is needed (or criteria_text)");
     }
 
     #[test]

@@ -217,14 +217,70 @@ impl ResolvedMethod {
     }
 }
 
-/// `candidate`'s reference, which `--reference` needs.
+/// `candidate`'s reference, where a reference answer was asked for (checked for every
+/// candidate before the run by [`check_references`]).
 pub(crate) fn required_reference(candidate: &Candidate) -> Result<&str> {
     candidate.reference.as_deref().with_context(|| {
         format!(
-            "candidate `{}` has no `reference` (needed with --reference)",
+            "candidate `{}` has no `reference` (a reference answer was asked for)",
             candidate.id
         )
     })
+}
+
+/// With a reference answer asked for (`how`: `--reference`, `reference=True`), before any
+/// model loads: every candidate of `contexts` needs a `reference`, and where one
+/// reference is shown per comparison (`one_per_context`: relative rubric grading) the
+/// candidates of a context must give the same one. Errors name the first candidate at
+/// fault with its context and line, and how many more there are.
+pub fn check_references(contexts: &[Context], how: &str, one_per_context: bool) -> Result<()> {
+    let at = |candidate: &Candidate| {
+        candidate
+            .source
+            .as_deref()
+            .map_or_else(String::new, |s| format!(" ({s})"))
+    };
+    let missing: Vec<(&Context, &Candidate)> = contexts
+        .iter()
+        .flat_map(|c| c.candidates.iter().map(move |k| (c, k)))
+        .filter(|(_, k)| k.reference.is_none())
+        .collect();
+    if let Some((context, candidate)) = missing.first() {
+        let total: usize = contexts.iter().map(|c| c.candidates.len()).sum();
+        bail!(
+            "{how} shows each candidate's `reference`, but candidate `{}` of context `{}`{} has \
+             none ({} of {total} candidates have none): give every row a `reference`, or leave \
+             out {how}",
+            candidate.id,
+            context.id,
+            at(candidate),
+            missing.len()
+        );
+    }
+    if one_per_context {
+        for context in contexts {
+            let Some(first) = context.candidates.first() else {
+                continue;
+            };
+            if let Some(other) = context
+                .candidates
+                .iter()
+                .find(|k| k.reference != first.reference)
+            {
+                bail!(
+                    "{how}: candidates `{}`{} and `{}`{} of context `{}` give different \
+                     references; relative grading shows one reference answer per comparison, so \
+                     a context's candidates must give the same one",
+                    first.id,
+                    at(first),
+                    other.id,
+                    at(other),
+                    context.id
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Check the options and settle what the method needs: the attribute, G-Eval's criteria
@@ -589,6 +645,31 @@ fn probability_object(scores: &[i64], values: &[f64]) -> String {
 /// `no-score`, `repeated`, `missing`, `cut`), and the input's human `scores` (so that
 /// `nlg-judge correlate --pred score --human scores.<name>` reads the file directly).
 pub fn write_scored(candidates: &[ScoredCandidate], out: &mut dyn Write) -> Result<()> {
+    write_rows(candidates, None, out)
+}
+
+/// [`write_scored`] for a whole run, as `score --output` writes it: with rubric grading
+/// every row also records how it was graded (`rubric`: the rubric's name, criterion and
+/// scale, the protocol, where it came from and the feedback bound; see
+/// [`super::rubric::rubric_record`]).
+pub fn write_run(run: &ScoreRun, out: &mut dyn Write) -> Result<()> {
+    let record = match &run.method {
+        ResolvedMethod::Rubric(method) => Some(super::rubric::rubric_record(
+            &method.rubric,
+            method.protocol,
+            method.protocol_source,
+            method.feedback_tokens,
+        )),
+        _ => None,
+    };
+    write_rows(&run.candidates, record.as_ref(), out)
+}
+
+fn write_rows(
+    candidates: &[ScoredCandidate],
+    rubric: Option<&serde_json::Value>,
+    out: &mut dyn Write,
+) -> Result<()> {
     for c in candidates {
         let mut line = format!(
             "{{\"context_id\":{},\"candidate_id\":{}",
@@ -613,6 +694,9 @@ pub fn write_scored(candidates: &[ScoredCandidate], out: &mut dyn Write) -> Resu
         }
         if let Some(format) = c.format {
             line.push_str(&format!(",\"format\":{}", json!(format.name())));
+        }
+        if let Some(rubric) = rubric {
+            line.push_str(&format!(",\"rubric\":{rubric}"));
         }
         if !c.human.is_empty() {
             line.push_str(&format!(",\"scores\":{}", json!(c.human)));

@@ -22,7 +22,10 @@ use serde::{Deserialize, Serialize};
 pub use bias::{first_position_rate, order_consistency, pairwise_accuracy, Rate};
 pub use bradley_terry::BradleyTerry;
 pub use debias::{balanced_threshold, reweight, reweight_factor};
-pub use hybrid::{hybrid_fit, hybrid_scores, hybrid_scores_at_threshold, HybridFit};
+pub use hybrid::{
+    hybrid_fit, hybrid_fit_pooled, hybrid_pooled_at_threshold, hybrid_scores,
+    hybrid_scores_at_threshold, HybridContext, HybridFit, PooledFit, SlopeFit,
+};
 pub use poe::poe_gaussian;
 pub use ranks::ranks_from_scores;
 pub use win_ratio::{soft_win_ratio, win_ratio};

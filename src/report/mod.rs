@@ -130,6 +130,9 @@ pub struct JuryView {
     /// Each judge's name and weight, in the jury's order.
     pub judges: Vec<JudgeEntry>,
     pub agreement: Agreement,
+    /// Why the weights are not the ones asked for, where they are not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_note: Option<String>,
 }
 
 /// One judgement of every context.
@@ -192,6 +195,22 @@ pub struct RunContext {
     /// A jury's run: each judge's scores, `[judge][candidate]` (6 decimals).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub judge_scores: Option<Vec<Vec<f64>>>,
+    /// Relative rubric grading with feedback: the judge's feedback on each comparison, in
+    /// design order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pair_feedback: Option<Vec<PairFeedback>>,
+}
+
+/// The judge's feedback on one comparison (relative rubric grading): candidate `first`
+/// shown as A, `second` as B.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairFeedback {
+    pub first: usize,
+    pub second: usize,
+    /// The feedback for people (the text before the result marker).
+    pub feedback: String,
+    /// Whether the feedback kept to the judge's format.
+    pub format: FormatOutcome,
 }
 
 /// A titled block of trusted HTML (made by [`markdown`] or the figure module).
@@ -342,6 +361,7 @@ impl RunContext {
             feedback: None,
             formats: None,
             judge_scores: None,
+            pair_feedback: None,
         }
     }
 }
@@ -369,7 +389,25 @@ pub fn compare_run(result: &CompareResult, contexts: &[Context], score: &str) ->
         let scores: Vec<f64> = scored.scores.iter().map(|&s| six(s)).collect();
         let human = human_of(input, key);
         let (rho, tau) = within(&scores, human.as_ref());
+        let pair_feedback: Vec<PairFeedback> = scored
+            .comparisons
+            .iter()
+            .filter_map(|c| {
+                let key = (
+                    scored.context_id.clone(),
+                    scored.candidate_ids[c.first].clone(),
+                    scored.candidate_ids[c.second].clone(),
+                );
+                result.feedbacks.get(&key).map(|reading| PairFeedback {
+                    first: c.first,
+                    second: c.second,
+                    feedback: reading.feedback.clone(),
+                    format: reading.format,
+                })
+            })
+            .collect();
         runs_contexts.push(RunContext {
+            pair_feedback: (!pair_feedback.is_empty()).then_some(pair_feedback),
             ranks: scored.ranks.clone(),
             human,
             matrix: Some(matrix),
@@ -605,6 +643,13 @@ impl Report {
             )
         }];
         let mut notes = Vec::new();
+        if let Some(note) = &jury.weights_note {
+            let mut note = note.clone();
+            if let Some(first) = note.get(..1) {
+                note.replace_range(..1, &first.to_uppercase());
+            }
+            notes.push(format!("{note}."));
+        }
         for ((mut run, diagnostics), name) in judges.into_iter().zip(&names) {
             for check in diagnostics.checks.iter().filter(|c| c.is_warning()) {
                 let mut note = format!(
@@ -629,6 +674,7 @@ impl Report {
             jury: Some(JuryView {
                 judges: jury.judges.clone(),
                 agreement: jury.agreement.clone(),
+                weights_note: jury.weights_note.clone(),
             }),
             sections: Vec::new(),
         })

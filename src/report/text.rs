@@ -1,7 +1,8 @@
 //! The report as Markdown (`--report FILE.md`), for places that show text rather than a
 //! page (a pull request, a wiki, a terminal): the run's facts and notes, a jury's
 //! weights and agreement, and per run a ranking table per context, with each judge's
-//! score for a jury and, for rubric grading, every feedback under its table.
+//! score for a jury and, for rubric grading, every feedback under its table (relative
+//! grading's: one per comparison).
 //!
 //! Every text from the data (ids, feedback, names) is escaped: the punctuation of
 //! Markdown's inline markup and tables gets a backslash (no text starts a line: lines
@@ -220,6 +221,32 @@ fn run_section(out: &mut String, report: &Report, run: &RunView) {
                         }
                     );
                 }
+            }
+            out.push('\n');
+        }
+        if let Some(pairs) = &results.pair_feedback {
+            out.push_str("Feedback on each comparison (A shown first):\n\n");
+            let n = context.candidates.len();
+            for pair in pairs {
+                let p_a = results
+                    .matrix
+                    .as_ref()
+                    .and_then(|m| m.get(pair.first * n + pair.second))
+                    .filter(|&&p| p >= 0)
+                    .map(|&p| format!(", P(A better) {:.3}", f64::from(p) / 1e6))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "- A {} vs B {}{p_a}, format {}: {}",
+                    escape(&context.candidates[pair.first].id),
+                    escape(&context.candidates[pair.second].id),
+                    pair.format.name(),
+                    if pair.feedback.trim().is_empty() {
+                        "(none written)".to_string()
+                    } else {
+                        escape(&pair.feedback)
+                    }
+                );
             }
             out.push('\n');
         }

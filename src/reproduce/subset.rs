@@ -22,8 +22,8 @@
 //! The hybrid curve (ours, where the reproduction has absolute-scoring rows): the random
 //! design's subsets, the same draws as its curve, with the prompt-scoring row's scores
 //! (else the first absolute row's) as experts beside the comparisons in one Product of
-//! Experts ([`crate::rank::hybrid`], weight 1, as `compare --design random --prior-scores`
-//! ranks), compared with the full design's PoE ranking.
+//! Experts ([`crate::rank::hybrid`], weight 1, one slope for every context, as `compare
+//! --design random --prior-scores` ranks), compared with the full design's PoE ranking.
 //!
 //! R is per context. A context with fewer candidates than the largest takes
 //! `min(R, most its design allows)`; the no-repeat curve stops at N(N-1)/2 of the
@@ -42,10 +42,28 @@ use crate::judge::pairwise::{AdaptiveSelector, AdaptiveSettings, Design};
 use crate::progress::Progress;
 use crate::rank::hybrid::DEFAULT_PRIOR_WEIGHT;
 use crate::rank::{
-    balanced_threshold, hybrid_scores_at_threshold, score_at_threshold, Outcome, RankMethod,
+    balanced_threshold, hybrid_pooled_at_threshold, score_at_threshold, Outcome, RankMethod,
 };
 use crate::stats::input::is_constant;
 use crate::stats::spearman;
+
+/// The hybrid curve's scores of one draw: every context's subset `outcomes` with the
+/// absolute scores `prior` as experts of weight 1, one slope for every context, at
+/// threshold `tau` (as `compare --prior-scores` ranks).
+fn hybrid_scores(
+    matrices: &[super::comparative::PairMatrix],
+    outcomes: &[Vec<Outcome>],
+    prior: &[Vec<f64>],
+    tau: f64,
+) -> Result<Vec<Vec<f64>>> {
+    let contexts: Vec<(usize, &[Outcome], &[f64])> = matrices
+        .iter()
+        .zip(outcomes)
+        .zip(prior)
+        .map(|((matrix, outcomes), prior)| (matrix.len(), outcomes.as_slice(), prior.as_slice()))
+        .collect();
+    Ok(hybrid_pooled_at_threshold(&contexts, DEFAULT_PRIOR_WEIGHT, tau)?.scores)
+}
 
 /// The designs of the curves, in the paper's order, then ours.
 pub const DESIGNS: [Design; 4] = [
@@ -301,22 +319,15 @@ fn draw_point(
         .zip([0.5, balanced_threshold(&all_p)])
         .zip(&full[method_index(curve.method())])
     {
-        let preds: Vec<Vec<f64>> = outcomes
-            .iter()
-            .zip(&run.matrices)
-            .enumerate()
-            .map(|(k, (o, matrix))| match (curve, prior) {
-                (Curve::Hybrid, Some(prior)) => hybrid_scores_at_threshold(
-                    matrix.len(),
-                    o,
-                    &prior[k],
-                    DEFAULT_PRIOR_WEIGHT,
-                    tau,
-                ),
-                (Curve::Hybrid, None) => bail!("the hybrid curve needs absolute scores"),
-                (Curve::Design(design), _) => subset_scores(design, matrix.len(), o, tau),
-            })
-            .collect::<Result<_>>()?;
+        let preds: Vec<Vec<f64>> = match (curve, prior) {
+            (Curve::Hybrid, Some(prior)) => hybrid_scores(&run.matrices, &outcomes, prior, tau)?,
+            (Curve::Hybrid, None) => bail!("the hybrid curve needs absolute scores"),
+            (Curve::Design(design), _) => outcomes
+                .iter()
+                .zip(&run.matrices)
+                .map(|(o, matrix)| subset_scores(design, matrix.len(), o, tau))
+                .collect::<Result<_>>()?,
+        };
         slot.0 = authors_spearman(&preds, human, skip)?.map(|s| 100.0 * s);
         slot.1 = mean_agreement(&preds, full)?.map(|s| 100.0 * s);
     }
@@ -577,21 +588,22 @@ pub fn budget_table(
                             .collect::<Result<Vec<_>>>()?;
                         let all_p: Vec<f64> = outcomes.iter().flatten().map(|o| o.p).collect();
                         let tau = balanced_threshold(&all_p);
-                        for (k, (matrix, outcomes)) in
-                            run.matrices.iter().zip(&outcomes).enumerate()
-                        {
-                            let scores = match (curve, prior) {
-                                (Curve::Hybrid, Some(prior)) => hybrid_scores_at_threshold(
-                                    matrix.len(),
-                                    outcomes,
-                                    &prior[k],
-                                    DEFAULT_PRIOR_WEIGHT,
-                                    tau,
-                                )?,
-                                _ => score_at_threshold(method, matrix.len(), outcomes, tau)?,
-                            };
-                            full_sum[k] += spearman(&scores, &reference[k])?.unwrap_or(0.0);
-                            human_sum[k] += spearman(&scores, &human[k])?.unwrap_or(0.0);
+                        let all_scores: Vec<Vec<f64>> = match (curve, prior) {
+                            (Curve::Hybrid, Some(prior)) => {
+                                hybrid_scores(&run.matrices, &outcomes, prior, tau)?
+                            }
+                            _ => run
+                                .matrices
+                                .iter()
+                                .zip(&outcomes)
+                                .map(|(matrix, outcomes)| {
+                                    score_at_threshold(method, matrix.len(), outcomes, tau)
+                                })
+                                .collect::<Result<_>>()?,
+                        };
+                        for (k, scores) in all_scores.iter().enumerate() {
+                            full_sum[k] += spearman(scores, &reference[k])?.unwrap_or(0.0);
+                            human_sum[k] += spearman(scores, &human[k])?.unwrap_or(0.0);
                         }
                     }
                 }

@@ -103,9 +103,33 @@ impl HubSettings {
             message: format!("downloading {path}"),
             bar: progress::Bar::hidden(),
         };
-        repo.download_with_progress(path, bar)
-            .with_context(|| format!("cannot download {url}"))
+        repo.download_with_progress(path, bar).map_err(|error| {
+            anyhow::anyhow!("cannot download {url}: {}", plain_cause(&error, &url))
+        })
     }
+}
+
+/// The causes of `error` in one line, each said once: the hub client's errors repeat
+/// their source's text (and the URL) at every level, so a refused connection read
+/// `URL: request error: URL: Connection Failed: ...: URL: Connection Failed: ...`. The
+/// URL is said by the caller; a level whose text an earlier one already holds is left
+/// out.
+pub(crate) fn plain_cause(error: &dyn std::error::Error, url: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&dyn std::error::Error> = Some(error);
+    while let Some(level) = next {
+        let text = level
+            .to_string()
+            .replace(&format!("{url}: "), "")
+            .replace(url, "");
+        let text = text.trim().trim_end_matches(':').trim().to_string();
+        let said = parts.join(": ");
+        if !text.is_empty() && !said.contains(&text) {
+            parts.push(text);
+        }
+        next = level.source();
+    }
+    parts.join(": ")
 }
 
 fn is_true(value: &str) -> bool {

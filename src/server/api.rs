@@ -22,7 +22,7 @@ use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
 use crate::judge::pairwise::fit::SetAside;
 use crate::judge::pairwise::{CompareOptions, CompareRequest, Debias};
 use crate::judge::rubric::protocol::{render, RubricInput};
-use crate::judge::rubric::run::{ProtocolSource, DEFAULT_FEEDBACK_TOKENS};
+use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
 use crate::judge::rubric::{FormatOutcome, Rubric};
 use crate::judge::{
     absolute, Attribute, Nouns, ResolvedMethod, ScoreDistribution, ScoreRun, ScoreScale, Task,
@@ -34,6 +34,24 @@ pub use crate::judge::geval::free_text::DEFAULT_INTRODUCTION;
 
 /// Parse a JSON body into `T`; the error names the field path, line and column.
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    // Every body is an object: an array would otherwise be read field by field (serde
+    // takes a struct's fields in order from a sequence) and refused as `invalid field
+    // '[0]'`.
+    if let Some(&first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        if first != b'{' {
+            let value: Value = serde_json::from_slice(bytes)
+                .map_err(|e| anyhow::anyhow!("malformed JSON body: {e}"))?;
+            let kind = match value {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                Value::Null => "null",
+                Value::Object(_) => "an object",
+            };
+            bail!("invalid body: the body must be a JSON object, not {kind}");
+        }
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -149,7 +167,8 @@ pub enum CandidateBody {
 pub struct CompareBody {
     pub context: String,
     pub candidates: Vec<CandidateBody>,
-    pub attribute: String,
+    /// Needed, unless a `rubric` names it (its name, as `compare --rubric`).
+    pub attribute: Option<String>,
     /// The comparative of an attribute that is not built in ("more empathetic").
     pub adjective: Option<String>,
     /// Or the whole question ("Which story shows more empathy").
@@ -167,6 +186,21 @@ pub struct CompareBody {
     pub rank: Option<RankMethod>,
     /// `none` (default) or `threshold`: as `compare --debias`.
     pub debias: Option<Debias>,
+    /// Relative rubric grading (`compare --rubric`): a built-in rubric's name, or an
+    /// object with `criterion` and `descriptions` (as `/v1/score`'s). The judge writes a
+    /// feedback comparing the two candidates, then P(A) is read after its result marker.
+    pub rubric: Option<Value>,
+    /// Relative rubric grading: `prometheus` or `plain` (default: the served model's
+    /// card's, else plain).
+    pub protocol: Option<RubricProtocol>,
+    /// Relative rubric grading: write a feedback before the choice (default true).
+    pub feedback: Option<bool>,
+    /// Relative rubric grading: most tokens of each feedback (default 512, at most
+    /// [`MAX_FEEDBACK_TOKENS`]).
+    pub max_feedback_tokens: Option<usize>,
+    /// Relative rubric grading: the reference answer shown with every comparison.
+    #[serde(alias = "expected_output")]
+    pub reference: Option<String>,
 }
 
 /// Scores and their probabilities, serialised as an object in score order
@@ -256,11 +290,7 @@ impl ScoreResponse {
         response.rubric = Some(RubricUsed {
             name: method.rubric.name.clone(),
             protocol: method.protocol,
-            protocol_source: match method.protocol_source {
-                ProtocolSource::Requested => "requested",
-                ProtocolSource::Card => "card",
-                ProtocolSource::Default => "default",
-            },
+            protocol_source: method.protocol_source.name(),
             feedback: method.feedback_tokens.is_some(),
         });
         response.feedback = graded.feedback.clone();
@@ -313,7 +343,31 @@ impl ScoreResponse {
 pub struct RankedCandidate {
     pub id: String,
     pub score: f64,
+    /// 1 = best; ties share the average rank. Written as `compare --output` writes it:
+    /// `2`, or `2.5` for a tie.
+    #[serde(serialize_with = "rank_number")]
     pub rank: f64,
+}
+
+/// A rank as the command line's output files write it: a whole rank as an integer.
+fn rank_number<S: Serializer>(rank: &f64, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    if rank.fract() == 0.0 && rank.is_finite() && rank.abs() < 1e15 {
+        serializer.serialize_i64(*rank as i64)
+    } else {
+        serializer.serialize_f64(*rank)
+    }
+}
+
+/// The judge's feedback on one comparison of a relative rubric grading: `a` shown first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairFeedbackBody {
+    pub a: String,
+    pub b: String,
+    /// P(A better), read after the feedback and the marker.
+    pub p_a: f64,
+    pub feedback: String,
+    /// `kept`, `no-score`, `repeated`, `missing` or `cut`.
+    pub format: &'static str,
 }
 
 /// A candidate of a compare request left out because it does not fit the model.
@@ -353,8 +407,15 @@ pub struct CompareResponse {
     /// the one asked for, or the fallback the diagnostics' `adjusted` explains.
     pub rank: RankMethod,
     /// Whether the judge was judging: positional bias, order consistency, ties, label
-    /// mass (see `judge::diagnostics`).
+    /// mass (see `judge::diagnostics`); with relative rubric grading, the format too.
     pub diagnostics: Diagnostics,
+    /// Relative rubric grading: the rubric and protocol the comparisons were graded by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rubric: Option<RubricUsed>,
+    /// Relative rubric grading with feedback: the judge's feedback on every comparison,
+    /// in design order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedbacks: Option<Vec<PairFeedbackBody>>,
 }
 
 fn non_empty(field: &str, text: &str) -> Result<()> {
@@ -531,6 +592,44 @@ pub struct RubricTask {
     pub output: String,
 }
 
+/// The rubric of a request's `rubric` field: a built-in rubric's name (read by `task`'s
+/// group), or an object with `criterion` and `descriptions`; never a file.
+fn rubric_of(value: Value, task: Option<Task>) -> Result<Rubric> {
+    match value {
+        // Built-in names only: a request must not name files on the server.
+        Value::String(name) => {
+            let lower = name.trim().to_ascii_lowercase();
+            if lower.ends_with(".toml") || lower.ends_with(".json") {
+                bail!(
+                    "field `rubric`: `{name}` names a file, and the service reads none: give a \
+                     built-in rubric's name, or the rubric as an object with `criterion` and \
+                     `descriptions`"
+                );
+            }
+            Rubric::builtin(&name, task.unwrap_or(Task::Summary))
+                .map_err(|e| anyhow::anyhow!("field `rubric`: {e:#}"))
+        }
+        value => Rubric::from_inline(value, task, "rubric"),
+    }
+}
+
+/// The feedback bound of a request's `feedback` and `max_feedback_tokens` fields
+/// (`None`: no feedback).
+fn feedback_tokens_of(feedback: Option<bool>, max: Option<usize>) -> Result<Option<usize>> {
+    Ok(match (feedback.unwrap_or(true), max) {
+        (false, Some(_)) => bail!(
+            "field `max_feedback_tokens` does not apply with `\"feedback\": false` (no feedback \
+             is written)"
+        ),
+        (false, None) => None,
+        (true, None) => Some(DEFAULT_FEEDBACK_TOKENS),
+        (true, Some(n)) if n == 0 || n > MAX_FEEDBACK_TOKENS => {
+            bail!("field `max_feedback_tokens`: {n} is not between 1 and {MAX_FEEDBACK_TOKENS}")
+        }
+        (true, Some(n)) => Some(n),
+    })
+}
+
 /// Rubric grading's task, checked against the served model's protocol.
 fn rubric_task(body: ScoreBody, model: &ModelInfo) -> Result<RubricTask> {
     let not_rubric = [
@@ -559,34 +658,9 @@ fn rubric_task(body: ScoreBody, model: &ModelInfo) -> Result<RubricTask> {
             "field `rubric` is needed for rubric grading: a built-in rubric's name or an object \
              with `criterion` and `descriptions`"
         ),
-        // Built-in names only: a request must not name files on the server.
-        Some(Value::String(name)) => {
-            let lower = name.trim().to_ascii_lowercase();
-            if lower.ends_with(".toml") || lower.ends_with(".json") {
-                bail!(
-                    "field `rubric`: `{name}` names a file, and the service reads none: give a \
-                     built-in rubric's name, or the rubric as an object with `criterion` and \
-                     `descriptions`"
-                );
-            }
-            Rubric::builtin(&name, task.unwrap_or(Task::Summary))
-                .map_err(|e| anyhow::anyhow!("field `rubric`: {e:#}"))?
-        }
-        Some(value) => Rubric::from_inline(value, task, "rubric")?,
+        Some(value) => rubric_of(value, task)?,
     };
-    let feedback = body.feedback.unwrap_or(true);
-    let feedback_tokens = match (feedback, body.max_feedback_tokens) {
-        (false, Some(_)) => bail!(
-            "field `max_feedback_tokens` does not apply with `\"feedback\": false` (no feedback \
-             is written)"
-        ),
-        (false, None) => None,
-        (true, None) => Some(DEFAULT_FEEDBACK_TOKENS),
-        (true, Some(n)) if n == 0 || n > MAX_FEEDBACK_TOKENS => {
-            bail!("field `max_feedback_tokens`: {n} is not between 1 and {MAX_FEEDBACK_TOKENS}")
-        }
-        (true, Some(n)) => Some(n),
-    };
+    let feedback_tokens = feedback_tokens_of(body.feedback, body.max_feedback_tokens)?;
     if let Some(reference) = &body.reference {
         non_empty("reference", reference)?;
     }
@@ -627,12 +701,34 @@ pub enum CompareRefusal {
     Invalid(anyhow::Error),
 }
 
+/// Relative rubric grading as a compare request asks for it: settled by the worker with
+/// the served model ([`crate::judge::rubric::relative::RelativeGrading::new`], as
+/// `compare --rubric` settles it once the model is loaded).
+#[derive(Debug, Clone)]
+pub struct RelativeTask {
+    pub rubric: Rubric,
+    /// `None`: the served model's card's protocol, else plain.
+    pub protocol: Option<RubricProtocol>,
+    /// Most tokens of each feedback; `None`: no feedback.
+    pub feedback_tokens: Option<usize>,
+    /// Show the request's `reference` with every comparison.
+    pub reference: bool,
+}
+
+/// A compare job: the context, the options, and relative rubric grading where asked.
+pub struct CompareJob {
+    pub context: Context,
+    pub options: CompareOptions,
+    pub relative: Option<RelativeTask>,
+}
+
 /// The context and options of a compare request with at most `max_candidates`
-/// candidates.
+/// candidates; `model` is the served model (its card's protocol for a `rubric`).
 pub fn compare_job(
     body: CompareBody,
     max_candidates: usize,
-) -> std::result::Result<(Context, CompareOptions), CompareRefusal> {
+    model: &ModelInfo,
+) -> std::result::Result<CompareJob, CompareRefusal> {
     let n = body.candidates.len();
     if n > max_candidates {
         return Err(CompareRefusal::TooManyCandidates(format!(
@@ -646,15 +742,23 @@ pub fn compare_job(
         )));
     }
     let task = body.task.unwrap_or(Task::Summary);
+    let relative = relative_task(&body, model).map_err(invalid)?;
     // The checks and defaults of `compare`: one rule for both (the ranking's fallback
     // included).
-    Attribute::resolve(
-        &body.attribute,
-        body.adjective.as_deref(),
-        body.question.as_deref(),
-    )
-    .context("field `attribute` (an attribute of your own needs `adjective` or `question`)")
-    .map_err(invalid)?;
+    if relative.is_none() {
+        let Some(attribute) = &body.attribute else {
+            return Err(invalid(anyhow::anyhow!(
+                "field `attribute` is needed (or a `rubric`, for relative rubric grading)"
+            )));
+        };
+        Attribute::resolve(
+            attribute,
+            body.adjective.as_deref(),
+            body.question.as_deref(),
+        )
+        .context("field `attribute` (an attribute of your own needs `adjective` or `question`)")
+        .map_err(invalid)?;
+    }
     Nouns::resolve(task, body.item.as_deref(), body.context_label.as_deref())
         .context("fields `item` and `context_label`")
         .map_err(invalid)?;
@@ -674,7 +778,13 @@ pub fn compare_job(
         context_label: body.context_label.clone(),
         rank: body.rank,
         debias: body.debias.unwrap_or(Debias::None),
-        ..CompareRequest::new(&body.attribute)
+        ..CompareRequest::new(body.attribute.as_deref().unwrap_or_default())
+    };
+    let request = match &relative {
+        Some(relative) => request
+            .with_rubric(&relative.rubric, |field| format!("field `{field}`"))
+            .map_err(invalid)?,
+        None => request,
     };
     let mut options = request.options(Progress::none()).map_err(invalid)?;
     options.audience = Audience::Service;
@@ -698,7 +808,7 @@ pub fn compare_job(
         candidates.push(Candidate {
             id,
             text,
-            reference: None,
+            reference: body.reference.clone(),
             scores: Default::default(),
             system_id: None,
             metadata: Default::default(),
@@ -710,7 +820,56 @@ pub fn compare_job(
         text: body.context,
         candidates,
     };
-    Ok((context, options))
+    Ok(CompareJob {
+        context,
+        options,
+        relative,
+    })
+}
+
+/// The relative rubric grading a compare request asks for (its `rubric`), checked
+/// against the served model's protocol; the rubric's other fields without one are
+/// refused.
+fn relative_task(body: &CompareBody, model: &ModelInfo) -> Result<Option<RelativeTask>> {
+    let Some(value) = body.rubric.clone() else {
+        let rubric_only = [
+            ("protocol", body.protocol.is_some()),
+            ("feedback", body.feedback.is_some()),
+            ("max_feedback_tokens", body.max_feedback_tokens.is_some()),
+            ("reference", body.reference.is_some()),
+        ];
+        if let Some((field, _)) = rubric_only.iter().find(|(_, given)| *given) {
+            bail!("field `{field}` applies to relative rubric grading (with a `rubric`) only");
+        }
+        return Ok(None);
+    };
+    let rubric = rubric_of(value, body.task)?;
+    let feedback_tokens = feedback_tokens_of(body.feedback, body.max_feedback_tokens)?;
+    if let Some(reference) = &body.reference {
+        non_empty("reference", reference)?;
+    }
+    // The protocol as the worker will settle it, so that one without a pairwise format
+    // is refused here (400) rather than by the model.
+    let protocol = body
+        .protocol
+        .or(model.conventions.rubric_protocol)
+        .unwrap_or(RubricProtocol::Plain);
+    crate::judge::rubric::relative::relative_format(protocol).with_context(|| {
+        format!(
+            "field `protocol`: relative rubric grading in the {protocol} format{}",
+            if body.protocol.is_none() {
+                " (the served model's)"
+            } else {
+                ""
+            }
+        )
+    })?;
+    Ok(Some(RelativeTask {
+        rubric,
+        protocol: body.protocol,
+        feedback_tokens,
+        reference: body.reference.is_some(),
+    }))
 }
 
 #[cfg(test)]
@@ -881,8 +1040,12 @@ mod tests {
             )
             .unwrap()
         };
-        let (context, options) =
-            compare_job(body(r#"["a", {"id": "x", "text": "b"}]"#, ""), 3).unwrap();
+        use crate::engine::Scorer as _;
+        let model = crate::engine::MockScorer::new().info().clone();
+        let compare_job = |body, n| compare_job(body, n, &model);
+        let CompareJob {
+            context, options, ..
+        } = compare_job(body(r#"["a", {"id": "x", "text": "b"}]"#, ""), 3).unwrap();
         let ids: Vec<_> = context.candidates.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["0", "x"]);
         assert_eq!(options.rank, RankMethod::WinRatio);
@@ -908,6 +1071,82 @@ mod tests {
             ),
             Err(CompareRefusal::Invalid(_))
         ));
+        // Issue 60: relative rubric grading is the route `compare --rubric` runs; its
+        // fields without a rubric, and what the rubric replaces, are refused.
+        let refused = |extra: &str| match compare_job(body(r#"["a", "b"]"#, extra), 3) {
+            Err(CompareRefusal::Invalid(error)) => format!("{error:#}"),
+            _ => panic!("{extra} accepted"),
+        };
+        let job = compare_job(
+            body(
+                r#"["a", "b"]"#,
+                r#", "rubric": "coherence", "reference": "r""#,
+            ),
+            3,
+        )
+        .unwrap();
+        let relative = job.relative.expect("relative grading");
+        assert_eq!(relative.rubric.name, "Coherence");
+        assert_eq!(relative.feedback_tokens, Some(DEFAULT_FEEDBACK_TOKENS));
+        assert!(relative.reference);
+        assert_eq!(
+            job.options.attribute.question(&job.options.nouns.item),
+            relative.rubric.criterion.trim_end_matches('?')
+        );
+        assert!(job
+            .context
+            .candidates
+            .iter()
+            .all(|c| c.reference.as_deref() == Some("r")));
+        assert!(refused(r#", "protocol": "plain""#).contains(
+            "field `protocol` applies to relative rubric grading (with a `rubric`) only"
+        ));
+        assert!(
+            refused(r#", "rubric": "coherence", "adjective": "clearer""#)
+                .contains("field `adjective` does not apply with field `rubric`")
+        );
+        assert!(
+            refused(r#", "rubric": "coherence", "protocol": "flow-judge""#)
+                .contains("field `protocol`: relative rubric grading in the flow-judge format")
+        );
+        assert!(
+            refused(r#", "rubric": "coherence", "feedback": false, "max_feedback_tokens": 5"#)
+                .contains("does not apply with `\"feedback\": false`")
+        );
+        let no_attribute: CompareBody =
+            parse_body(br#"{"context": "c", "candidates": ["a", "b"]}"#).unwrap();
+        match compare_job(no_attribute, 3) {
+            Err(CompareRefusal::Invalid(error)) => {
+                assert!(format!("{error}").contains("field `attribute` is needed"))
+            }
+            _ => panic!("no attribute accepted"),
+        }
+        // A body that is not an object says so (it was read as fields by position).
+        let error = parse_body::<CompareBody>(br#"["c", ["a", "b"], "coherence"]"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "invalid body: the body must be a JSON object, not an array"
+        );
+        // Ranks as the output files write them.
+        let ranked = serde_json::to_string(&[
+            RankedCandidate {
+                id: "a".into(),
+                score: 0.5,
+                rank: 2.0,
+            },
+            RankedCandidate {
+                id: "b".into(),
+                score: 0.5,
+                rank: 2.5,
+            },
+        ])
+        .unwrap();
+        assert_eq!(
+            ranked,
+            r#"[{"id":"a","score":0.5,"rank":2},{"id":"b","score":0.5,"rank":2.5}]"#
+        );
     }
 
     #[test]

@@ -30,11 +30,12 @@ use tokio::sync::oneshot;
 
 use super::api::{
     compare_job, geval_task, parse_body, score_task, CompareBody, CompareRefusal, CompareResponse,
-    GevalBody, RankedCandidate, ScoreBody, ScoreResponse, ScoreTask, SetAsideCandidate,
+    GevalBody, PairFeedbackBody, RankedCandidate, ScoreBody, ScoreResponse, ScoreTask,
+    SetAsideCandidate,
 };
 use super::auth::Tokens;
 use super::callers::{Caller, Callers};
-use super::worker::{Job, LabelTask, Reply, WorkerStats};
+use super::worker::{ComparedRun, Job, LabelTask, Reply, WorkerStats};
 use crate::engine::ErrorKind;
 use crate::engine::ModelInfo;
 
@@ -467,16 +468,16 @@ async fn compare(
 ) -> Result<Json<CompareResponse>, ApiError> {
     let bytes = body_bytes(body)?;
     let body: CompareBody = parse_body(&bytes).map_err(|e| ApiError::bad_request(&e))?;
-    let (context, options) =
-        compare_job(body, state.limits.max_candidates).map_err(|refusal| match refusal {
+    let job = compare_job(body, state.limits.max_candidates, &state.model).map_err(|refusal| {
+        match refusal {
             CompareRefusal::TooManyCandidates(message) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
             }
             CompareRefusal::Invalid(error) => ApiError::bad_request(&error),
-        })?;
-    let fitted = submit(&state, &caller, |reply| Job::Compare {
-        context,
-        options,
+        }
+    })?;
+    let ComparedRun { fitted, rubric } = submit(&state, &caller, |reply| Job::Compare {
+        job: Box::new(job),
         reply,
     })
     .await?;
@@ -498,6 +499,24 @@ async fn compare(
             rank,
         })
         .collect();
+    let feedbacks: Vec<PairFeedbackBody> = context
+        .comparisons
+        .iter()
+        .filter_map(|c| {
+            let (a, b) = (
+                &context.candidate_ids[c.first],
+                &context.candidate_ids[c.second],
+            );
+            let key = (context.context_id.clone(), a.clone(), b.clone());
+            result.feedbacks.get(&key).map(|reading| PairFeedbackBody {
+                a: a.clone(),
+                b: b.clone(),
+                p_a: c.p_a,
+                feedback: reading.feedback.clone(),
+                format: reading.format.name(),
+            })
+        })
+        .collect();
     Ok(Json(CompareResponse {
         candidates,
         set_aside: fitted
@@ -508,6 +527,8 @@ async fn compare(
         comparisons: context.comparisons.len(),
         rank: result.rank,
         diagnostics: result.diagnostics.clone(),
+        rubric,
+        feedbacks: (!feedbacks.is_empty()).then_some(feedbacks),
     }))
 }
 

@@ -29,17 +29,17 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use tokio::sync::oneshot;
 
-use super::api::RubricTask;
+use super::api::{CompareJob, RubricTask, RubricUsed};
 use super::openai::body::JobRequest;
 use super::openai::{self, worker::CompletionWork};
 use crate::data::{Candidate, Context};
 use crate::engine::runner::{plan_label, LabelPlan, PlannedLabel};
-use crate::engine::{error_kind, ErrorKind};
+use crate::engine::{error_kind, EngineError, ErrorKind};
 use crate::engine::{CompletionResult, PrefixCache, ResultCache, Scorer};
 use crate::judge::diagnostics::{self, Audience};
 use crate::judge::geval::{self, Criteria, GevalInput, StepsSource};
 use crate::judge::pairwise::fit::{compare_what_fits, FittedRun};
-use crate::judge::pairwise::CompareOptions;
+use crate::judge::rubric::relative::RelativeGrading;
 use crate::judge::rubric::run::RubricMethod;
 use crate::judge::{
     absolute, run_scoring, Attribute, ResolvedMethod, ScoreDistribution, ScoreRun, ScoreScale, Task,
@@ -99,11 +99,12 @@ pub enum Job {
         task: LabelTask,
         reply: Reply<LabelAnswer>,
     },
+    /// Compare a request's candidates (with relative rubric grading where it asks).
     Compare {
-        context: Context,
-        options: CompareOptions,
-        /// What fits the model, ranked, and what was set aside.
-        reply: Reply<FittedRun>,
+        job: Box<CompareJob>,
+        /// What fits the model, ranked, what was set aside, and how a relative rubric
+        /// grading was settled.
+        reply: Reply<ComparedRun>,
     },
     /// Rubric grading of one output (its feedback, then its score).
     Rubric {
@@ -115,6 +116,13 @@ pub enum Job {
         requests: Vec<JobRequest>,
         reply: Reply<Vec<CompletionResult>>,
     },
+}
+
+/// A compare job's answer: what fits the model, ranked, and what was set aside; with
+/// relative rubric grading, the rubric and protocol it was settled to.
+pub struct ComparedRun {
+    pub fitted: FittedRun,
+    pub rubric: Option<RubricUsed>,
 }
 
 /// Counters shared with the HTTP side.
@@ -307,24 +315,12 @@ impl Worker {
                         }
                     }
                 }
-                Job::Compare {
-                    context,
-                    options,
-                    reply,
-                } => {
+                Job::Compare { job, reply } => {
                     if reply.is_closed() {
                         continue;
                     }
-                    // As the command line: candidates too long for the model are set
-                    // aside, named, and the others ranked.
-                    let result = guarded(&self.stats, || {
-                        compare_what_fits(
-                            self.scorer.as_mut(),
-                            vec![context],
-                            &options,
-                            Some(&self.cache),
-                        )
-                    });
+                    let stats = self.stats.clone();
+                    let result = guarded(&stats, || self.compare(*job));
                     let _ = reply.send(result.map_err(|e| JobFailure::of(&e)));
                 }
                 Job::Rubric { task, reply } => {
@@ -355,6 +351,41 @@ impl Worker {
 
     /// Grade one output on its rubric as `score --method rubric` grades a candidate (the
     /// same prompts, so the same cache entries); the diagnostics in the service's words.
+    /// A compare job, as `compare` runs it: relative rubric grading settled with the
+    /// served model (`compare --rubric`'s [`RelativeGrading::new`]), then candidates too
+    /// long for the model set aside, named, and the others ranked.
+    fn compare(&mut self, job: CompareJob) -> Result<ComparedRun> {
+        let CompareJob {
+            context,
+            mut options,
+            relative,
+        } = job;
+        if let Some(task) = relative {
+            let grading = RelativeGrading::new(
+                self.scorer.as_ref(),
+                task.rubric,
+                task.protocol,
+                task.feedback_tokens,
+                task.reference,
+            )
+            .map_err(|e| EngineError::BadRequest(format!("{e:#}")))?;
+            options.relative = Some(Box::new(grading));
+        }
+        let rubric = options.relative.as_ref().map(|grading| RubricUsed {
+            name: grading.rubric.name.clone(),
+            protocol: grading.protocol,
+            protocol_source: grading.protocol_source.name(),
+            feedback: grading.feedback_tokens.is_some(),
+        });
+        let fitted = compare_what_fits(
+            self.scorer.as_mut(),
+            vec![context],
+            &options,
+            Some(&self.cache),
+        )?;
+        Ok(ComparedRun { fitted, rubric })
+    }
+
     fn grade(&mut self, task: RubricTask) -> Result<ScoreRun> {
         let method = RubricMethod::new(
             self.scorer.as_ref(),

@@ -112,7 +112,7 @@ const CASES: &[Case] = &[
     },
     Case {
         args: "compare --model mock --input @/in.jsonl --attribute coherence --report @/folder",
-        says: "--report @/folder is a folder",
+        says: "--report @/folder is a folder: give a file path (for example @/folder/report.html)",
     },
     Case {
         args: "score --model mock --method prompt --input @/in.jsonl --attribute coherence --output @/folder",

@@ -203,3 +203,33 @@ fn show_says_what_the_wheel_packages_are_and_how_to_check_their_bytes() {
         "{shown}"
     );
 }
+
+/// Issue 60: a fetch that cannot reach the hub says the URL once (the hub client's
+/// errors repeated it, and the refusal, at each of their levels).
+#[test]
+fn a_fetch_without_network_says_the_url_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nlg-judge"));
+    command
+        .args(["models", "fetch", "flan-t5-small", "--no-progress"])
+        .env("NLG_JUDGE_CACHE", cache.path())
+        .env("HF_HOME", hub.path())
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_TOKEN")
+        // Nothing listens on the discard port: the connection is refused at once.
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env_remove("NLG_JUDGE_MODEL_DIR")
+        .env_remove("NLG_JUDGE_CARDS");
+    let output = command.output().expect("run nlg-judge");
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    let url = "http://127.0.0.1:9/google/flan-t5-small/resolve/";
+    assert_eq!(stderr.matches(url).count(), 1, "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(url))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains("hub source: cannot download"), "{line}");
+    assert!(line.matches("Connection refused").count() <= 1, "{line}");
+}

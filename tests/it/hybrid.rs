@@ -150,7 +150,7 @@ fn absolute_scores_order_what_coin_toss_comparisons_cannot() {
         }
         assert!(ranks.iter().any(|&r| r != 2.5), "{design:?}: {ranks:?}");
         assert!(
-            stdout.contains("absolute scores as experts: fitted slope"),
+            stdout.contains("absolute scores as experts: one slope for all 1 context(s)"),
             "{design:?}: {stdout}"
         );
     }
@@ -213,6 +213,20 @@ fn score_file_problems_are_named_by_file_and_line_before_a_model_loads() {
     assert!(error.contains("must be a positive number"), "{error}");
     let error = with(&all, &["--model", "mock"]);
     assert!(error.contains("--prior-scores takes one judge"), "{error}");
+    // One slope for the run's contexts: a shard alone would fit another.
+    let error = with(
+        &all,
+        &[
+            "--shard",
+            "1/2",
+            "--output",
+            dir.path().join("s.jsonl").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        error.contains("--prior-scores fits one slope from all of a run's contexts"),
+        "{error}"
+    );
     let error = refused(&input, &["--prior-weight", "2"]);
     assert!(
         error.contains("--prior-weight weighs the absolute scores of --prior-scores"),
@@ -352,4 +366,78 @@ fn smollm2_light_absolute_experts_give_poe_and_heavy_ones_the_absolute_scores() 
     let middle = run_compare(&["--prior-scores", prior.to_str().unwrap()]);
     assert!(middle.iter().zip(&poe).any(|(a, b)| (a - b).abs() > 1e-3));
     assert!(middle.iter().zip(&heavy).any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
+/// Issue 60: three contexts, one nearly tied pair each, compared in both orders with a
+/// strong first-position bias (P(A) 0.80 and 0.755), slightly against the absolute
+/// scores. A slope fitted per context came out negative in every context and turned
+/// every ranking upside down, the best-scored candidate (never compared) last. The run
+/// fits one slope over the contexts; its sign is not supported by three pairs, so it is
+/// held at 0, the diagnostics warn with the pairs behind it, and nothing is reversed.
+#[test]
+fn one_tied_pair_per_context_does_not_turn_the_absolute_scores_upside_down() {
+    use nlg_judge::judge::pairwise::run::{summarise, Comparison};
+    use nlg_judge::judge::pairwise::{CompareOptions, Design, PairwiseTemplate, PriorScores};
+    use nlg_judge::judge::{Attribute, Task};
+
+    let qualities: &[f64] = &[0.1, 0.2, 0.3];
+    let contexts = crate::common::contexts::scored_contexts(&[qualities; 3]);
+    let absolute = [2.0, 3.0, 9.0];
+    let rows = contexts.iter().flat_map(|c| {
+        absolute
+            .iter()
+            .enumerate()
+            .map(|(k, &score)| (c.id.clone(), format!("sys{k}"), score))
+    });
+    let prior = PriorScores::new("scores.jsonl", rows, 1.0).unwrap();
+    let mut options = CompareOptions::new(
+        Task::Summary,
+        Attribute::named("coherence").unwrap(),
+        PairwiseTemplate::builtin("c1", Task::Summary).unwrap(),
+    )
+    .with_prior(Some(prior));
+    options.design = Design::Symmetric;
+    options.comparisons = Some(2);
+    let tied = || {
+        vec![
+            Comparison {
+                first: 0,
+                second: 1,
+                p_a: 0.80,
+                label_mass: 0.9,
+            },
+            Comparison {
+                first: 1,
+                second: 0,
+                p_a: 0.755,
+                label_mass: 0.9,
+            },
+        ]
+    };
+    let result = summarise(&contexts, vec![tied(), tied(), tied()], &options).unwrap();
+    let fit = result.prior.expect("a slope with absolute scores");
+    assert!(fit.fitted < 0.0 && fit.held && fit.slope == 0.0, "{fit:?}");
+    assert_eq!((fit.pairs, fit.comparisons, fit.contexts), (3, 6, 3));
+    let reversed = ranks_of(&absolute.map(|x| -x));
+    for context in &result.contexts {
+        assert_eq!(context.prior_slope, Some(0.0));
+        assert_ne!(context.ranks, reversed, "{}", context.context_id);
+        assert!(context.ranks[2] < 3.0, "the best-scored candidate last");
+    }
+    let check = result.diagnostics.get("prior_slope").unwrap();
+    assert!(check.is_warning(), "{check:?}");
+    for words in [
+        "fitted from 3 compared pairs (6 comparisons) whose absolute scores differ, in 3 contexts",
+        "held at 0",
+    ] {
+        assert!(check.message.contains(words), "{}", check.message);
+    }
+    let remedy = check.remedy.as_deref().unwrap_or("");
+    assert!(remedy.contains("--comparisons N"), "{remedy}");
+    let table = nlg_judge::cli::compare_table::format_tables(&result, &contexts);
+    assert!(
+        table.contains("one slope for all 3 context(s)") && table.contains("held at 0"),
+        "{table}"
+    );
+    assert!(table.contains("WARNING prior_slope"), "{table}");
 }

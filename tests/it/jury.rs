@@ -188,6 +188,80 @@ fn kappa_agreement_weights_and_standardised_scores() {
         "{:?}",
         jury.judges
     );
+    // Issue 60: said so, in the result, the terminal, the sidecar and the report.
+    let note = jury
+        .weights_note
+        .as_deref()
+        .expect("a note on the fallback");
+    assert!(
+        note.contains("no judge agrees with the others") && note.contains("every judge weighs 1"),
+        "{note}"
+    );
+    let table = nlg_judge::cli::jury::format_jury(&jury, &[], &[]);
+    assert!(table.contains(&format!("note: {note}")), "{table}");
+    let sidecar = nlg_judge::cli::jury::jury_diagnostics(&jury, &[]).unwrap();
+    assert_eq!(sidecar["weights_note"], note);
+    assert_eq!(serde_json::to_value(&jury).unwrap()["weights_note"], note);
+    let report = nlg_judge::report::Report::from_jury(
+        "t",
+        Vec::new(),
+        &jury,
+        &contexts(1, 3)
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.id = "d".into();
+                c
+            })
+            .collect::<Vec<_>>(),
+        "jury score",
+        None,
+        [&a, &b, &c]
+            .iter()
+            .map(|r| {
+                let view =
+                    nlg_judge::report::score_run("x", "s", &r.candidates, &[], None).unwrap();
+                (view, Default::default())
+            })
+            .collect(),
+    )
+    .unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("Agreement weights: no judge agrees")),
+        "{:?}",
+        report.notes
+    );
+    assert!(report
+        .to_markdown()
+        .contains("Agreement weights: no judge agrees"));
+    // Judges that agree get their learned weights, without a note.
+    let agreeing = combine_scores(&names, &[&a, &b, &a], &JuryWeights::FromAgreement).unwrap();
+    assert!(agreeing.weights_note.is_none());
+    assert!(agreeing.judges.iter().all(|j| j.weight > 0.0));
+    // Agreement weights need three judges: with two, each one's agreement with the
+    // other is one number, so the weights would always be equal.
+    let error = JuryWeights::FromAgreement
+        .check(2, "--jury-weights agreement")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("--jury-weights agreement needs 3 judges or more (this jury has 2)"),
+        "{error}"
+    );
+    let error = combine_scores(&names[..2], &[&a, &b], &JuryWeights::FromAgreement)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("needs 3 judges or more"), "{error}");
+    assert!(JuryWeights::FromAgreement.check(3, "x").is_ok());
+    assert!(JuryWeights::Given(vec![1.0]).check(2, "x").is_err());
+    let error = JuryWeights::Given(vec![1.0, -1.0])
+        .check(2, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(error.starts_with("judge 2: weight -1"), "{error}");
     // Two judges in agreement and equal weights: the standardised mean. a's z-scores
     // are (-1.2247, 0, 1.2247), b's (-1.2247, 1.2247, 0).
     let pair = combine_scores(&names[..2], &[&a, &b], &JuryWeights::Equal).unwrap();
@@ -205,10 +279,12 @@ fn kappa_agreement_weights_and_standardised_scores() {
     assert!(error.contains("`a` and `b` differ"), "{error}");
 }
 
-/// The command line: `--model A --model A` is a jury of two identical judges whose
-/// combined Product of Experts scores are the judge's own (weights scale out); every line
+/// The command line: `--model smollm2 --model mock` is a jury whose combined Product of
+/// Experts scores are half SmolLM2's own (the mock answers 0.5 everywhere, and a full
+/// design's least squares over both judges' comparisons halves the scores); every line
 /// carries both judges' scores, the diagnostics file each judge's checks and the
-/// agreement; a jury file's weights and options a jury cannot take are checked first.
+/// agreement; a jury file's weights, a model named twice and options a jury cannot take
+/// are checked first.
 #[test]
 fn a_jury_through_the_command_line() {
     common::card_file("smollm2-135m-instruct");
@@ -225,12 +301,7 @@ fn a_jury_through_the_command_line() {
             "--input",
             input,
         ])
-        .args([
-            "--model",
-            "smollm2-135m-instruct",
-            "--model",
-            "smollm2-135m-instruct",
-        ])
+        .args(["--model", "smollm2-135m-instruct", "--model", "mock"])
         .args(["--correlate", "--output"])
         .arg(&output)
         .env("NLG_JUDGE_CACHE", dir.path().join("cache"))
@@ -243,9 +314,7 @@ fn a_jury_through_the_command_line() {
         String::from_utf8_lossy(&run.stderr)
     );
     assert!(
-        stdout.contains(
-            "jury of 2: smollm2-135m-instruct (weight 1), smollm2-135m-instruct#2 (weight 1)"
-        ),
+        stdout.contains("jury of 2: smollm2-135m-instruct (weight 1), mock (weight 1)"),
         "{stdout}"
     );
     // Each ranking's agreement with the human scores, and why one context gives no
@@ -254,11 +323,7 @@ fn a_jury_through_the_command_line() {
         .split("agreement with the human scores `coherence`")
         .nth(1)
         .unwrap_or_else(|| panic!("{stdout}"));
-    for row in [
-        "\n  jury ",
-        "\n  smollm2-135m-instruct ",
-        "\n  smollm2-135m-instruct#2 ",
-    ] {
+    for row in ["\n  jury ", "\n  smollm2-135m-instruct ", "\n  mock "] {
         assert!(agreement.contains(row), "{row:?} in {agreement}");
     }
     assert!(agreement.contains("(no interval: one group"), "{agreement}");
@@ -272,27 +337,35 @@ fn a_jury_through_the_command_line() {
         let judges = &line["judges"];
         let (a, b) = (
             judges["smollm2-135m-instruct"].as_f64().unwrap(),
-            judges["smollm2-135m-instruct#2"].as_f64().unwrap(),
+            judges["mock"].as_f64().unwrap(),
         );
-        assert_eq!(a, b);
+        assert_eq!(b, 0.0);
         let score = line["score"].as_f64().unwrap();
-        assert!((score - a).abs() < 1e-9, "{score} vs {a}");
+        assert!((score - a / 2.0).abs() < 1e-9, "{score} vs {a} / 2");
         assert!(line["scores"]["coherence"].is_number());
     }
     let mut sidecar = output.as_os_str().to_owned();
     sidecar.push(".diagnostics.json");
     let diagnostics: Value =
         serde_json::from_str(&std::fs::read_to_string(sidecar).unwrap()).unwrap();
-    assert!(diagnostics["judges"]["smollm2-135m-instruct#2"]["checks"].is_array());
-    let agree = diagnostics["agreement"]["spearman"][0][1].as_f64().unwrap();
-    assert!((agree - 1.0).abs() < 1e-12);
+    assert!(diagnostics["judges"]["mock"]["checks"].is_array());
+    // The mock's scores are all equal: its Spearman with anyone is undefined.
+    assert!(diagnostics["agreement"]["spearman"][0][1].is_null());
+    assert!(diagnostics.get("weights_note").is_none());
 
     // Checked before any judge loads: weights in the file with weights from agreement,
     // and what a jury cannot take.
     let jury = dir.path().join("jury.toml");
     std::fs::write(
         &jury,
-        "[[judge]]\nmodel = \"mock\"\nweight = 2.0\n\n[[judge]]\nmodel = \"mock\"\n",
+        "[[judge]]\nmodel = \"mock\"\nweight = 2.0\n\n[[judge]]\nmodel = \"mock:delay-ms=0\"\n",
+    )
+    .unwrap();
+    let twice = dir.path().join("twice.toml");
+    std::fs::write(
+        &twice,
+        "[[judge]]\nmodel = \"no-such-model\"\n\n[[judge]]\nmodel = \"other\"\n\n\
+         [[judge]]\nmodel = \"no-such-model\"\n",
     )
     .unwrap();
     for (extra, says) in [
@@ -303,18 +376,44 @@ fn a_jury_through_the_command_line() {
                 "--jury-weights",
                 "agreement",
             ],
-            "the jury file gives weights",
+            "the jury file gives weights".to_string(),
         ),
         (
             vec![
                 "--model",
                 "mock",
                 "--model",
-                "mock",
+                "mock:delay-ms=0",
                 "--comparisons-out",
                 "c.jsonl",
             ],
-            "--comparisons-out takes one judge",
+            "--comparisons-out takes one judge".to_string(),
+        ),
+        // Issue 60: a model named twice is refused, not made a judge of double weight.
+        (
+            vec!["--model", "no-such-model", "--model", "no-such-model"],
+            "--model no-such-model is given twice (the 2nd --model): a jury of one model twice \
+             is that model alone with its weight doubled"
+                .to_string(),
+        ),
+        (
+            vec!["--jury", twice.to_str().unwrap()],
+            format!(
+                "jury file {}: judges 1 and 3 are the same model `no-such-model`",
+                twice.display()
+            ),
+        ),
+        // Issue 60: agreement weights for two judges would always be equal.
+        (
+            vec![
+                "--model",
+                "no-such-model",
+                "--model",
+                "other-model",
+                "--jury-weights",
+                "agreement",
+            ],
+            "--jury-weights agreement needs 3 judges or more (this jury has 2)".to_string(),
         ),
     ] {
         let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
@@ -331,7 +430,9 @@ fn a_jury_through_the_command_line() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert_eq!(run.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains(&says), "{stderr}");
+        // Refused before any judge loads.
+        assert!(!stderr.contains("judge 1 of"), "{stderr}");
     }
     // A command without juries says so.
     let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))

@@ -466,7 +466,7 @@ fn the_command_line_writes_rubric_and_jury_reports_in_html_and_markdown() {
         "--model",
         "mock",
         "--model",
-        "mock",
+        "mock:delay-ms=0",
         "--attribute",
         "coherence",
         "--output",
@@ -485,20 +485,20 @@ fn the_command_line_writes_rubric_and_jury_reports_in_html_and_markdown() {
         .iter()
         .map(|r| r["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["jury", "mock", "mock#2"]);
-    assert_eq!(data["jury"]["judges"][1]["name"], "mock#2");
+    assert_eq!(names, ["jury", "mock", "mock:delay-ms=0"]);
+    assert_eq!(data["jury"]["judges"][1]["name"], "mock:delay-ms=0");
     assert!(data["facts"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|f| f[0] == "judges" && f[1] == "mock (weight 1), mock#2 = mock (weight 1)"));
+        .any(|f| f[0] == "judges" && f[1] == "mock (weight 1), mock:delay-ms=0 = mock (weight 1)"));
 
     let stdout = run(&[
         "score",
         "--model",
         "mock",
         "--model",
-        "mock",
+        "mock:delay-ms=0",
         "--method",
         "prompt",
         "--attribute",
@@ -516,7 +516,7 @@ fn the_command_line_writes_rubric_and_jury_reports_in_html_and_markdown() {
     assert!(markdown.starts_with("# library.jsonl: coherence of 1 context(s), a jury of 2\n"));
     assert!(markdown.contains("## The jury"), "{markdown}");
     assert!(
-        markdown.contains("| rank | candidate | jury score (standardised) | human coherence | mock | mock#2 | text |"),
+        markdown.contains("| rank | candidate | jury score (standardised) | human coherence | mock | mock:delay-ms=0 | text |"),
         "{markdown}"
     );
 }

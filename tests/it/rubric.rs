@@ -271,7 +271,7 @@ fn every_feedback_gives_a_score_and_a_format_count() {
     assert!(check.is_warning());
     assert!(
         check.message.contains(
-            "the marker without a result 1, repeated 1, never written 1, cut at the token limit 1"
+            "the marker without a score 1, repeated 1, never written 1, cut at the token limit 1"
         ),
         "{}",
         check.message
@@ -448,4 +448,167 @@ fn smollm2_writes_a_feedback_and_its_score_distribution_sums_to_one() {
         assert!(entry.format.is_some());
     }
     assert!(run.diagnostics.get("format").is_some());
+}
+
+/// Issue 60: `--reference` with rows that have no `reference` is the input's fault: every
+/// route that shows references (rubric grading, G-Eval, relative grading) refuses it
+/// with exit code 2, naming the candidate and its line, before the model is looked for;
+/// relative grading also refuses a context whose candidates give different references.
+#[test]
+fn rows_without_a_reference_are_refused_before_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let row = |context: &str, id: &str, reference: Option<&str>| {
+        let mut row = serde_json::json!({
+            "context_id": context,
+            "context": "An article.",
+            "candidate_id": id,
+            "candidate": format!("Summary {id}."),
+        });
+        if let Some(reference) = reference {
+            row["reference"] = reference.into();
+        }
+        format!("{row}\n")
+    };
+    let write = |b: Option<&str>| {
+        let text = [
+            row("c1", "a", Some("Gold one.")),
+            row("c1", "b", b),
+            row("c2", "x", Some("Gold two.")),
+            row("c2", "y", Some("Gold three.")),
+        ]
+        .concat();
+        std::fs::write(&input, text).unwrap();
+    };
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+            .args(args)
+            .arg("--input")
+            .arg(&input)
+            .args(["--model", "no-such-model", "--no-cache", "--reference"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("no-such-model"), "{args:?}: {stderr}");
+        stderr
+    };
+    write(None);
+    for args in [
+        &["score", "--method", "rubric", "--rubric", "coherence"][..],
+        &["score", "--method", "geval", "--attribute", "coherence"],
+        &["compare", "--rubric", "coherence"],
+    ] {
+        let stderr = run(args);
+        assert!(
+            stderr.contains("--reference shows each candidate's `reference`, but candidate `b` of context `c1` (")
+                && stderr.contains("in.jsonl:2) has none (1 of 4 candidates have none)"),
+            "{args:?}: {stderr}"
+        );
+    }
+    write(Some("Gold one."));
+    let stderr = run(&["compare", "--rubric", "coherence"]);
+    assert!(
+        stderr.contains("--reference: candidates `x` (")
+            && stderr.contains("in.jsonl:3) and `y` (")
+            && stderr.contains("of context `c2` give different references"),
+        "{stderr}"
+    );
+}
+
+/// Issue 60: `score --method rubric` without `--rubric` is asked for the rubric (the
+/// attribute defaults to the rubric's name), not for `--attribute` first; a method that
+/// needs an attribute still says so. Both before the model is looked for.
+#[test]
+fn a_rubric_run_without_a_rubric_is_asked_for_the_rubric() {
+    let input = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/library.jsonl");
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+            .args([
+                "score",
+                "--input",
+                input,
+                "--model",
+                "no-such-model",
+                "--no-cache",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("no-such-model"), "{args:?}: {stderr}");
+        stderr
+    };
+    let stderr = run(&["--method", "rubric"]);
+    assert!(
+        stderr.contains("--method rubric needs a rubric: --rubric NAME or --rubric FILE"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--attribute"), "{stderr}");
+    let stderr = run(&["--method", "geval"]);
+    assert!(
+        stderr.contains("--attribute is needed (or --criteria-text)"),
+        "{stderr}"
+    );
+}
+
+/// Issue 60: the output rows record how they were graded (the rubric, the protocol and
+/// where it came from, the feedback bound), and the report's run panel says it too, not
+/// only `method rubric`. The scripted `mock` model writes empty feedbacks.
+#[test]
+fn rubric_rows_and_reports_record_the_rubric_protocol_and_feedback_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/library.jsonl");
+    for (extra, bound) in [
+        (&["--max-feedback-tokens", "24"][..], Value::from(24)),
+        (&["--no-feedback"][..], Value::Null),
+    ] {
+        let out = dir.path().join("out.jsonl");
+        let report = dir.path().join("report.md");
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+            .args(["score", "--method", "rubric", "--rubric", "coherence"])
+            .args(["--model", "mock", "--no-cache", "--input", input])
+            .args(extra)
+            .arg("--output")
+            .arg(&out)
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        let rows: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 5);
+        for row in &rows {
+            let rubric = &row["rubric"];
+            assert_eq!(rubric["name"], "Coherence", "{row}");
+            assert_eq!(rubric["protocol"], "plain");
+            assert_eq!(rubric["protocol_source"], "default");
+            assert_eq!(rubric["scale"], serde_json::json!([1, 5]));
+            assert_eq!(rubric["max_feedback_tokens"], bound);
+            assert!(rubric["criterion"].as_str().unwrap().len() > 10);
+        }
+        let markdown = std::fs::read_to_string(&report).unwrap();
+        let feedback = if bound.is_null() {
+            "feedback: none: the score read right after \\`Score:\\`".to_string()
+        } else {
+            "feedback: at most 24 tokens per candidate, then the score read after \\`Score:\\`"
+                .to_string()
+        };
+        for fact in [
+            "rubric: Coherence (1-5): ",
+            "protocol: plain (the default for models without one)",
+            &feedback,
+        ] {
+            assert!(markdown.contains(fact), "{fact:?} in:\n{markdown}");
+        }
+    }
 }

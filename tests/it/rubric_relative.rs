@@ -209,6 +209,56 @@ fn relative_grading_reads_each_choice_after_its_feedback_and_counts_the_format()
         .unwrap();
     assert_eq!(line["format"], "missing");
     assert!(lines.iter().filter(|l| l["format"] == "kept").count() == 11);
+    // Issue 60: every row records how it was graded, as `score --method rubric`'s do.
+    let mut scores = Vec::new();
+    nlg_judge::judge::pairwise::run::write_scores(&result, &contexts(), &mut scores).unwrap();
+    let rows: Vec<Value> = String::from_utf8(scores)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for row in rows.iter().chain(&lines) {
+        let rubric = &row["rubric"];
+        assert_eq!(rubric["name"], "Coherence", "{row}");
+        assert_eq!(rubric["protocol"], "prometheus");
+        assert_eq!(rubric["protocol_source"], "card");
+        assert_eq!(rubric["max_feedback_tokens"], 64);
+    }
+    // Issue 60: the reports show every feedback too, not only --comparisons-out.
+    let report = nlg_judge::report::Report::from_compare(
+        "relative",
+        Vec::new(),
+        &result,
+        &contexts(),
+        "win ratio",
+    )
+    .unwrap();
+    let pairs = report.runs[0].contexts[0]
+        .pair_feedback
+        .as_ref()
+        .expect("the feedback of each comparison");
+    assert_eq!(pairs.len(), 12);
+    let shown = pairs
+        .iter()
+        .find(|p| (p.first, p.second) == (2, 0))
+        .expect("q1 shown first against q2");
+    assert_eq!(shown.feedback, "Response B holds together better.");
+    assert_eq!(shown.format, FormatOutcome::Missing);
+    let markdown = report.to_markdown();
+    assert!(
+        markdown.contains("Feedback on each comparison (A shown first):")
+            && markdown.contains(
+                "- A q1 vs B q2, P(A better) 0.200, format missing: Response B holds together \
+                 better."
+            ),
+        "{markdown}"
+    );
+    let html = report.to_html().unwrap();
+    assert!(
+        html.contains("\"pair_feedback\"") && html.contains("Response B holds together better."),
+        "the page's data carry the feedbacks"
+    );
+    assert!(html.contains("The judge's feedback on each comparison"));
 
     // A rerun reads feedbacks and choices from the cache.
     let again = run_compare(&mut judge, &contexts(), &options, Some(&cache)).unwrap();

@@ -81,13 +81,14 @@ fn geval_on_t5_is_cached_resumable_and_correlatable() {
         "--steps-out",
         steps.to_str().unwrap(),
     ];
-    // d2's candidate has no reference: the run stops after the model wrote the steps.
+    // d2's candidate has no reference: refused before the model loads (issue 60; it
+    // used to stop after the model had written the steps), naming the row.
     let run = nlg_judge(&args);
-    assert!(!run.status.success());
+    assert_eq!(run.status.code(), Some(2));
     let error = text(&run.stderr);
-    assert!(error.contains("written by the model"), "{error}");
+    assert!(!error.contains("written by the model"), "{error}");
     assert!(
-        error.contains("`a`") && error.contains("reference"),
+        error.contains("candidate `a` of context `d2` (") && error.contains("in.jsonl:4)"),
         "{error}"
     );
 
@@ -98,7 +99,7 @@ fn geval_on_t5_is_cached_resumable_and_correlatable() {
         .collect();
     let run = nlg_judge(&args);
     assert!(run.status.success(), "{}", text(&run.stderr));
-    assert!(text(&run.stderr).contains("evaluation steps from the cache"));
+    assert!(text(&run.stderr).contains("evaluation steps written by the model"));
     assert!(
         text(&run.stdout).contains("4 computed, 0 from the cache"),
         "{}",

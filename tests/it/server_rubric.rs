@@ -472,3 +472,166 @@ async fn compare_sets_too_long_candidates_aside_as_the_command_line() {
     assert_eq!(answer.json()["set_aside"], json!([]));
     server.shutdown().await;
 }
+
+/// A Prometheus judge comparing two responses: it prefers the one whose text names the
+/// higher `quality=N`, writes that in its feedback with `[RESULT] A` or `B`, and puts
+/// 0.8 on that label.
+fn relative_judge() -> MockScorer {
+    fn quality(prompt: &str, after: &str) -> u32 {
+        let start = prompt.find(after).expect("the response's heading") + after.len();
+        let rest = &prompt[start..];
+        let at = rest.find("quality=").expect("a quality") + "quality=".len();
+        rest[at..at + 1].parse().unwrap()
+    }
+    let better = |prompt: &str| {
+        if quality(prompt, "###Response A:") > quality(prompt, "###Response B:") {
+            "A"
+        } else {
+            "B"
+        }
+    };
+    MockScorer::new()
+        .with_conventions(Conventions {
+            rubric_protocol: Some(RubricProtocol::Prometheus),
+            ..Conventions::default()
+        })
+        .with_generation(move |prompt| {
+            let choice = better(prompt);
+            Ok(format!(
+                "Response {choice} holds together. [RESULT] {choice}"
+            ))
+        })
+        .with_labels(move |prompt, labels| {
+            assert_eq!(labels, [" A", " B"]);
+            let p_a = if better(prompt) == "A" { 0.8f64 } else { 0.2 };
+            Ok(vec![p_a.ln(), (1.0 - p_a).ln()])
+        })
+}
+
+/// Issue 60: `/v1/compare` grades relatively on a rubric through the route `compare
+/// --rubric` runs (its scores, ranks and feedbacks are the library's), answers ranks as
+/// the output files write them (`1`, not `1.0`), and a body that is not an object is
+/// told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_grades_relatively_on_a_rubric_as_the_command_line_route() {
+    let server = Service::start(Box::new(relative_judge()), ServerConfig::default()).await;
+    let texts = [
+        ("s2", "quality=2"),
+        ("s3", "quality=3"),
+        ("s1", "quality=1"),
+    ];
+    let candidates: Vec<Value> = texts
+        .iter()
+        .map(|(id, text)| json!({"id": id, "text": format!("A summary, {text}.")}))
+        .collect();
+    let answer = server
+        .post(
+            "/v1/compare",
+            &json!({"context": "An article.", "candidates": candidates, "rubric": "coherence",
+                    "max_feedback_tokens": 64}),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let body = answer.json();
+
+    // The library's route, as `compare --rubric coherence --max-feedback-tokens 64` runs it.
+    let mut local = relative_judge();
+    let rubric = Rubric::builtin("coherence", nlg_judge::judge::Task::Summary).unwrap();
+    let mut options = CompareRequest::new("")
+        .with_rubric(&rubric, |o| format!("--{o}"))
+        .unwrap()
+        .options(Progress::none())
+        .unwrap();
+    options.relative = Some(Box::new(
+        nlg_judge::judge::rubric::relative::RelativeGrading::new(
+            &local,
+            rubric,
+            None,
+            Some(64),
+            false,
+        )
+        .unwrap(),
+    ));
+    let context = Context {
+        id: "request".into(),
+        text: "An article.".into(),
+        candidates: texts
+            .iter()
+            .map(|(id, text)| Candidate {
+                id: id.to_string(),
+                text: format!("A summary, {text}."),
+                reference: None,
+                scores: Default::default(),
+                system_id: None,
+                metadata: Default::default(),
+                source: None,
+            })
+            .collect(),
+    };
+    let fitted = compare_what_fits(&mut local, vec![context], &options, None).unwrap();
+    let expected = &fitted.result.contexts[0];
+    let answered = body["candidates"].as_array().unwrap();
+    assert_eq!(answered.len(), 3);
+    for (k, candidate) in answered.iter().enumerate() {
+        assert_eq!(candidate["id"], expected.candidate_ids[k]);
+        assert_eq!(candidate["score"].as_f64().unwrap(), expected.scores[k]);
+        // A whole rank is an integer, as `compare --output` writes it.
+        assert!(candidate["rank"].is_i64(), "{candidate}");
+        assert_eq!(candidate["rank"].as_f64().unwrap(), expected.ranks[k]);
+    }
+    assert!(answer.text.contains("\"rank\":1,") || answer.text.contains("\"rank\":1}"));
+    assert_eq!(answered[1]["rank"], 1, "quality 3 is best");
+    assert_eq!(
+        body["rubric"],
+        json!({"name": "Coherence", "protocol": "prometheus", "protocol_source": "card",
+               "feedback": true})
+    );
+    let feedbacks = body["feedbacks"].as_array().unwrap();
+    assert_eq!(feedbacks.len(), 6, "one per ordered pair");
+    for feedback in feedbacks {
+        let key = (
+            "request".to_string(),
+            feedback["a"].as_str().unwrap().to_string(),
+            feedback["b"].as_str().unwrap().to_string(),
+        );
+        let reading = &fitted.result.feedbacks[&key];
+        assert_eq!(feedback["feedback"], reading.feedback.as_str());
+        assert_eq!(feedback["format"], "kept");
+    }
+    let format = body["diagnostics"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "format")
+        .expect("the format check");
+    assert_eq!(format["value"], 1.0);
+
+    // A body that is an array is told it must be an object.
+    let answer = server
+        .post(
+            "/v1/compare",
+            &json!(["An article.", ["a", "b"], "coherence"]),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.text);
+    assert!(
+        answer
+            .text
+            .contains("invalid body: the body must be a JSON object, not an array"),
+        "{}",
+        answer.text
+    );
+    // Relative grading's fields without a rubric are refused, naming the field.
+    let answer = server
+        .post(
+            "/v1/compare",
+            &json!({"context": "c", "candidates": ["a", "b"], "attribute": "coherence",
+                    "protocol": "plain"}),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.text);
+    assert!(answer
+        .text
+        .contains("field `protocol` applies to relative rubric grading"));
+    server.shutdown().await;
+}

@@ -9,6 +9,7 @@ use super::design::Design;
 use super::run::{CompareOptions, Debias};
 use super::template::PairwiseTemplate;
 use crate::judge::attribute::{Attribute, Nouns, Task};
+use crate::judge::rubric::Rubric;
 use crate::progress::Progress;
 use crate::rank::RankMethod;
 
@@ -75,6 +76,32 @@ impl CompareRequest {
     pub fn rank_fallback(&self) -> Option<RankMethod> {
         (self.rank.is_none() && crate::judge::diagnostics::both_orders(self.design))
             .then_some(RankMethod::Poe)
+    }
+
+    /// Relative rubric grading (`compare --rubric`, `/v1/compare` with a `rubric`): the
+    /// rubric asks the question. The attribute defaults to the rubric's name (lower
+    /// case) and the rubric's criterion is the question; an adjective, a question or a
+    /// template of one's own is refused, the rubric naming the criterion. `word` names an
+    /// option in the caller's words (`--adjective`, field `adjective`).
+    pub fn with_rubric(mut self, rubric: &Rubric, word: impl Fn(&str) -> String) -> Result<Self> {
+        for (option, given) in [
+            ("adjective", self.adjective.is_some()),
+            ("question", self.question.is_some()),
+            ("template", self.template != "c1"),
+        ] {
+            if given {
+                bail!(
+                    "{} does not apply with {}: the rubric names the criterion",
+                    word(option),
+                    word("rubric")
+                );
+            }
+        }
+        if self.attribute.trim().is_empty() {
+            self.attribute = rubric.name.to_lowercase();
+        }
+        self.question = Some(rubric.criterion.clone());
+        Ok(self)
     }
 
     /// Check the choices and settle the run's options (errors are the caller's input's).

@@ -34,8 +34,8 @@ use crate::judge::rubric::relative::{write_feedbacks, RelativeGrading};
 use crate::judge::rubric::{FormatCounts, Reading};
 use crate::progress::Progress;
 use crate::rank::{
-    balanced_threshold, first_position_rate, hybrid_fit, order_consistency, pairwise_accuracy,
-    ranks_from_scores, reweight, reweight_factor, score_at_threshold, Outcome, RankMethod, Rate,
+    balanced_threshold, first_position_rate, hybrid_pooled_at_threshold, order_consistency,
+    pairwise_accuracy, ranks_from_scores, score_at_threshold, Outcome, RankMethod, Rate, SlopeFit,
 };
 use crate::stats::Item;
 
@@ -159,9 +159,9 @@ pub struct ContextResult {
     /// How the adaptive design went here (`None` for the other designs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveRun>,
-    /// With absolute scores as experts: their fitted slope, in logits per standard
-    /// deviation of the absolute scores (negative: they order the candidates against the
-    /// comparisons).
+    /// With absolute scores as experts: the slope the scores use, in logits per standard
+    /// deviation of the absolute scores; one for the whole run ([`CompareResult::prior`]),
+    /// repeated here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prior_slope: Option<f64>,
 }
@@ -187,6 +187,11 @@ pub struct CompareResult {
     pub accuracy: Option<Rate>,
     /// The human score field accuracy was measured against.
     pub score_field: Option<String>,
+    /// With absolute scores as experts: the run's one slope from them onto the
+    /// comparisons, fitted over every context, and whether it was held at 0 (a negative
+    /// slope the comparisons do not support; see [`crate::rank::hybrid`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prior: Option<SlopeFit>,
     /// The input's key matching the attribute (or the asked field), case-insensitively;
     /// `None`: no candidate has human scores for it.
     pub human_key: Option<String>,
@@ -199,6 +204,11 @@ pub struct CompareResult {
     /// Whether the judge was judging: positional bias, order consistency, ties, label
     /// mass, each with its threshold and remedy.
     pub diagnostics: Diagnostics,
+    /// Relative rubric grading: how it graded (the rubric's name, criterion and scale,
+    /// the protocol and where it came from, the feedback bound), as every output row
+    /// records it ([`crate::judge::rubric::rubric_record`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rubric: Option<serde_json::Value>,
     /// Relative rubric grading's feedbacks, read, by (context id, first id, second id);
     /// empty otherwise.
     #[serde(skip)]
@@ -543,6 +553,7 @@ fn run_relative_with_feedback(
     result.diagnostics.checks.extend(diagnostics::rubric_format(
         &counts,
         marker,
+        true,
         options.audience,
     ));
     result.feedbacks = feedbacks;
@@ -697,6 +708,15 @@ pub fn summarise(
         consistency: Rate::default(),
         accuracy: None,
         score_field: None,
+        prior: None,
+        rubric: options.relative.as_ref().map(|r| {
+            crate::judge::rubric::rubric_record(
+                &r.rubric,
+                r.protocol,
+                r.protocol_source,
+                r.feedback_tokens,
+            )
+        }),
         human_key: matched,
         computed: 0,
         cached: 0,
@@ -704,13 +724,23 @@ pub fn summarise(
         diagnostics: Diagnostics::default(),
         feedbacks: Default::default(),
     };
-    for (context, comparisons) in contexts.iter().zip(comparisons) {
-        let outcomes: Vec<Outcome> = comparisons
-            .iter()
-            .map(|c| Outcome::new(c.first, c.second, c.p_a))
-            .collect();
-        let (scores, prior_slope) = rank_context(context, &outcomes, options, tau)
-            .with_context(|| format!("context `{}`: ranking", context.id))?;
+    let all_outcomes: Vec<Vec<Outcome>> = comparisons
+        .iter()
+        .map(|list| {
+            list.iter()
+                .map(|c| Outcome::new(c.first, c.second, c.p_a))
+                .collect()
+        })
+        .collect();
+    let (all_scores, prior) = rank_contexts(contexts, &all_outcomes, options, tau)?;
+    out.prior = prior;
+    for (((context, comparisons), outcomes), scores) in contexts
+        .iter()
+        .zip(comparisons)
+        .zip(all_outcomes)
+        .zip(all_scores)
+    {
+        let prior_slope = prior.map(|fit| fit.slope);
         let human = context.human_scores(&field);
         if human.is_none() && options.score_field.is_some() {
             bail!(
@@ -748,29 +778,47 @@ pub fn summarise(
     Ok(out)
 }
 
-/// One context's scores from its outcomes at threshold `tau`: the options' ranking, or
-/// with absolute scores the joint fit (probabilities reweighted to `tau` as the
-/// probability-based rankings read them) and its slope.
-fn rank_context(
-    context: &Context,
-    outcomes: &[Outcome],
+/// Every context's scores from its outcomes at threshold `tau`: the options' ranking per
+/// context, or with absolute scores the joint fit of every context with one slope
+/// (probabilities reweighted to `tau` as the probability-based rankings read them; a
+/// negative slope the comparisons do not support held at 0:
+/// [`crate::rank::hybrid_fit_pooled`]) and
+/// that slope.
+fn rank_contexts(
+    contexts: &[Context],
+    outcomes: &[Vec<Outcome>],
     options: &CompareOptions,
     tau: f64,
-) -> Result<(Vec<f64>, Option<f64>)> {
-    let n = context.candidates.len();
+) -> Result<(Vec<Vec<f64>>, Option<SlopeFit>)> {
     let Some(prior) = &options.prior else {
-        return Ok((score_at_threshold(options.rank, n, outcomes, tau)?, None));
+        let scores = contexts
+            .iter()
+            .zip(outcomes)
+            .map(|(context, outcomes)| {
+                score_at_threshold(options.rank, context.candidates.len(), outcomes, tau)
+                    .with_context(|| format!("context `{}`: ranking", context.id))
+            })
+            .collect::<Result<_>>()?;
+        return Ok((scores, None));
     };
-    let factor = reweight_factor(tau);
-    let weighted = outcomes.iter().map(|o| {
-        let p = if tau == 0.5 {
-            o.p
-        } else {
-            reweight(o.p, factor)
-        };
-        (Outcome::new(o.first, o.second, p), 1.0)
-    });
-    let fit = hybrid_fit(n, weighted, &prior.for_context(context)?, prior.weight)?;
+    let absolute: Vec<Vec<f64>> = contexts
+        .iter()
+        .map(|context| prior.for_context(context))
+        .collect::<Result<_>>()?;
+    let joined: Vec<(usize, &[Outcome], &[f64])> = contexts
+        .iter()
+        .zip(outcomes)
+        .zip(&absolute)
+        .map(|((context, outcomes), absolute)| {
+            (
+                context.candidates.len(),
+                outcomes.as_slice(),
+                absolute.as_slice(),
+            )
+        })
+        .collect();
+    let fit = hybrid_pooled_at_threshold(&joined, prior.weight, tau)
+        .context("ranking with the absolute scores")?;
     Ok((fit.scores, Some(fit.slope)))
 }
 
@@ -889,6 +937,9 @@ pub fn write_scores(
                     line.push_str(&format!(",\"scores\":{}", json!(candidate.scores)));
                 }
             }
+            if let Some(rubric) = &result.rubric {
+                line.push_str(&format!(",\"rubric\":{rubric}"));
+            }
             line.push_str("}\n");
             out.write_all(line.as_bytes())?;
         }
@@ -918,8 +969,13 @@ pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<
                     )
                 })
                 .unwrap_or_default();
+            let rubric = result
+                .rubric
+                .as_ref()
+                .map(|r| format!(",\"rubric\":{r}"))
+                .unwrap_or_default();
             let line = format!(
-                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}}}\n",
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}{rubric}}}\n",
                 json!(context.context_id),
                 json!(a),
                 json!(b),

@@ -127,6 +127,59 @@ pub struct Rubric {
     pub sections: Sections,
 }
 
+/// How a run graded on a rubric, for the output rows (`rubric`) and what the service and
+/// Python answer: the rubric's name, criterion and scale, the protocol and where it came
+/// from, and the feedback bound (`null`: no feedback).
+pub fn rubric_record(
+    rubric: &Rubric,
+    protocol: RubricProtocol,
+    source: run::ProtocolSource,
+    feedback_tokens: Option<usize>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "name": rubric.name,
+        "criterion": rubric.criterion,
+        "scale": [rubric.scale.low(), rubric.scale.high()],
+        "protocol": protocol,
+        "protocol_source": source.name(),
+        "max_feedback_tokens": feedback_tokens,
+    })
+}
+
+/// The same for a report's run panel: `(what, value)` facts. `per` names what one
+/// feedback is written for ("candidate", "ordered pair"), `read` what is read after the
+/// marker ("the score", "A or B").
+pub fn rubric_facts(
+    rubric: &Rubric,
+    protocol: RubricProtocol,
+    source: run::ProtocolSource,
+    feedback_tokens: Option<usize>,
+    marker: &str,
+    per: &str,
+    read: &str,
+) -> Vec<(String, String)> {
+    vec![
+        (
+            "rubric".to_string(),
+            format!("{} ({}): {}", rubric.name, rubric.scale, rubric.criterion),
+        ),
+        (
+            "protocol".to_string(),
+            format!("{protocol} ({})", source.describe()),
+        ),
+        (
+            "feedback".to_string(),
+            match feedback_tokens {
+                Some(tokens) => format!(
+                    "at most {tokens} tokens per {per}, then {read} read after `{}`",
+                    marker.trim_end()
+                ),
+                None => format!("none: {read} read right after `{}`", marker.trim_end()),
+            },
+        ),
+    ]
+}
+
 /// The file format (see `rubrics/README.md`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

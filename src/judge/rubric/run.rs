@@ -46,6 +46,15 @@ pub enum ProtocolSource {
 }
 
 impl ProtocolSource {
+    /// As the output rows, the service and Python record it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtocolSource::Requested => "requested",
+            ProtocolSource::Card => "card",
+            ProtocolSource::Default => "default",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             ProtocolSource::Requested => "as requested",

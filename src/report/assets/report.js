@@ -17,6 +17,17 @@
     cut: "cut at the token limit before the marker (appended; the score is read there)",
   };
 
+  // Relative grading reads A or B where absolute grading reads a score.
+  const PAIR_FORMATS = Object.assign({}, FORMATS, {
+    kept: "kept to the format: the result marker once, then A or B",
+    "no-score": "wrote the result marker without A or B after it",
+    missing: "never wrote the result marker (appended after the feedback; the choice is read there)",
+    cut: "cut at the token limit before the marker (appended; the choice is read there)",
+  });
+  function badge(f, titles) {
+    return f ? h("span", { class: "badge" + (f === "kept" ? "" : " warn"), title: (titles || FORMATS)[f] || f, text: f }) : null;
+  }
+
   // ---------- small helpers ----------
   function h(tag, props, ...kids) {
     const node = document.createElement(tag);
@@ -125,14 +136,24 @@
   // ---------- charts ----------
   // Axes on a canvas: returns the data-to-pixel maps.
   function axes(ctx, box, xr, yr, xlabel, ylabel) {
-    const { l, t, w, hh } = box;
+    const { t, hh } = box;
+    let { l, w } = box;
+    const yt = niceTicks(yr[0], yr[1], Math.max(4, Math.floor(hh / 40)));
+    // The y title stands left of the widest tick label, never over it: the plot moves
+    // right where the labels need the room.
+    const widest = Math.max(0, ...yt.ticks.map((v) => ctx.measureText(tickText(v, yt.step)).width));
+    const room = Math.ceil(widest) + 6 + 20;
+    if (l < room) { w -= room - l; l = room; }
+    const titleX = l - 6 - widest - 12;
+    // For the browser check: the title's right edge and the tick labels' left edge.
+    ctx.canvas.dataset.ytitleRight = String(Math.ceil(titleX + 8));
+    ctx.canvas.dataset.yticksLeft = String(Math.floor(l - 6 - widest));
     const X = (v) => l + ((v - xr[0]) / (xr[1] - xr[0])) * w;
     const Y = (v) => t + hh - ((v - yr[0]) / (yr[1] - yr[0])) * hh;
     ctx.strokeStyle = "#e6e9ef";
     ctx.fillStyle = "#5d6677";
     ctx.lineWidth = 1;
     const xt = niceTicks(xr[0], xr[1], Math.max(3, Math.floor(w / 70)));
-    const yt = niceTicks(yr[0], yr[1], Math.max(4, Math.floor(hh / 40)));
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     for (const v of xt.ticks) {
@@ -154,7 +175,7 @@
     ctx.textBaseline = "alphabetic";
     ctx.fillText(xlabel, l + w / 2, t + hh + 34);
     ctx.save();
-    ctx.translate(14, t + hh / 2);
+    ctx.translate(titleX, t + hh / 2);
     ctx.rotate(-Math.PI / 2);
     ctx.textBaseline = "middle";
     ctx.fillText(cut(ctx, ylabel, hh), 0, 0);
@@ -165,7 +186,9 @@
   // Histogram of values in [lo, hi] as SVG (a few dozen bars), with marked lines.
   function histogram(values, opts) {
     const { lo, hi, bins, xlabel, marks, width } = opts;
-    const height = 190, m = { l: 44, r: 12, t: 12, b: 40 };
+    // The marks' labels stand in a band above the bars (one line each), never over them.
+    const labelled = (marks || []).filter((mk) => isNum(mk.x)).length;
+    const height = 190 + 14 * labelled, m = { l: 44, r: 12, t: 8 + 14 * labelled, b: 40 };
     const counts = new Array(bins).fill(0);
     for (const v of values) {
       if (!isNum(v)) continue;
@@ -194,12 +217,12 @@
     for (const v of xt.ticks) svg.append(s("text", { x: X(v), y: m.t + hh + 15, "text-anchor": "middle", "font-size": 11, fill: "#5d6677" }, tickText(v, xt.step)));
     svg.append(s("line", { x1: m.l, x2: m.l + w, y1: m.t + hh + 0.5, y2: m.t + hh + 0.5, stroke: "#9aa3b2" }));
     svg.append(s("text", { x: m.l + w / 2, y: height - 6, "text-anchor": "middle", "font-size": 12, fill: "#1d2330" }, xlabel));
-    (marks || []).forEach((mk, i) => {
-      if (!isNum(mk.x)) return;
+    (marks || []).filter((mk) => isNum(mk.x)).forEach((mk, i) => {
       const x = X(mk.x);
-      svg.append(s("line", { x1: x, x2: x, y1: m.t, y2: m.t + hh, stroke: mk.color, "stroke-width": 2, "stroke-dasharray": mk.dash ? "5 4" : "" }));
+      const y = 4 + 11 + i * 14;
+      svg.append(s("line", { x1: x, x2: x, y1: y + 3, y2: m.t + hh, stroke: mk.color, "stroke-width": 2, "stroke-dasharray": mk.dash ? "5 4" : "" }));
       const anchor = x > m.l + w * 0.7 ? "end" : "start";
-      svg.append(s("text", { x: x + (anchor === "end" ? -4 : 4), y: m.t + 11 + i * 14, "text-anchor": anchor, "font-size": 11, fill: mk.color, "font-weight": 600 }, mk.label));
+      svg.append(s("text", { x: x + (anchor === "end" ? -4 : 4), y, "text-anchor": anchor, "font-size": 11, fill: mk.color, "font-weight": 600 }, mk.label));
     });
     return svg;
   }
@@ -345,7 +368,7 @@
       if (R.accuracy) kpis.append(kpi("Pairwise accuracy", pct(R.accuracy), `${R.accuracy[0]} of ${R.accuracy[1]} comparisons as the humans`));
     }
     const fmtCheck = R.diagnostics && R.diagnostics.checks.find((c) => c.name === "format");
-    if (fmtCheck) kpis.append(kpi("Kept to the format", fmt(fmtCheck.value, 3), `share of feedbacks with the result marker once, then a score (${fmtCheck.count} feedbacks)`, fmtCheck.status === "warn"));
+    if (fmtCheck) kpis.append(kpi("Kept to the format", fmt(fmtCheck.value, 3), `share of feedbacks with the result marker once, then ${R.kind === "pairwise" ? "A or B" : "a score"} (${fmtCheck.count} feedbacks)`, fmtCheck.status === "warn"));
     const C = R.correlation;
     if (C) {
       const ci = (c) => (C.no_interval ? C.no_interval : c.ci ? `95% CI [${fmt(c.ci[0], 3)}, ${fmt(c.ci[1], 3)}]` : "no interval");
@@ -356,7 +379,7 @@
     page.push(h("div", { class: "grid top" },
       h("section", { class: "card" }, h("h2", { text: "The run" }), facts),
       h("section", { class: "card" }, h("h2", { text: "Key numbers" }), kpis,
-        C ? h("p", { class: "caption", text: `Agreement with the human scores "${C.key}": correlation within each context, averaged over ${C.groups} context(s)${C.groups_skipped ? ` (${C.groups_skipped} skipped: equal human scores)` : ""}; ${C.no_interval ? "" : `intervals from ${C.resamples} bootstrap resamples of the contexts.`}` }) : null)));
+        C ? h("p", { class: "caption", text: `Agreement with the human scores "${C.key}": correlation within each context, averaged over ${C.groups} context(s)${C.groups_skipped ? ` (${C.groups_skipped} skipped: equal human scores)` : ""}${C.no_interval ? "." : `; intervals from ${C.resamples} bootstrap resamples of the contexts.`}` }) : null)));
     if (D.jury) page.push(juryCard());
     const charts = h("div", { class: "grid" });
     page.push(charts);
@@ -576,11 +599,41 @@
     const side = (x, label) => h("div", null,
       h("h4", null, `${label}: `, h("code", { text: ctx.candidates[x].id }), ` — rank ${r.ranks[x]}, ${run().score} ${fmt(r.scores[x])}${r.human && isNum(r.human[x]) ? `, human ${fmt(r.human[x], 2)}` : ""}`),
       h("pre", { class: "text", text: ctx.candidates[x].text }));
+    const said = (x, y) => {
+      const f = (r.pair_feedback || []).find((p) => p.first === x && p.second === y);
+      return f ? h("div", { class: "pair-feedback" },
+        h("h4", null, "The judge's feedback with ", h("code", { text: ctx.candidates[x].id }), " shown first (A) ", badge(f.format, PAIR_FORMATS)),
+        h("pre", { class: "text feedback", text: f.feedback.trim() ? f.feedback : "(no feedback written before the result marker)" })) : null;
+    };
     return h("div", { class: "pair" },
       h("div", { class: "probs" }, `${ctx.candidates[i].id} shown first (A): P(A better) = ${a >= 0 ? fmt(a / 1e6) : "not compared"}. `,
         `${ctx.candidates[j].id} shown first: P(A better) = ${b >= 0 ? fmt(b / 1e6) : "not compared"}.`,
         a >= 0 && b >= 0 ? ((a > 5e5) === (b > 5e5) ? ` The two orders disagree: the ${a > 5e5 ? "first" : "second"} position won both times.` : " The two orders agree.") : ""),
+      said(i, j), said(j, i),
       side(i, "A"), side(j, "B"));
+  }
+
+  // Relative rubric grading: the judge's feedback on every comparison, in design order,
+  // each row opening to the whole feedback.
+  function pairFeedbackCard(r, ctx) {
+    const body = h("tbody");
+    r.pair_feedback.forEach((f) => {
+      const n = ctx.candidates.length, p = r.matrix ? r.matrix[f.first * n + f.second] : -1;
+      const detail = h("tr", { class: "detail", style: "display:none" }, h("td", { colspan: 5 },
+        h("pre", { class: "text feedback", text: f.feedback.trim() ? f.feedback : "(no feedback written before the result marker)" })));
+      const row = h("tr", { class: "row", onclick: () => { detail.style.display = detail.style.display === "none" ? "" : "none"; } },
+        h("td", { class: "id", text: ctx.candidates[f.first].id }),
+        h("td", { class: "id", text: ctx.candidates[f.second].id }),
+        h("td", { class: "num", text: p >= 0 ? fmt(p / 1e6) : "–" }),
+        h("td", null, badge(f.format, PAIR_FORMATS)),
+        h("td", { class: "fb hide-narrow" }, h("span", { class: "fb-text", text: f.feedback.replace(/\s+/g, " ").trim() || "–" })));
+      body.append(row, detail);
+    });
+    return h("section", { class: "card" }, h("h2", { text: "The judge's feedback on each comparison" }),
+      h("p", { class: "explain", text: "Relative rubric grading: the judge wrote a feedback comparing the two candidates, then chose A or B after its result marker. Click a row to read the whole feedback." }),
+      h("div", { class: "table-wrap" }, h("table", null, h("thead", null, h("tr", null,
+        h("th", { text: "A (shown first)" }), h("th", { text: "B" }), h("th", { class: "num", text: "P(A better)" }),
+        h("th", { text: "format" }), h("th", { class: "hide-narrow", text: "feedback" }))), body)));
   }
 
   function contextPage() {
@@ -610,7 +663,6 @@
     const judges = R.judges && r.judge_scores ? R.judges : [];
     const feedback = r.feedback || null, formats = r.formats || null;
     const cols = 4 + (r.human ? 1 : 0) + (r.distributions ? 1 : 0) + judges.length + (feedback ? 1 : 0);
-    const badge = (f) => (f ? h("span", { class: "badge" + (f === "kept" ? "" : " warn"), title: FORMATS[f] || f, text: f }) : null);
     order.forEach((i) => {
       const cand = ctx.candidates[i];
       const share = maxScore > minScore ? (r.scores[i] - minScore) / (maxScore - minScore) : 0;
@@ -643,6 +695,7 @@
         r.distributions ? h("th", { text: "P(score)" }) : null,
         feedback ? h("th", { class: "hide-narrow", text: "feedback" }) : null, h("th", { text: "text" }))), body)), showAll);
     page.push(ranking);
+    if (r.pair_feedback) page.push(pairFeedbackCard(r, ctx));
     const figures = h("div", { class: "grid" });
     page.push(figures);
     main.replaceChildren(...page);
