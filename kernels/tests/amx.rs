@@ -122,6 +122,134 @@ fn dot(c: f32, a: &[(f32, f32)], b: &[(f32, f32)]) -> f32 {
     f32::from_bits(dword(&model, 0, 0, 0))
 }
 
+/// `tdpbf16ps` element by element as the model's documentation states it (the model's
+/// own code computes whole rows of columns at once, on vector instructions).
+fn tdpbf16ps_by_the_letter(
+    c: &mut [u32],
+    a: &[u32],
+    b: &[u32],
+    (rows, n, k): (usize, usize, usize),
+) {
+    let flush = |x: f32| {
+        if x.is_subnormal() {
+            f32::from_bits(x.to_bits() & 0x8000_0000)
+        } else {
+            x
+        }
+    };
+    let half = |word: u32, odd: bool| {
+        flush(f32::from_bits(if odd {
+            word & 0xffff_0000
+        } else {
+            word << 16
+        }))
+    };
+    for m in 0..rows {
+        let mut sums = [0f32; 32];
+        for kk in 0..k {
+            let (a_even, a_odd) = (half(a[m * k + kk], false), half(a[m * k + kk], true));
+            for j in 0..n {
+                let word = b[kk * n + j];
+                sums[2 * j] = flush(a_even.mul_add(half(word, false), sums[2 * j]));
+                sums[2 * j + 1] = flush(a_odd.mul_add(half(word, true), sums[2 * j + 1]));
+            }
+        }
+        for j in 0..n {
+            let old = flush(f32::from_bits(c[m * n + j]));
+            c[m * n + j] = flush(old + flush(sums[2 * j] + sums[2 * j + 1])).to_bits();
+        }
+    }
+}
+
+#[test]
+fn tdpbf16ps_equals_its_element_by_element_definition() {
+    // Random shapes (partial rows, columns and inner dwords included) and random bf16
+    // with every kind of value: zeros of both signs, subnormals (read as zero), values
+    // whose products or sums fall below the normal range (flushed), infinities, NaN;
+    // `C` holding subnormals and NaN too.
+    let mut state = 0x5eed_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // `tiny`: exponents around 63, whose products (about 2^-128) and sums leave f32's
+    // normal range and are flushed.
+    let word = |next: &mut dyn FnMut() -> u64, tiny: bool| -> u16 {
+        let r = next();
+        let sign = ((r >> 20) & 1) as u16;
+        let exponent = match r % 64 {
+            _ if tiny => 60 + (r >> 8) as u16 % 7,
+            0..=3 => 0, // zero or subnormal
+            4 => 255,   // infinity or NaN
+            5..=9 => 1 + (r >> 8) as u16 % 8,
+            _ => 100 + (r >> 8) as u16 % 56,
+        };
+        let mantissa = if r.is_multiple_of(23) {
+            0
+        } else {
+            (r >> 32) as u16 & 0x7f
+        };
+        sign << 15 | exponent << 7 | mantissa
+    };
+    let (mut checked, mut flushed, mut nans) = (0, 0, 0);
+    for case in 0..400 {
+        let (rows, n, k) = if case % 4 == 0 {
+            (16, 16, 16)
+        } else {
+            (
+                1 + next() as usize % 16,
+                1 + next() as usize % 16,
+                1 + next() as usize % 16,
+            )
+        };
+        let tiny = case % 4 == 1;
+        let mut two = || pair(word(&mut next, tiny), word(&mut next, tiny));
+        let a: Vec<u32> = (0..rows * k).map(|_| two()).collect();
+        let b: Vec<u32> = (0..k * n).map(|_| two()).collect();
+        let mut c: Vec<u32> = (0..rows * n)
+            .map(|_| match next() % 32 {
+                0..=3 => 0x0000_0001 | ((next() & 1) as u32) << 31,
+                4 => f32::NAN.to_bits(),
+                5..=7 if tiny => 0,
+                _ => (next() as f32 / u64::MAX as f32 - 0.5).to_bits(),
+            })
+            .collect();
+        let mut model = small_model(rows as u8, n as u16, k as u16);
+        load(&mut model, 0, &c, n);
+        load(&mut model, 1, &a, k);
+        load(&mut model, 2, &b, n);
+        model.tdpbf16ps(0, 1, 2).expect("product");
+        tdpbf16ps_by_the_letter(&mut c, &a, &b, (rows, n, k));
+        for m in 0..rows {
+            for j in 0..n {
+                let (got, want) = (dword(&model, 0, m, j), c[m * n + j]);
+                let (g, w) = (f32::from_bits(got), f32::from_bits(want));
+                if w.is_nan() {
+                    // NaN payloads are whatever the arithmetic gives (module documentation).
+                    assert!(g.is_nan(), "case {case}, row {m}, column {j}: {g} for NaN");
+                    nans += 1;
+                } else {
+                    assert_eq!(
+                        got, want,
+                        "case {case}, row {m}, column {j}: {g:e} for {w:e}"
+                    );
+                }
+                flushed += usize::from(w == 0.0);
+                checked += 1;
+            }
+            // Bytes past the columns are zero.
+            assert!(model.row(0, m)[4 * n..].iter().all(|&byte| byte == 0));
+        }
+    }
+    // Enough of each kind compared (bit for bit where not NaN).
+    assert!(
+        checked - nans > 20_000 && flushed > 50 && nans > 100,
+        "{checked} compared, {flushed} zero, {nans} NaN"
+    );
+}
+
 #[test]
 fn tdpbf16ps_sums_even_and_odd_chains_before_adding_to_c() {
     let big = 2f32.powi(24);
