@@ -21,6 +21,7 @@ use common::{reference, rounded, with_threads, Random, U};
 use nlg_judge_kernels::gemm::amx::model::{Fault, TileConfig, TileModel};
 use nlg_judge_kernels::gemm::amx::{self, Unit, STEP_PAIRS};
 use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
+use nlg_judge_kernels::timing::{self, Part};
 
 /// (m, n, k): one row, rows below, at and above one 32-row block and not multiples of
 /// 16; columns below, at and above one 16-column tile and one 32-column panel; inner
@@ -610,8 +611,9 @@ fn hardware_int8_tiles_equal_the_vector_paths() {
     }
 }
 
-/// The default product takes the tiles from [`amx::MIN_ROWS`] rows where they run, the
-/// vector path below; adding into the output adds exactly the product.
+/// The default product takes the tiles from [`amx::MIN_ROWS`] rows where they run (or
+/// their model, with `NLG_JUDGE_TILES=model`), the vector path below; adding into the
+/// output adds exactly the product.
 #[test]
 fn matmul_takes_the_tiles_from_enough_rows() {
     let below = Bf16Matrix::isa_for_rows(amx::MIN_ROWS - 1);
@@ -620,17 +622,20 @@ fn matmul_takes_the_tiles_from_enough_rows() {
     let at = Bf16Matrix::isa_for_rows(amx::MIN_ROWS);
     assert_eq!(
         at == Isa::Amx,
-        amx::status().bf16,
+        amx::bf16_unit().is_some(),
         "{at:?} {:?}",
         amx::status()
     );
     assert_eq!(
         Int8Matrix::isa_for_rows(amx::MIN_ROWS) == Isa::Amx,
-        amx::status().int8
+        amx::int8_unit().is_some()
     );
-    if !hardware_or_skip("amx_bf16", amx::status().bf16) {
+    let Some(unit) = amx::bf16_unit() else {
+        hardware_or_skip("amx_bf16", false);
         return;
-    }
+    };
+    // Forced onto the model (measurements), or the hardware where it runs.
+    assert_eq!(unit == Unit::Model, amx::model_forced());
     let mut random = Random(0x5eed_a111_0006);
     let (m, n, k) = (amx::MIN_ROWS + 5, 70, 96);
     let (x, w) = (random.matrix(m * k), random.matrix(n * k));
@@ -638,7 +643,7 @@ fn matmul_takes_the_tiles_from_enough_rows() {
     let residual = random.matrix(m * n);
     let mut added = residual.clone();
     matrix.matmul_add(&x, m, &mut added);
-    let product = tiles_bf16(&matrix, Unit::Hardware, &x, m);
+    let product = tiles_bf16(&matrix, unit, &x, m);
     for ((a, r), p) in added.iter().zip(&residual).zip(&product) {
         assert_eq!(*a, r + p);
     }
@@ -661,4 +666,47 @@ fn the_status_explains_missing_tiles() {
         assert!(cpu.amx_tile && cpu.amx_bf16);
         amx::peak_rounds(1000);
     }
+}
+
+#[test]
+fn a_recording_splits_the_tile_products_and_changes_no_bit() {
+    let (m, n, k) = (70, 96, 130);
+    let mut rng = Random(61);
+    let (w, x) = (rng.matrix(n * k), rng.matrix(m * k));
+    let bf16 = Bf16Matrix::from_f32(&w, n, k);
+    let int8 = Int8Matrix::from_f32(&w, n, k);
+    let plain = (
+        tiles_bf16(&bf16, Unit::Model, &x, m),
+        tiles_int8(&int8, Unit::Model, &x, m),
+    );
+    timing::start();
+    let timed = (
+        tiles_bf16(&bf16, Unit::Model, &x, m),
+        tiles_int8(&int8, Unit::Model, &x, m),
+    );
+    let split = timing::finish();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&plain.0),
+        bits(&timed.0),
+        "timing changed the bf16 product"
+    );
+    assert_eq!(
+        bits(&plain.1),
+        bits(&timed.1),
+        "timing changed the int8 product"
+    );
+    assert_eq!((split.product_calls, split.attention_calls), (2, 0));
+    for part in [
+        Part::ProductTiles,
+        Part::ProductConversion,
+        Part::ProductOther,
+    ] {
+        let ticks = split.ticks(part);
+        // Positive and not a wrapped-around difference.
+        assert!(ticks > 0 && ticks < u64::MAX / 2, "{part:?} {split:?}");
+    }
+    // The model's products are most of the work.
+    assert!(split.share(Part::ProductTiles) > 0.5, "{split:?}");
+    assert!(split.product_seconds > 0.0);
 }

@@ -33,6 +33,7 @@ use nlg_judge_kernels::attention::{
 };
 use nlg_judge_kernels::gemm::amx::{self, Unit};
 use nlg_judge_kernels::gemm::bf16::{round_to_bf16, widen};
+use nlg_judge_kernels::timing::{self, Part};
 
 /// bf16's unit roundoff.
 const U: f64 = 1.0 / 256.0;
@@ -714,4 +715,47 @@ fn the_vector_update_equals_the_scalar_one_bit_for_bit() {
             "case {case}: moved {moved}, stayed {stayed}"
         );
     }
+}
+
+#[test]
+fn a_recording_splits_the_calls_into_their_parts_and_changes_no_bit() {
+    for case in cases() {
+        let plain = tiles(&case, Unit::Model);
+        timing::start();
+        let timed = tiles(&case, Unit::Model);
+        let split = timing::finish();
+        let same = plain
+            .iter()
+            .zip(&timed)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{}: timing changed the outputs", case.name);
+        assert_eq!(
+            (split.attention_calls, split.product_calls),
+            (1, 0),
+            "{}",
+            case.name
+        );
+        for part in [
+            Part::AttentionTiles,
+            Part::AttentionSoftmax,
+            Part::AttentionPacking,
+            Part::AttentionOther,
+        ] {
+            assert!(split.ticks(part) > 0, "{}: {part:?} {split:?}", case.name);
+        }
+        let shares: f64 = [
+            Part::AttentionTiles,
+            Part::AttentionSoftmax,
+            Part::AttentionPacking,
+            Part::AttentionOther,
+        ]
+        .iter()
+        .map(|&p| split.share(p))
+        .sum();
+        assert!((shares - 1.0).abs() < 1e-9 && split.attention_seconds > 0.0);
+        assert_eq!(split.ticks(Part::ProductTiles), 0);
+    }
+    // Not recording: nothing is kept.
+    tiles(&cases()[0], Unit::Model);
+    assert_eq!(timing::finish(), timing::TileSplit::default());
 }

@@ -57,6 +57,7 @@ use super::{
 };
 use crate::gemm::amx::{self, with_config, Operands, Product, TileUnit, Unit, BF16_CONFIG};
 use crate::gemm::bf16::round_to_bf16;
+use crate::timing::{self, CallTicks, Kernel, Part, Stopwatch};
 
 /// Pairs (u32 words) of one tile row: 16, 64 bytes.
 const ROW_PAIRS: usize = 16;
@@ -128,10 +129,30 @@ pub fn segment_attention_tiles_on(
         )));
     }
     validate(dims, groups, queries, out)?;
+    timing::call(Kernel::Attention, |sums| match sums {
+        None => run_call::<false>(path, unit, dims, scale, masking, groups, queries, out, None),
+        Some(_) => run_call::<true>(path, unit, dims, scale, masking, groups, queries, out, sums),
+    });
+    Ok(())
+}
+
+/// One checked call; with `TIMED`, its parts' ticks added to `sums` (`crate::timing`).
+#[allow(clippy::too_many_arguments)]
+fn run_call<const TIMED: bool>(
+    path: SimdPath,
+    unit: Unit,
+    dims: AttentionDims,
+    scale: f32,
+    masking: Masking,
+    groups: &[RowGroup],
+    queries: &[f32],
+    out: &mut [f32],
+    sums: Option<&CallTicks>,
+) {
     crate::reuse::with_reused(&PACKED, |(prefix_buffer, own_buffer)| {
         let shape = Shape::of(dims);
-        let offsets = pack_prefixes(path, shape, dims, groups, prefix_buffer);
-        let own_offsets = pack_own(path, shape, dims, groups, own_buffer);
+        let offsets = pack_prefixes::<TIMED>(path, shape, dims, groups, prefix_buffer, sums);
+        let own_offsets = pack_own::<TIMED>(path, shape, dims, groups, own_buffer, sums);
         let job = Job {
             dims,
             shape,
@@ -147,21 +168,21 @@ pub fn segment_attention_tiles_on(
             offsets: &offsets,
             own: own_buffer,
             own_offsets: &own_offsets,
+            sums,
         };
         match unit {
             // SAFETY: the model runs anywhere; `path` was checked.
-            Unit::Model => unsafe { job.run::<amx::TileModel>(path) },
+            Unit::Model => unsafe { job.run::<amx::TileModel, TIMED>(path) },
             Unit::Hardware => {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `tiles_available` (checked above): the CPU has AMX-BF16 and the
-                // OS granted the tile state; `path` was checked.
+                // SAFETY: `tiles_available` (checked by the caller): the CPU has AMX-BF16
+                // and the OS granted the tile state; `path` was checked.
                 unsafe {
-                    job.run::<amx::Hardware>(path)
+                    job.run::<amx::Hardware, TIMED>(path)
                 }
             }
         }
     });
-    Ok(())
 }
 
 thread_local! {
@@ -326,12 +347,13 @@ fn pack_tile_on(
 
 /// Every distinct prefix segment packed once, per key/value head and key tile, into
 /// `buffer`; where each segment (by the address and length of its keys) starts.
-fn pack_prefixes(
+fn pack_prefixes<const TIMED: bool>(
     path: SimdPath,
     shape: Shape,
     dims: AttentionDims,
     groups: &[RowGroup],
     buffer: &mut Vec<u32>,
+    sums: Option<&CallTicks>,
 ) -> HashMap<(usize, usize), usize> {
     let mut offsets = HashMap::new();
     let mut distinct = Vec::new();
@@ -354,6 +376,7 @@ fn pack_prefixes(
     }
     let (dim, words) = (shape.dim, shape.tile_words());
     pieces.into_par_iter().for_each(|(segment, piece)| {
+        let mut watch = Stopwatch::<TIMED>::new();
         let tiles = segment.len.div_ceil(KEY_TILE);
         let mut scratch = Vec::new();
         for kv_head in 0..dims.kv_heads {
@@ -373,18 +396,21 @@ fn pack_prefixes(
                 );
             }
         }
+        watch.lap(Part::AttentionPacking);
+        watch.flush(sums);
     });
     offsets
 }
 
 /// Every group's own positions packed (`(rows, kv_heads, own_tiles)` tiles per group,
 /// only the tiles holding real positions filled); where each group's part starts.
-fn pack_own(
+fn pack_own<const TIMED: bool>(
     path: SimdPath,
     shape: Shape,
     dims: AttentionDims,
     groups: &[RowGroup],
     buffer: &mut Vec<u32>,
+    sums: Option<&CallTicks>,
 ) -> Vec<usize> {
     let words = shape.tile_words();
     let sizes: Vec<usize> = groups
@@ -406,6 +432,7 @@ fn pack_own(
     }
     let dim = shape.dim;
     pieces.into_par_iter().for_each(|(group, piece)| {
+        let mut watch = Stopwatch::<TIMED>::new();
         let tiles = own_tiles(group);
         let mut scratch = Vec::new();
         for (row, &length) in group.lengths.iter().enumerate() {
@@ -428,6 +455,8 @@ fn pack_own(
                 }
             }
         }
+        watch.lap(Part::AttentionPacking);
+        watch.flush(sums);
     });
     offsets
 }
@@ -447,6 +476,8 @@ struct Job<'a> {
     offsets: &'a HashMap<(usize, usize), usize>,
     own: &'a [u32],
     own_offsets: &'a [usize],
+    /// Where a timed call's workers add their ticks.
+    sums: Option<&'a CallTicks>,
 }
 
 /// The running state of one chunk of queries, transposed: a lane per query.
@@ -460,8 +491,9 @@ struct Chunk {
     acc: Vec<f32>,
     /// Scores, maxima, sums, masks and probabilities (`P^T`, the `B` operand of `P V`).
     softmax: TileSoftmax,
-    /// One `O^T` output block: 32 value columns by the chunk's queries.
-    block: [[f32; QUERY_CHUNK]; VALUE_BLOCK],
+    /// The `O^T` output blocks of a tile: per block of 32 value columns, a row of the
+    /// chunk's queries per column.
+    blocks: Vec<[f32; QUERY_CHUNK]>,
 }
 
 impl Job<'_> {
@@ -471,7 +503,7 @@ impl Job<'_> {
 
     /// # Safety
     /// `U`'s instructions and `path` must be available on this machine.
-    unsafe fn run<U: TileUnit>(&self, path: SimdPath) {
+    unsafe fn run<U: TileUnit, const TIMED: bool>(&self, path: SimdPath) {
         let items: Vec<(usize, usize)> = self
             .groups
             .iter()
@@ -486,11 +518,18 @@ impl Job<'_> {
             U::with_this_thread(|unit| {
                 // SAFETY: the caller's promise.
                 unsafe {
-                    with_config(unit, &BF16_CONFIG, |unit| match path {
-                        SimdPath::Avx512 => self.chunk_avx512(unit, g, kv_head, chunk),
-                        SimdPath::Avx2 => self.chunk_avx2(unit, g, kv_head, chunk),
-                        SimdPath::Neon => self.chunk_neon(unit, g, kv_head, chunk),
-                        SimdPath::Portable => self.chunk::<U, PlainRows>(unit, g, kv_head, chunk),
+                    with_config(unit, &BF16_CONFIG, |unit| {
+                        let mut watch = Stopwatch::<TIMED>::new();
+                        let w = &mut watch;
+                        match path {
+                            SimdPath::Avx512 => self.chunk_avx512(unit, g, kv_head, chunk, w),
+                            SimdPath::Avx2 => self.chunk_avx2(unit, g, kv_head, chunk, w),
+                            SimdPath::Neon => self.chunk_neon(unit, g, kv_head, chunk, w),
+                            SimdPath::Portable => {
+                                self.chunk::<U, PlainRows, TIMED>(unit, g, kv_head, chunk, w)
+                            }
+                        }
+                        watch.flush(self.sums);
                     })
                 }
             });
@@ -501,18 +540,39 @@ impl Job<'_> {
         target_arch = "x86_64",
         target_feature(enable = "avx512f,avx512vl,fma")
     )]
-    unsafe fn chunk_avx512<U: TileUnit>(&self, u: &mut U, g: usize, h: usize, c: usize) {
-        self.chunk::<U, Avx512Rows>(u, g, h, c)
+    unsafe fn chunk_avx512<U: TileUnit, const T: bool>(
+        &self,
+        u: &mut U,
+        g: usize,
+        h: usize,
+        c: usize,
+        w: &mut Stopwatch<T>,
+    ) {
+        self.chunk::<U, Avx512Rows, T>(u, g, h, c, w)
     }
 
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-    unsafe fn chunk_avx2<U: TileUnit>(&self, u: &mut U, g: usize, h: usize, c: usize) {
-        self.chunk::<U, Avx2Rows>(u, g, h, c)
+    unsafe fn chunk_avx2<U: TileUnit, const T: bool>(
+        &self,
+        u: &mut U,
+        g: usize,
+        h: usize,
+        c: usize,
+        w: &mut Stopwatch<T>,
+    ) {
+        self.chunk::<U, Avx2Rows, T>(u, g, h, c, w)
     }
 
     #[cfg_attr(target_arch = "aarch64", target_feature(enable = "neon"))]
-    unsafe fn chunk_neon<U: TileUnit>(&self, u: &mut U, g: usize, h: usize, c: usize) {
-        self.chunk::<U, PlainRows>(u, g, h, c)
+    unsafe fn chunk_neon<U: TileUnit, const T: bool>(
+        &self,
+        u: &mut U,
+        g: usize,
+        h: usize,
+        c: usize,
+        w: &mut Stopwatch<T>,
+    ) {
+        self.chunk::<U, PlainRows, T>(u, g, h, c, w)
     }
 
     /// Chunk `chunk` of key/value head `kv_head` of group `g`.
@@ -520,12 +580,13 @@ impl Job<'_> {
     /// # Safety
     /// `U`'s and `R`'s instructions must be available, with [`BF16_CONFIG`] loaded.
     #[inline(always)]
-    unsafe fn chunk<U: TileUnit, R: Rows>(
+    unsafe fn chunk<U: TileUnit, R: Rows, const TIMED: bool>(
         &self,
         unit: &mut U,
         g: usize,
         kv_head: usize,
         chunk: usize,
+        watch: &mut Stopwatch<TIMED>,
     ) {
         let (dims, shape) = (self.dims, self.shape);
         let group = &self.groups[g];
@@ -538,7 +599,7 @@ impl Job<'_> {
             q: vec![0; QUERY_CHUNK * shape.pairs],
             acc: vec![0.0; shape.padded() * QUERY_CHUNK],
             softmax: TileSoftmax::new(),
-            block: [[0.0; QUERY_CHUNK]; VALUE_BLOCK],
+            blocks: vec![[0.0; QUERY_CHUNK]; shape.padded()],
         };
         st.softmax.softcap = self.softcap;
 
@@ -564,6 +625,7 @@ impl Job<'_> {
             pairs_of(q, self.scale, &mut query_rows[i * shape.pairs..]);
         }
         transpose_words(&query_rows, QUERY_CHUNK, shape.pairs, &mut st.q);
+        watch.lap(Part::AttentionPacking);
 
         // The shared prefix, as in the vector kernel.
         let prefix_len: usize = group.prefix.iter().map(|s| s.len).sum();
@@ -602,7 +664,7 @@ impl Job<'_> {
                     }
                 }
                 let packed = &self.prefix[base + t * words..base + (t + 1) * words];
-                self.tile::<U, R>(unit, &mut st, 0..n, packed);
+                self.tile::<U, R, TIMED>(unit, &mut st, 0..n, packed, watch);
             }
         }
 
@@ -641,7 +703,7 @@ impl Job<'_> {
                     };
                 }
                 let at = (base_t + start / KEY_TILE) * words;
-                self.tile::<U, R>(unit, &mut st, from..end, &own[at..at + words]);
+                self.tile::<U, R, TIMED>(unit, &mut st, from..end, &own[at..at + words], watch);
                 start += KEY_TILE;
             }
             first = end;
@@ -659,6 +721,7 @@ impl Job<'_> {
                 *x = st.acc[d * QUERY_CHUNK + i] * inverse[i];
             }
         }
+        watch.lap(Part::AttentionOther);
     }
 
     /// Queries `run` of the chunk against one packed tile (`Shape::tile_words` words),
@@ -668,18 +731,21 @@ impl Job<'_> {
     /// # Safety
     /// `U`'s and `R`'s instructions must be available, with [`BF16_CONFIG`] loaded.
     #[inline(always)]
-    unsafe fn tile<U: TileUnit, R: Rows>(
+    unsafe fn tile<U: TileUnit, R: Rows, const TIMED: bool>(
         &self,
         unit: &mut U,
         st: &mut Chunk,
         run: std::ops::Range<usize>,
         packed: &[u32],
+        watch: &mut Stopwatch<TIMED>,
     ) {
         let shape = self.shape;
         // Every load below stays inside these.
         assert!(packed.len() >= shape.tile_words() && st.q.len() >= QUERY_CHUNK * shape.pairs);
         assert!(st.acc.len() >= shape.padded() * QUERY_CHUNK);
         let (keys, values) = packed.split_at(shape.key_words());
+        assert!(st.blocks.len() >= shape.padded());
+        watch.lap(Part::AttentionOther);
         unit.zero_c();
         for s in 0..shape.pairs / ROW_PAIRS {
             unit.step(
@@ -693,11 +759,14 @@ impl Job<'_> {
             );
         }
         unit.store_c(st.softmax.scores.as_mut_ptr().cast(), B_STRIDE);
+        watch.lap(Part::AttentionTiles);
 
         st.softmax.update_inline::<R>(&mut st.acc);
+        watch.lap(Part::AttentionSoftmax);
         // The run's lanes take the products (the others' probabilities are zero anyway).
         let lanes = ((1u64 << run.end) - (1u64 << run.start)) as u32;
 
+        // Every value block's products, then every block's addition into the outputs.
         for b in 0..shape.value_blocks {
             unit.zero_c();
             unit.step(
@@ -709,9 +778,10 @@ impl Job<'_> {
                     b_stride: B_STRIDE,
                 },
             );
-            unit.store_c(st.block.as_mut_ptr().cast(), B_STRIDE);
-            let rows = &mut st.acc.as_chunks_mut::<QUERY_CHUNK>().0[b * VALUE_BLOCK..];
-            R::add_where(&mut rows[..VALUE_BLOCK], &st.block, lanes);
+            unit.store_c(st.blocks[b * VALUE_BLOCK..].as_mut_ptr().cast(), B_STRIDE);
         }
+        watch.lap(Part::AttentionTiles);
+        let rows = &mut st.acc.as_chunks_mut::<QUERY_CHUNK>().0[..shape.padded()];
+        R::add_where(rows, &st.blocks[..shape.padded()], lanes);
     }
 }
