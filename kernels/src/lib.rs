@@ -11,3 +11,4 @@ pub mod gemm;
 pub mod peak;
 pub mod pointwise;
 pub mod reuse;
+pub mod timing;

@@ -21,6 +21,7 @@ use common::{reference, rounded, with_threads, Random, U};
 use nlg_judge_kernels::gemm::amx::model::{Fault, TileConfig, TileModel};
 use nlg_judge_kernels::gemm::amx::{self, Unit, STEP_PAIRS};
 use nlg_judge_kernels::gemm::{bf16, Bf16Matrix, Int8Matrix, Isa};
+use nlg_judge_kernels::timing::{self, Part};
 
 /// (m, n, k): one row, rows below, at and above one 32-row block and not multiples of
 /// 16; columns below, at and above one 16-column tile and one 32-column panel; inner
@@ -120,6 +121,134 @@ fn dot(c: f32, a: &[(f32, f32)], b: &[(f32, f32)]) -> f32 {
     load(&mut model, 2, &b, 1);
     model.tdpbf16ps(0, 1, 2).expect("product");
     f32::from_bits(dword(&model, 0, 0, 0))
+}
+
+/// `tdpbf16ps` element by element as the model's documentation states it (the model's
+/// own code computes whole rows of columns at once, on vector instructions).
+fn tdpbf16ps_by_the_letter(
+    c: &mut [u32],
+    a: &[u32],
+    b: &[u32],
+    (rows, n, k): (usize, usize, usize),
+) {
+    let flush = |x: f32| {
+        if x.is_subnormal() {
+            f32::from_bits(x.to_bits() & 0x8000_0000)
+        } else {
+            x
+        }
+    };
+    let half = |word: u32, odd: bool| {
+        flush(f32::from_bits(if odd {
+            word & 0xffff_0000
+        } else {
+            word << 16
+        }))
+    };
+    for m in 0..rows {
+        let mut sums = [0f32; 32];
+        for kk in 0..k {
+            let (a_even, a_odd) = (half(a[m * k + kk], false), half(a[m * k + kk], true));
+            for j in 0..n {
+                let word = b[kk * n + j];
+                sums[2 * j] = flush(a_even.mul_add(half(word, false), sums[2 * j]));
+                sums[2 * j + 1] = flush(a_odd.mul_add(half(word, true), sums[2 * j + 1]));
+            }
+        }
+        for j in 0..n {
+            let old = flush(f32::from_bits(c[m * n + j]));
+            c[m * n + j] = flush(old + flush(sums[2 * j] + sums[2 * j + 1])).to_bits();
+        }
+    }
+}
+
+#[test]
+fn tdpbf16ps_equals_its_element_by_element_definition() {
+    // Random shapes (partial rows, columns and inner dwords included) and random bf16
+    // with every kind of value: zeros of both signs, subnormals (read as zero), values
+    // whose products or sums fall below the normal range (flushed), infinities, NaN;
+    // `C` holding subnormals and NaN too.
+    let mut state = 0x5eed_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // `tiny`: exponents around 63, whose products (about 2^-128) and sums leave f32's
+    // normal range and are flushed.
+    let word = |next: &mut dyn FnMut() -> u64, tiny: bool| -> u16 {
+        let r = next();
+        let sign = ((r >> 20) & 1) as u16;
+        let exponent = match r % 64 {
+            _ if tiny => 60 + (r >> 8) as u16 % 7,
+            0..=3 => 0, // zero or subnormal
+            4 => 255,   // infinity or NaN
+            5..=9 => 1 + (r >> 8) as u16 % 8,
+            _ => 100 + (r >> 8) as u16 % 56,
+        };
+        let mantissa = if r.is_multiple_of(23) {
+            0
+        } else {
+            (r >> 32) as u16 & 0x7f
+        };
+        sign << 15 | exponent << 7 | mantissa
+    };
+    let (mut checked, mut flushed, mut nans) = (0, 0, 0);
+    for case in 0..400 {
+        let (rows, n, k) = if case % 4 == 0 {
+            (16, 16, 16)
+        } else {
+            (
+                1 + next() as usize % 16,
+                1 + next() as usize % 16,
+                1 + next() as usize % 16,
+            )
+        };
+        let tiny = case % 4 == 1;
+        let mut two = || pair(word(&mut next, tiny), word(&mut next, tiny));
+        let a: Vec<u32> = (0..rows * k).map(|_| two()).collect();
+        let b: Vec<u32> = (0..k * n).map(|_| two()).collect();
+        let mut c: Vec<u32> = (0..rows * n)
+            .map(|_| match next() % 32 {
+                0..=3 => 0x0000_0001 | ((next() & 1) as u32) << 31,
+                4 => f32::NAN.to_bits(),
+                5..=7 if tiny => 0,
+                _ => (next() as f32 / u64::MAX as f32 - 0.5).to_bits(),
+            })
+            .collect();
+        let mut model = small_model(rows as u8, n as u16, k as u16);
+        load(&mut model, 0, &c, n);
+        load(&mut model, 1, &a, k);
+        load(&mut model, 2, &b, n);
+        model.tdpbf16ps(0, 1, 2).expect("product");
+        tdpbf16ps_by_the_letter(&mut c, &a, &b, (rows, n, k));
+        for m in 0..rows {
+            for j in 0..n {
+                let (got, want) = (dword(&model, 0, m, j), c[m * n + j]);
+                let (g, w) = (f32::from_bits(got), f32::from_bits(want));
+                if w.is_nan() {
+                    // NaN payloads are whatever the arithmetic gives (module documentation).
+                    assert!(g.is_nan(), "case {case}, row {m}, column {j}: {g} for NaN");
+                    nans += 1;
+                } else {
+                    assert_eq!(
+                        got, want,
+                        "case {case}, row {m}, column {j}: {g:e} for {w:e}"
+                    );
+                }
+                flushed += usize::from(w == 0.0);
+                checked += 1;
+            }
+            // Bytes past the columns are zero.
+            assert!(model.row(0, m)[4 * n..].iter().all(|&byte| byte == 0));
+        }
+    }
+    // Enough of each kind compared (bit for bit where not NaN).
+    assert!(
+        checked - nans > 20_000 && flushed > 50 && nans > 100,
+        "{checked} compared, {flushed} zero, {nans} NaN"
+    );
 }
 
 #[test]
@@ -482,8 +611,9 @@ fn hardware_int8_tiles_equal_the_vector_paths() {
     }
 }
 
-/// The default product takes the tiles from [`amx::MIN_ROWS`] rows where they run, the
-/// vector path below; adding into the output adds exactly the product.
+/// The default product takes the tiles from [`amx::MIN_ROWS`] rows where they run (or
+/// their model, with `NLG_JUDGE_TILES=model`), the vector path below; adding into the
+/// output adds exactly the product.
 #[test]
 fn matmul_takes_the_tiles_from_enough_rows() {
     let below = Bf16Matrix::isa_for_rows(amx::MIN_ROWS - 1);
@@ -492,17 +622,20 @@ fn matmul_takes_the_tiles_from_enough_rows() {
     let at = Bf16Matrix::isa_for_rows(amx::MIN_ROWS);
     assert_eq!(
         at == Isa::Amx,
-        amx::status().bf16,
+        amx::bf16_unit().is_some(),
         "{at:?} {:?}",
         amx::status()
     );
     assert_eq!(
         Int8Matrix::isa_for_rows(amx::MIN_ROWS) == Isa::Amx,
-        amx::status().int8
+        amx::int8_unit().is_some()
     );
-    if !hardware_or_skip("amx_bf16", amx::status().bf16) {
+    let Some(unit) = amx::bf16_unit() else {
+        hardware_or_skip("amx_bf16", false);
         return;
-    }
+    };
+    // Forced onto the model (measurements), or the hardware where it runs.
+    assert_eq!(unit == Unit::Model, amx::model_forced());
     let mut random = Random(0x5eed_a111_0006);
     let (m, n, k) = (amx::MIN_ROWS + 5, 70, 96);
     let (x, w) = (random.matrix(m * k), random.matrix(n * k));
@@ -510,7 +643,7 @@ fn matmul_takes_the_tiles_from_enough_rows() {
     let residual = random.matrix(m * n);
     let mut added = residual.clone();
     matrix.matmul_add(&x, m, &mut added);
-    let product = tiles_bf16(&matrix, Unit::Hardware, &x, m);
+    let product = tiles_bf16(&matrix, unit, &x, m);
     for ((a, r), p) in added.iter().zip(&residual).zip(&product) {
         assert_eq!(*a, r + p);
     }
@@ -533,4 +666,47 @@ fn the_status_explains_missing_tiles() {
         assert!(cpu.amx_tile && cpu.amx_bf16);
         amx::peak_rounds(1000);
     }
+}
+
+#[test]
+fn a_recording_splits_the_tile_products_and_changes_no_bit() {
+    let (m, n, k) = (70, 96, 130);
+    let mut rng = Random(61);
+    let (w, x) = (rng.matrix(n * k), rng.matrix(m * k));
+    let bf16 = Bf16Matrix::from_f32(&w, n, k);
+    let int8 = Int8Matrix::from_f32(&w, n, k);
+    let plain = (
+        tiles_bf16(&bf16, Unit::Model, &x, m),
+        tiles_int8(&int8, Unit::Model, &x, m),
+    );
+    timing::start();
+    let timed = (
+        tiles_bf16(&bf16, Unit::Model, &x, m),
+        tiles_int8(&int8, Unit::Model, &x, m),
+    );
+    let split = timing::finish();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&plain.0),
+        bits(&timed.0),
+        "timing changed the bf16 product"
+    );
+    assert_eq!(
+        bits(&plain.1),
+        bits(&timed.1),
+        "timing changed the int8 product"
+    );
+    assert_eq!((split.product_calls, split.attention_calls), (2, 0));
+    for part in [
+        Part::ProductTiles,
+        Part::ProductConversion,
+        Part::ProductOther,
+    ] {
+        let ticks = split.ticks(part);
+        // Positive and not a wrapped-around difference.
+        assert!(ticks > 0 && ticks < u64::MAX / 2, "{part:?} {split:?}");
+    }
+    // The model's products are most of the work.
+    assert!(split.share(Part::ProductTiles) > 0.5, "{split:?}");
+    assert!(split.product_seconds > 0.0);
 }

@@ -24,12 +24,16 @@
 //! output sums remain. A wrong key, a wrong mask or a packing slip moves outputs by far
 //! more than either bound.
 
+use nlg_judge_kernels::attention::tile_softmax::{
+    update_rows_scalar, TileSoftmax, KEYS, KEY_PAIRS, QUERIES,
+};
 use nlg_judge_kernels::attention::{
-    segment_attention_masked_on, segment_attention_tiles, tiles_available, AttentionDims, Masking,
-    RowGroup, Segment, SimdPath,
+    segment_attention_masked_on, segment_attention_tiles, segment_attention_tiles_on,
+    tiles_available, AttentionDims, Masking, RowGroup, Segment, SimdPath,
 };
 use nlg_judge_kernels::gemm::amx::{self, Unit};
 use nlg_judge_kernels::gemm::bf16::{round_to_bf16, widen};
+use nlg_judge_kernels::timing::{self, Part};
 
 /// bf16's unit roundoff.
 const U: f64 = 1.0 / 256.0;
@@ -237,10 +241,16 @@ fn with_inputs<T>(case: &Case, attend: impl FnOnce(&[RowGroup]) -> T) -> T {
 }
 
 fn tiles(case: &Case, unit: Unit) -> Vec<f32> {
+    tiles_on(SimdPath::best(), case, unit)
+}
+
+/// The tile kernel with its vector work on `path`.
+fn tiles_on(path: SimdPath, case: &Case, unit: Unit) -> Vec<f32> {
     let width = case.dims.heads * case.dims.head_dim;
     let mut out = vec![f32::NAN; case.tokens * width];
     with_inputs(case, |groups| {
-        segment_attention_tiles(
+        segment_attention_tiles_on(
+            path,
             unit,
             case.dims,
             case.scale,
@@ -509,5 +519,320 @@ fn the_hardware_equals_the_model_or_the_skip_is_named() {
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
         assert_eq!(differ, 0, "{}: {differ} outputs differ", case.name);
+    }
+}
+
+/// Every vector path this CPU has (the tile kernel's packing and softmax run on them).
+fn paths() -> Vec<SimdPath> {
+    [
+        SimdPath::Avx512,
+        SimdPath::Avx2,
+        SimdPath::Neon,
+        SimdPath::Portable,
+    ]
+    .into_iter()
+    .filter(|p| p.available())
+    .collect()
+}
+
+#[test]
+fn every_vector_path_gives_the_same_bits() {
+    let paths = paths();
+    eprintln!("paths: {paths:?}");
+    for case in cases() {
+        let portable = tiles_on(SimdPath::Portable, &case, Unit::Model);
+        for &path in &paths {
+            let got = tiles_on(path, &case, Unit::Model);
+            let differ = got
+                .iter()
+                .zip(&portable)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(
+                differ, 0,
+                "{}: {path:?}: {differ} outputs differ",
+                case.name
+            );
+        }
+    }
+    // Asked for a path this CPU lacks, the kernel refuses.
+    let case = &cases()[1];
+    for path in [SimdPath::Avx512, SimdPath::Avx2, SimdPath::Neon] {
+        if !path.available() {
+            let mut out = vec![0f32; case.tokens * case.dims.heads * case.dims.head_dim];
+            let refused = with_inputs(case, |groups| {
+                segment_attention_tiles_on(
+                    path,
+                    Unit::Model,
+                    case.dims,
+                    case.scale,
+                    case.masking,
+                    groups,
+                    &case.queries,
+                    &mut out,
+                )
+            });
+            assert!(refused.is_err(), "{path:?} is not here");
+        }
+    }
+}
+
+/// The scalar update's inputs and state, row layout, for one tile of a chunk.
+#[derive(Clone)]
+struct RowsState {
+    scores: [[f32; KEYS]; QUERIES],
+    max: [f32; QUERIES],
+    sum: [f32; QUERIES],
+    first_visible: [u32; QUERIES],
+    visible: [u32; QUERIES],
+    acc: Vec<f32>,
+    p: [[u32; KEY_PAIRS]; QUERIES],
+}
+
+#[test]
+fn the_vector_update_equals_the_scalar_one_bit_for_bit() {
+    // Chunks of 10 tiles in a row, the state carried from tile to tile: scores whose
+    // range grows (the maxima move, outputs are rescaled) or shrinks (they stay), runs
+    // of queries that leave others out, windows hiding a tile's first keys, short tiles,
+    // queries with no key visible, soft-caps; at several head widths.
+    let mut rng = Random(61);
+    for case in 0..24u64 {
+        let width = [64usize, 128, 96][case as usize % 3];
+        let softcap = if case % 4 == 3 { 20.0 } else { 0.0 };
+        let mut rows = RowsState {
+            scores: [[0.0; KEYS]; QUERIES],
+            max: [f32::NEG_INFINITY; QUERIES],
+            sum: [0.0; QUERIES],
+            first_visible: [0; QUERIES],
+            visible: [0; QUERIES],
+            acc: vec![0.0; QUERIES * width],
+            p: [[0; KEY_PAIRS]; QUERIES],
+        };
+        let mut lanes: Vec<(SimdPath, TileSoftmax, Vec<f32>)> = paths()
+            .into_iter()
+            .map(|path| {
+                let mut st = TileSoftmax::new();
+                st.softcap = softcap;
+                (path, st, vec![0.0; QUERIES * width])
+            })
+            .collect();
+        let (mut moved, mut stayed) = (0, 0);
+        for tile in 0..10u64 {
+            let spread = if case % 2 == 0 {
+                2.0 + 3.0 * tile as f32
+            } else {
+                40.0 / (1 + tile) as f32
+            };
+            let scores = rng.fill(QUERIES * KEYS, spread);
+            let start = (rng.next() % 8) as usize;
+            let end = (start + 1 + (rng.next() % 32) as usize).min(QUERIES);
+            let len = if rng.next().is_multiple_of(3) {
+                1 + (rng.next() % 32) as u32
+            } else {
+                32
+            };
+            for q in 0..QUERIES {
+                let (first, visible) = if (start..end).contains(&q) {
+                    let visible = (1 + rng.next() % 32).min(len as u64) as u32;
+                    let first = if rng.next().is_multiple_of(4) {
+                        (rng.next() % 34) as u32
+                    } else {
+                        0
+                    };
+                    (first.min(len), visible)
+                } else {
+                    (0, 0)
+                };
+                rows.first_visible[q] = first;
+                rows.visible[q] = visible;
+                for j in 0..KEYS {
+                    rows.scores[q][j] = scores[q * KEYS + j];
+                }
+            }
+            // Outputs the `P V` products would have added: the rescale must carry them.
+            let added = rng.fill(QUERIES * width, 1.0);
+            for (q, row) in rows.acc.chunks_exact_mut(width).enumerate() {
+                for (d, x) in row.iter_mut().enumerate() {
+                    *x += added[d * QUERIES + q];
+                }
+            }
+            let before = rows.max;
+            update_rows_scalar(
+                &mut rows.scores,
+                &mut rows.max,
+                &mut rows.sum,
+                &rows.first_visible,
+                &rows.visible,
+                softcap,
+                &mut rows.acc,
+                &mut rows.p,
+                start..end,
+            );
+            moved += (0..QUERIES)
+                .filter(|&q| rows.max[q] != before[q] && before[q].is_finite())
+                .count();
+            stayed += (start..end).filter(|&q| rows.max[q] == before[q]).count();
+            for (path, st, acc) in &mut lanes {
+                for (x, a) in acc.iter_mut().zip(&added) {
+                    *x += a;
+                }
+                st.first_visible = rows.first_visible;
+                st.visible = rows.visible;
+                for j in 0..KEYS {
+                    for q in 0..QUERIES {
+                        st.scores[j][q] = scores[q * KEYS + j];
+                    }
+                }
+                st.update(*path, acc);
+                let same = |a: f32, b: f32| a.to_bits() == b.to_bits();
+                for q in 0..QUERIES {
+                    let at = format!("case {case}, tile {tile}, query {q}, {path:?}");
+                    assert!(
+                        same(st.max[q], rows.max[q]),
+                        "{at}: max {} {}",
+                        st.max[q],
+                        rows.max[q]
+                    );
+                    assert!(
+                        same(st.sum[q], rows.sum[q]),
+                        "{at}: sum {} {}",
+                        st.sum[q],
+                        rows.sum[q]
+                    );
+                    for k in 0..KEY_PAIRS {
+                        assert_eq!(st.p[k][q], rows.p[q][k], "{at}: pair {k}");
+                    }
+                    for d in 0..width {
+                        let (v, s) = (acc[d * QUERIES + q], rows.acc[q * width + d]);
+                        assert!(same(v, s), "{at}: output {d}: {v} {s}");
+                    }
+                }
+            }
+        }
+        // The cases exercise both branches of the rescale.
+        assert!(
+            moved > 0 && stayed > 0,
+            "case {case}: moved {moved}, stayed {stayed}"
+        );
+    }
+}
+
+#[test]
+fn a_recording_splits_the_calls_into_their_parts_and_changes_no_bit() {
+    for case in cases() {
+        let plain = tiles(&case, Unit::Model);
+        timing::start();
+        let timed = tiles(&case, Unit::Model);
+        let split = timing::finish();
+        let same = plain
+            .iter()
+            .zip(&timed)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{}: timing changed the outputs", case.name);
+        assert_eq!(
+            (split.attention_calls, split.product_calls),
+            (1, 0),
+            "{}",
+            case.name
+        );
+        for part in [
+            Part::AttentionTiles,
+            Part::AttentionSoftmax,
+            Part::AttentionPacking,
+            Part::AttentionOther,
+        ] {
+            assert!(split.ticks(part) > 0, "{}: {part:?} {split:?}", case.name);
+        }
+        let shares: f64 = [
+            Part::AttentionTiles,
+            Part::AttentionSoftmax,
+            Part::AttentionPacking,
+            Part::AttentionOther,
+        ]
+        .iter()
+        .map(|&p| split.share(p))
+        .sum();
+        assert!((shares - 1.0).abs() < 1e-9 && split.attention_seconds > 0.0);
+        assert_eq!(split.ticks(Part::ProductTiles), 0);
+    }
+    // Not recording: nothing is kept.
+    tiles(&cases()[0], Unit::Model);
+    assert_eq!(timing::finish(), timing::TileSplit::default());
+}
+
+#[test]
+fn nan_scores_give_the_scalar_update_too() {
+    // Query 3 sees only NaN scores on a short first tile: its maximum stays -inf, so even
+    // its masked keys come out NaN (-inf - -inf), as in the scalar update; the others are
+    // ordinary. NaN payloads are whatever the arithmetic gives: compared as NaN.
+    let width = 64;
+    let mut rng = Random(62);
+    let scores = rng.fill(QUERIES * KEYS, 4.0);
+    let mut rows_scores = [[0f32; KEYS]; QUERIES];
+    for q in 0..QUERIES {
+        for j in 0..KEYS {
+            rows_scores[q][j] = if q == 3 {
+                f32::NAN
+            } else {
+                scores[q * KEYS + j]
+            };
+        }
+    }
+    let visible = [9u32; QUERIES];
+    let first_visible = [0u32; QUERIES];
+    let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERIES], [0f32; QUERIES]);
+    let mut acc = rng.fill(QUERIES * width, 1.0);
+    let mut p = [[0u32; KEY_PAIRS]; QUERIES];
+    let mut st = TileSoftmax::new();
+    st.visible = visible;
+    let mut lanes_acc = vec![0f32; QUERIES * width];
+    for (q, row) in acc.chunks_exact(width).enumerate() {
+        for (d, &x) in row.iter().enumerate() {
+            lanes_acc[d * QUERIES + q] = x;
+        }
+    }
+    for j in 0..KEYS {
+        for q in 0..QUERIES {
+            st.scores[j][q] = rows_scores[q][j];
+        }
+    }
+    let mut scores = rows_scores;
+    update_rows_scalar(
+        &mut scores,
+        &mut max,
+        &mut sum,
+        &first_visible,
+        &visible,
+        0.0,
+        &mut acc,
+        &mut p,
+        0..QUERIES,
+    );
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let same_pair = |a: u32, b: u32| {
+        let halves = |w: u32| [widen(w as u16), widen((w >> 16) as u16)];
+        halves(a).iter().zip(halves(b)).all(|(&x, y)| same(x, y))
+    };
+    for path in paths() {
+        let (mut st, mut lanes_acc) = (st.clone(), lanes_acc.clone());
+        st.update(path, &mut lanes_acc);
+        for q in 0..QUERIES {
+            assert!(
+                same(st.max[q], max[q]) && same(st.sum[q], sum[q]),
+                "{path:?} {q}"
+            );
+            for k in 0..KEY_PAIRS {
+                assert!(
+                    same_pair(st.p[k][q], p[q][k]),
+                    "{path:?} query {q} pair {k}"
+                );
+            }
+            for d in 0..width {
+                assert!(same(lanes_acc[d * QUERIES + q], acc[q * width + d]));
+            }
+        }
+        // The NaN query's masked tail is NaN, the others' exactly 0.
+        assert!(widen(st.p[KEY_PAIRS - 1][3] as u16).is_nan());
+        assert_eq!(st.p[KEY_PAIRS - 1][4], 0);
     }
 }

@@ -68,6 +68,12 @@ pub struct TimeSplit {
     /// in `achieved_gflops`) over the kernel's seconds; `None` for a part never timed.
     pub products_gflops: Option<f64>,
     pub attention_gflops: Option<f64>,
+    /// The tile kernels' own split (issue 61: tile instructions against the work around
+    /// them, `nlg_judge_kernels::timing`), where a tile path ran (on AMX, or on the
+    /// portable model with `NLG_JUDGE_TILES=model`); reported as flat fields by
+    /// `cli::bench`.
+    #[serde(skip)]
+    pub tiles: Option<nlg_judge_kernels::timing::TileSplit>,
 }
 
 impl TimeSplit {
@@ -89,6 +95,8 @@ impl TimeSplit {
             rest: (seconds - products - attention).max(0.0),
             products_gflops: rate(product_flops, products),
             attention_gflops: rate(attention_flops, attention),
+            tiles: (recorded.tiles.attention_calls + recorded.tiles.product_calls > 0)
+                .then_some(recorded.tiles),
         })
     }
 
@@ -496,6 +504,7 @@ mod tests {
         let recorded = Split {
             products: Duration::from_secs(6),
             attention: Duration::from_secs(3),
+            ..Split::default()
         };
         let split = TimeSplit::of(10.0, recorded, 12e9, 1.5e9).expect("products were recorded");
         assert_eq!(
@@ -507,6 +516,14 @@ mod tests {
             (split.products_gflops, split.attention_gflops),
             (Some(2.0), Some(0.5))
         );
+        // No tile path ran: no tile split.
+        assert_eq!(split.tiles, None);
+        let tiles = nlg_judge_kernels::timing::TileSplit {
+            attention_calls: 2,
+            ..Default::default()
+        };
+        let with_tiles = TimeSplit::of(10.0, Split { tiles, ..recorded }, 12e9, 1.5e9);
+        assert_eq!(with_tiles.and_then(|s| s.tiles), Some(tiles));
         // Nothing on the buffer path: no split rather than a run of pure "rest".
         assert_eq!(TimeSplit::of(10.0, Split::default(), 12e9, 1.5e9), None);
     }

@@ -546,10 +546,85 @@ fn json_summary(result: &PairwiseBench) -> serde_json::Value {
             .map(|(a, p)| a / p),
         "fraction_of_amx_peak_attention_tree_missing": amx_missing,
     });
-    if let (Some(all), serde_json::Value::Object(more)) = (summary.as_object_mut(), split_fields) {
-        all.extend(more);
+    for fields in [
+        split_fields,
+        tile_fields(split.and_then(|s| s.tiles).as_ref()),
+    ] {
+        if let (Some(all), serde_json::Value::Object(more)) = (summary.as_object_mut(), fields) {
+            all.extend(more);
+        }
     }
     summary
+}
+
+/// The tile kernels' split of the tree run (issue 61), flat: per part
+/// (`nlg_judge_kernels::timing::Part`) its seconds (`seconds_attention_tiles_tree`, ...:
+/// the kernel's wall seconds in proportion to the part's ticks, summed over threads) and
+/// its ticks (`ticks_attention_tiles_tree`, ...); the kernels' calls and wall seconds;
+/// which tiles ran (`tile_unit_tree`: `hardware`, or `model` where `NLG_JUDGE_TILES=model`
+/// put the portable model in their place). All null where no tile path ran.
+fn tile_fields(tiles: Option<&nlg_judge_kernels::timing::TileSplit>) -> serde_json::Value {
+    use nlg_judge_kernels::timing::Part;
+    let unit = tiles.map(|_| {
+        if nlg_judge_kernels::gemm::amx::model_forced() {
+            "model"
+        } else {
+            "hardware"
+        }
+    });
+    let mut fields = serde_json::json!({
+        "tile_unit_tree": unit,
+        "tile_attention_calls_tree": tiles.map(|t| t.attention_calls),
+        "tile_product_calls_tree": tiles.map(|t| t.product_calls),
+        "seconds_tile_attention_calls_tree": tiles.map(|t| t.attention_seconds),
+        "seconds_tile_product_calls_tree": tiles.map(|t| t.product_seconds),
+    });
+    if let Some(all) = fields.as_object_mut() {
+        for part in Part::ALL {
+            all.insert(
+                format!("seconds_{}_tree", part.name()),
+                serde_json::json!(tiles.map(|t| t.seconds(part))),
+            );
+            all.insert(
+                format!("ticks_{}_tree", part.name()),
+                serde_json::json!(tiles.map(|t| t.ticks(part))),
+            );
+        }
+    }
+    fields
+}
+
+/// The tile kernels' split in words: each kernel's seconds and its parts' shares.
+fn tile_line(strategy: &str, tiles: &nlg_judge_kernels::timing::TileSplit) -> String {
+    use nlg_judge_kernels::timing::Part;
+    let unit = if nlg_judge_kernels::gemm::amx::model_forced() {
+        "the portable model standing in"
+    } else {
+        "AMX"
+    };
+    let parts = |parts: &[(Part, &str)]| {
+        parts
+            .iter()
+            .map(|&(part, name)| format!("{name} {:.1}%", 100.0 * tiles.share(part)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{strategy} tiles ({unit}): tile attention {:.2} s ({}), tile products {:.2} s ({})\n",
+        tiles.attention_seconds,
+        parts(&[
+            (Part::AttentionTiles, "tile instructions"),
+            (Part::AttentionSoftmax, "softmax"),
+            (Part::AttentionPacking, "packing"),
+            (Part::AttentionOther, "other"),
+        ]),
+        tiles.product_seconds,
+        parts(&[
+            (Part::ProductTiles, "tile instructions"),
+            (Part::ProductConversion, "conversion"),
+            (Part::ProductOther, "other"),
+        ]),
+    )
 }
 
 /// The distinct ways block 0's weights are held, e.g. `f32` or `q4k+q6k`.
@@ -641,6 +716,9 @@ fn table(result: &PairwiseBench, model: &str) -> String {
                 split.rest,
                 100.0 * rest,
             ));
+            if let Some(tiles) = &split.tiles {
+                out.push_str(&tile_line(&run.strategy, tiles));
+            }
         }
     }
     if let (Some(naive), Some(tree)) = (result.run(Strategy::Naive), result.run(Strategy::Tree)) {
@@ -681,6 +759,7 @@ mod tests {
                 rest: 0.5,
                 products_gflops: Some(6.0),
                 attention_gflops: Some(3.2),
+                tiles: None,
             }),
             p_a: Vec::new(),
         }
@@ -788,6 +867,52 @@ mod tests {
         assert!(
             why.is_some_and(|w| w.starts_with("no AMX peak measured: ")),
             "{why:?}"
+        );
+        // No tile path ran: the tile fields are there, null.
+        for key in [
+            "tile_unit_tree",
+            "seconds_attention_tiles_tree",
+            "ticks_products_tiles_tree",
+        ] {
+            assert!(json.get(key).is_some_and(|v| v.is_null()), "{key}");
+        }
+        assert!(!text.contains("tree tiles"));
+        // A tile split: each part's seconds in proportion to its ticks.
+        let mut tiled = result.clone();
+        let mut tiles = nlg_judge_kernels::timing::TileSplit {
+            attention_seconds: 2.0,
+            product_seconds: 4.0,
+            attention_calls: 3,
+            product_calls: 5,
+            ..Default::default()
+        };
+        use nlg_judge_kernels::timing::Part;
+        for (part, ticks) in [
+            (Part::AttentionTiles, 100),
+            (Part::AttentionSoftmax, 300),
+            (Part::ProductTiles, 90),
+            (Part::ProductConversion, 10),
+        ] {
+            tiles.ticks[part as usize] = ticks;
+        }
+        for run in &mut tiled.runs {
+            if let Some(split) = run.time_split.as_mut() {
+                split.tiles = Some(tiles);
+            }
+        }
+        let json = json_summary(&tiled);
+        assert_eq!(json["seconds_attention_tiles_tree"], 0.5);
+        assert_eq!(json["seconds_attention_softmax_tree"], 1.5);
+        assert_eq!(json["seconds_attention_packing_tree"], 0.0);
+        assert_eq!(json["seconds_products_tiles_tree"], 3.6);
+        assert_eq!(json["ticks_products_conversion_tree"], 10);
+        assert_eq!(json["tile_attention_calls_tree"], 3);
+        assert_eq!(json["seconds_tile_product_calls_tree"], 4.0);
+        assert!(json["tile_unit_tree"].is_string());
+        let text = table(&tiled, "m");
+        assert!(
+            text.contains("tile attention 2.00 s (tile instructions 25.0%, softmax 75.0%"),
+            "{text}"
         );
         // No split (the passes were not timed): null too, for that reason.
         let mut untimed = result;

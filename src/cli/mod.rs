@@ -153,6 +153,8 @@ pub fn run(cli: Cli) -> Result<()> {
     // NLG_JUDGE_CPU may only hide features the CPU has: refuse a request it cannot honour
     // rather than measure a path other than the one asked for.
     nlg_judge_kernels::cpu::requested_level().map_err(|e| input_error(e.into()))?;
+    // NLG_JUDGE_TILES takes `model` or nothing (a measurement switch, issue 61).
+    nlg_judge_kernels::gemm::amx::tiles_switch().map_err(|e| input_error(anyhow::anyhow!(e)))?;
     match cli.command {
         Command::Models(args) => models::run(args),
         Command::Correlate(args) => correlate::run(args),

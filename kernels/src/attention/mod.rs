@@ -32,8 +32,9 @@ mod amx;
 pub(crate) mod exp;
 mod rope;
 mod tile;
+pub mod tile_softmax;
 
-pub use amx::{segment_attention_tiles, tiles_available};
+pub use amx::{segment_attention_tiles, segment_attention_tiles_on, tiles_available};
 pub use rope::{split_rotate, RopeTables};
 
 use crate::cpu::CpuFeatures;

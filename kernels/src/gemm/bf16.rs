@@ -210,10 +210,11 @@ impl Bf16Matrix {
         }
     }
 
-    /// The widest path this machine runs: AMX tiles where they run, else
+    /// The widest path this machine runs: AMX tiles where they run (or their portable
+    /// model, where `NLG_JUDGE_TILES=model` asks for it: [`amx::TILES_ENV`]), else
     /// [`Self::best_vector_isa`].
     pub fn best_isa() -> Isa {
-        if amx::status().bf16 {
+        if amx::bf16_unit().is_some() {
             Isa::Amx
         } else {
             Self::best_vector_isa()
@@ -239,7 +240,7 @@ impl Bf16Matrix {
         let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
-            Isa::Amx => amx::status().bf16,
+            Isa::Amx => amx::bf16_unit().is_some(),
             Isa::Avx512 => cpu.avx512f && cpu.avx512bf16,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
             Isa::Neon => cpu.neon,
@@ -274,7 +275,8 @@ impl Bf16Matrix {
         );
         self.check_input(x, m);
         if isa == Isa::Amx {
-            return amx::bf16_product(Unit::Hardware, self, x, m, out, store);
+            let unit = amx::bf16_unit().expect("checked by supports");
+            return amx::bf16_product(unit, self, x, m, out, store);
         }
         // The rounded activations live in a buffer the calling thread keeps from call to
         // call (a fresh one per product cost page zeroing); a nested call, should one

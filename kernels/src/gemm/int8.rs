@@ -169,10 +169,11 @@ impl Int8Matrix {
         }
     }
 
-    /// The widest path this machine runs: AMX tiles where they run, else
+    /// The widest path this machine runs: AMX tiles where they run (or their portable
+    /// model, where `NLG_JUDGE_TILES=model` asks for it: [`amx::TILES_ENV`]), else
     /// [`Self::best_vector_isa`].
     pub fn best_isa() -> Isa {
-        if amx::status().int8 {
+        if amx::int8_unit().is_some() {
             Isa::Amx
         } else {
             Self::best_vector_isa()
@@ -202,7 +203,7 @@ impl Int8Matrix {
         let cpu = CpuFeatures::get();
         match isa {
             Isa::Portable => true,
-            Isa::Amx => amx::status().int8,
+            Isa::Amx => amx::int8_unit().is_some(),
             Isa::Avx512 => cpu.avx512f && cpu.avx512vnni,
             Isa::AvxVnni => cpu.avx2 && cpu.fma && cpu.avxvnni,
             Isa::Avx2 => cpu.avx2 && cpu.fma,
@@ -238,7 +239,8 @@ impl Int8Matrix {
         );
         self.check_input(x, m);
         if isa == Isa::Amx {
-            return amx::int8_product(Unit::Hardware, self, x, m, out, store);
+            let unit = amx::int8_unit().expect("checked by supports");
+            return amx::int8_product(unit, self, x, m, out, store);
         }
         let activations = Activations::quantise(x, m, self.cols, self.blocks);
         let blocks = self.blocks;

@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use crate::timing::{CallTicks, Part, Stopwatch};
+
 /// Output columns per packed weight panel (two 512-bit vectors of f32 or i32 lanes).
 pub const NR: usize = 32;
 /// Input rows per microkernel call.
@@ -54,6 +56,22 @@ pub fn for_each_tile<const ROWS: usize, F>(
 ) where
     F: Fn(usize, usize, usize) -> [[f32; NR]; ROWS] + Sync,
 {
+    for_each_tile_timed::<ROWS, false, F>(m, n, out, store, tile, None)
+}
+
+/// [`for_each_tile`], each task's ticks charged to [`Part::ProductOther`] when `TIMED`
+/// (the tile products, whose blocks move their tile instructions' ticks from there to
+/// [`Part::ProductTiles`]: see `crate::timing`).
+pub fn for_each_tile_timed<const ROWS: usize, const TIMED: bool, F>(
+    m: usize,
+    n: usize,
+    out: &mut [f32],
+    store: Store,
+    tile: F,
+    sums: Option<&CallTicks>,
+) where
+    F: Fn(usize, usize, usize) -> [[f32; NR]; ROWS] + Sync,
+{
     let row_block = ROWS * (ROW_BLOCK / ROWS).max(1);
     assert_eq!(
         out.len(),
@@ -73,6 +91,7 @@ pub fn for_each_tile<const ROWS: usize, F>(
     };
     let shared = &shared;
     let run_task = |task: usize| {
+        let mut watch = Stopwatch::<TIMED>::new();
         let (block, group) = (task / panel_groups, task % panel_groups);
         let row_end = ((block + 1) * row_block).min(m);
         let panel_end = ((group + 1) * PANELS_PER_TASK).min(panels);
@@ -100,6 +119,8 @@ pub fn for_each_tile<const ROWS: usize, F>(
                 }
             }
         }
+        watch.lap(Part::ProductOther);
+        watch.flush(sums);
     };
     let tasks = row_blocks * panel_groups;
     if tasks == 1 {

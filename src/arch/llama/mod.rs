@@ -477,16 +477,20 @@ impl LlamaModel {
     /// This model with every block's projections computed at `precision`; the output
     /// head (and so the label logits) stays f32. At bf16, where the CPU and the OS allow
     /// AMX bf16 tiles (the condition under which the bf16 products take them), the
-    /// segment attention's products run on the tiles too (issue 50, item 2).
+    /// segment attention's products run on the tiles too (issue 50, item 2); on their
+    /// portable model where `NLG_JUDGE_TILES=model` puts it in their place, as for the
+    /// products (a measurement switch, issue 61: `nlg_judge_kernels::gemm::amx::TILES_ENV`).
     pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
         self.layers = self
             .layers
             .into_iter()
             .map(|layer| layer.with_precision(precision))
             .collect::<Result<_>>()?;
-        self.attention_tiles = (precision == Precision::Bf16
-            && nlg_judge_kernels::attention::tiles_available())
-        .then_some(Unit::Hardware);
+        self.attention_tiles = if precision == Precision::Bf16 {
+            nlg_judge_kernels::gemm::amx::bf16_unit()
+        } else {
+            None
+        };
         Ok(self)
     }
 

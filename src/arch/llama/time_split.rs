@@ -9,6 +9,9 @@
 //! a recording on one thread never counts another thread's passes (tests running
 //! passes side by side in one process stay independent). Outside a recording a timed
 //! call costs one thread-local read and no clock.
+//!
+//! Issue 61: a recording also records the tile kernels' own split (the tile instructions
+//! against the work around them, `nlg_judge_kernels::timing`), on the same thread.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -24,10 +27,12 @@ pub enum Part {
 }
 
 /// Time summed per part during a recording.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Split {
     pub products: Duration,
     pub attention: Duration,
+    /// The tile kernels' parts (all zero where no tile path ran).
+    pub tiles: nlg_judge_kernels::timing::TileSplit,
 }
 
 thread_local! {
@@ -38,11 +43,16 @@ thread_local! {
 /// Start recording on this thread (from zero, dropping any recording in progress).
 pub fn start() {
     RECORDING.with(|r| r.set(Some(Split::default())));
+    nlg_judge_kernels::timing::start();
 }
 
 /// Stop recording on this thread and return the sums (zero if none was started).
 pub fn finish() -> Split {
-    RECORDING.with(|r| r.take()).unwrap_or_default()
+    let tiles = nlg_judge_kernels::timing::finish();
+    RECORDING
+        .with(|r| r.take())
+        .map(|split| Split { tiles, ..split })
+        .unwrap_or_default()
 }
 
 /// Run `body`, adding its wall time to `part` when this thread records.

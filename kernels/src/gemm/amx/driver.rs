@@ -45,8 +45,9 @@
 use super::model::{TileConfig, TileModel};
 use crate::gemm::bf16::{activation_pairs, PairRows};
 use crate::gemm::int8::{Activations, BLOCK_QUADS};
-use crate::gemm::tiles::{for_each_tile, Store, NR};
+use crate::gemm::tiles::{for_each_tile_timed, Store, NR};
 use crate::gemm::{Bf16Matrix, Int8Matrix};
+use crate::timing::{CallTicks, Part, Stopwatch};
 
 /// Rows of one output block (two `A` tiles).
 pub const BLOCK_ROWS: usize = 32;
@@ -219,17 +220,20 @@ pub unsafe fn with_config<U: TileUnit, R>(
     result
 }
 
-/// `out = x W^T` (or `+=`, per `store`) for the bf16 `matrix` on the tiles of `U`.
+/// `out = x W^T` (or `+=`, per `store`) for the bf16 `matrix` on the tiles of `U`; with
+/// `TIMED`, its parts' ticks added to `sums` (`crate::timing`).
 ///
 /// # Safety
 /// `U`'s instructions must be available on this machine.
-pub unsafe fn bf16_product<U: TileUnit>(
+pub unsafe fn bf16_product<U: TileUnit, const TIMED: bool>(
     matrix: &Bf16Matrix,
     x: &[f32],
     m: usize,
     out: &mut [f32],
     store: Store,
+    sums: Option<&CallTicks>,
 ) {
+    let mut watch = Stopwatch::<TIMED>::new();
     let pairs = matrix.pairs();
     let layout = PairRows {
         m,
@@ -240,6 +244,8 @@ pub unsafe fn bf16_product<U: TileUnit>(
     let split = matrix.splits_activations();
     crate::reuse::with_reused(&ACTIVATIONS, |buffer| {
         activation_pairs(x, matrix.cols(), layout, split, buffer);
+        watch.lap(Part::ProductConversion);
+        watch.flush(sums);
         let len = layout.len();
         let hi = &buffer[..len];
         let lo = if split {
@@ -250,25 +256,30 @@ pub unsafe fn bf16_product<U: TileUnit>(
         let tile = |row0: usize, _rows: usize, panel: usize| {
             U::with_this_thread(|unit| {
                 // SAFETY: the caller's promise.
-                unsafe { bf16_block(unit, hi, lo, layout, row0, matrix.panel(panel)) }
+                unsafe {
+                    bf16_block::<U, TIMED>(unit, hi, lo, layout, row0, matrix.panel(panel), sums)
+                }
             })
         };
-        for_each_tile::<BLOCK_ROWS, _>(m, matrix.rows(), out, store, tile);
+        for_each_tile_timed::<BLOCK_ROWS, TIMED, _>(m, matrix.rows(), out, store, tile, sums);
     });
 }
 
 /// The 32x32 output block at rows `row0..` of the activations `hi` (and `lo`, empty
-/// unless split; both laid out as `layout`) and the weight panel `panel`.
+/// unless split; both laid out as `layout`) and the weight panel `panel`; with `TIMED`,
+/// the tile instructions' ticks moved from the task's [`Part::ProductOther`] to
+/// [`Part::ProductTiles`].
 ///
 /// # Safety
 /// `U`'s instructions must be available on this machine.
-unsafe fn bf16_block<U: TileUnit>(
+unsafe fn bf16_block<U: TileUnit, const TIMED: bool>(
     unit: &mut U,
     hi: &[u32],
     lo: &[u32],
     layout: PairRows,
     row0: usize,
     panel: &[u32],
+    sums: Option<&CallTicks>,
 ) -> [[f32; NR]; BLOCK_ROWS] {
     let (pairs, stride) = (layout.pairs, layout.stride);
     // Every load below stays inside these.
@@ -282,6 +293,7 @@ unsafe fn bf16_block<U: TileUnit>(
     let mut last = [0u32; STEP_PAIRS * NR];
     last[..tail * NR].copy_from_slice(&panel[full * STEP_PAIRS * NR..pairs * NR]);
     let mut c = [[0f32; NR]; BLOCK_ROWS];
+    let mut watch = Stopwatch::<TIMED>::new();
     with_config(unit, &BF16_CONFIG, |unit| {
         unit.zero_c();
         for s in 0..full + usize::from(tail > 0) {
@@ -302,20 +314,25 @@ unsafe fn bf16_block<U: TileUnit>(
         }
         unit.store_c(c.as_mut_ptr().cast(), 4 * NR);
     });
+    watch.lap_within(Part::ProductTiles, Part::ProductOther);
+    watch.flush(sums);
     c
 }
 
-/// `out = x W^T` (or `+=`, per `store`) for the int8 `matrix` on the tiles of `U`.
+/// `out = x W^T` (or `+=`, per `store`) for the int8 `matrix` on the tiles of `U`; with
+/// `TIMED`, its parts' ticks added to `sums` (`crate::timing`).
 ///
 /// # Safety
 /// `U`'s instructions must be available on this machine.
-pub unsafe fn int8_product<U: TileUnit>(
+pub unsafe fn int8_product<U: TileUnit, const TIMED: bool>(
     matrix: &Int8Matrix,
     x: &[f32],
     m: usize,
     out: &mut [f32],
     store: Store,
+    sums: Option<&CallTicks>,
 ) {
+    let mut watch = Stopwatch::<TIMED>::new();
     let blocks = matrix.blocks();
     let activations = Activations::quantise(x, m, matrix.cols(), blocks);
     let quads = blocks * BLOCK_QUADS;
@@ -323,6 +340,8 @@ pub unsafe fn int8_product<U: TileUnit>(
         a.clear();
         a.extend(activations.signed_quads());
         a.resize(m.next_multiple_of(BLOCK_ROWS) * quads, 0);
+        watch.lap(Part::ProductConversion);
+        watch.flush(sums);
         let a = &a[..];
         let a_scales = &activations.scales[..];
         let fma = crate::cpu::CpuFeatures::get().fma;
@@ -338,9 +357,9 @@ pub unsafe fn int8_product<U: TileUnit>(
                 fma,
             };
             // SAFETY: the caller's promise.
-            U::with_this_thread(|unit| unsafe { block.run(unit) })
+            U::with_this_thread(|unit| unsafe { block.run::<U, TIMED>(unit, sums) })
         };
-        for_each_tile::<BLOCK_ROWS, _>(m, matrix.rows(), out, store, tile);
+        for_each_tile_timed::<BLOCK_ROWS, TIMED, _>(m, matrix.rows(), out, store, tile, sums);
     });
 }
 
@@ -361,19 +380,28 @@ struct Int8Block<'a> {
 }
 
 impl Int8Block<'_> {
+    /// The block; with `TIMED`, its tile instructions' ticks moved from the task's
+    /// [`Part::ProductOther`] to [`Part::ProductTiles`].
+    ///
     /// # Safety
     /// `U`'s instructions must be available on this machine.
-    unsafe fn run<U: TileUnit>(&self, unit: &mut U) -> [[f32; NR]; BLOCK_ROWS] {
+    unsafe fn run<U: TileUnit, const TIMED: bool>(
+        &self,
+        unit: &mut U,
+        sums: Option<&CallTicks>,
+    ) -> [[f32; NR]; BLOCK_ROWS] {
         let quads = self.blocks * BLOCK_QUADS;
         assert!(self.a.len() >= BLOCK_ROWS * quads && self.w.len() >= quads * NR);
         assert!(self.a_scales.len() >= self.rows * self.blocks);
         let mut out = [[0f32; NR]; BLOCK_ROWS];
-        let mut sums = [[0i32; NR]; BLOCK_ROWS];
+        let mut block_sums = [[0i32; NR]; BLOCK_ROWS];
+        let mut watch = Stopwatch::<TIMED>::new();
         with_config(unit, &INT8_CONFIG, |unit| {
             for b in 0..self.blocks {
-                self.block(unit, b, &mut sums, &mut out);
+                self.block(unit, b, &mut block_sums, &mut out, &mut watch);
             }
         });
+        watch.flush(sums);
         out
     }
 
@@ -382,12 +410,13 @@ impl Int8Block<'_> {
     /// # Safety
     /// `U`'s instructions must be available on this machine, configured as
     /// [`INT8_CONFIG`].
-    unsafe fn block<U: TileUnit>(
+    unsafe fn block<U: TileUnit, const TIMED: bool>(
         &self,
         unit: &mut U,
         b: usize,
         sums: &mut [[i32; NR]; BLOCK_ROWS],
         out: &mut [[f32; NR]; BLOCK_ROWS],
+        watch: &mut Stopwatch<TIMED>,
     ) {
         let quads = self.blocks * BLOCK_QUADS;
         let k0 = b * BLOCK_QUADS;
@@ -397,9 +426,11 @@ impl Int8Block<'_> {
             b: self.w[k0 * NR..].as_ptr().cast(),
             b_stride: PANEL_STRIDE,
         };
+        watch.skip();
         unit.zero_c();
         unit.step(Product::Int8, operands);
         unit.store_c(sums.as_mut_ptr().cast(), 4 * NR);
+        watch.lap_within(Part::ProductTiles, Part::ProductOther);
         let w_scales = &self.w_scales[b * NR..(b + 1) * NR];
         for (r, (out_row, sums_row)) in out.iter_mut().zip(sums.iter()).enumerate() {
             if r < self.rows {
@@ -458,7 +489,7 @@ mod tests {
         let ones = vec![0x3f80_3f80u32; layout.len()];
         let run = |model: &mut TileModel| {
             // SAFETY: the model runs anywhere.
-            unsafe { bf16_block(model, &ones, &[], layout, 0, matrix.panel(0)) }
+            unsafe { bf16_block::<_, false>(model, &ones, &[], layout, 0, matrix.panel(0), None) }
         };
         let mut model = TileModel::new();
         model.ldtilecfg(&foreign()).expect("valid");

@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 use super::tiles::Store;
 use super::{Bf16Matrix, Int8Matrix};
 use crate::cpu::CpuFeatures;
+use crate::timing::{self, Kernel};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use asm::Hardware;
 pub(crate) use driver::{with_config, Operands, Product, TileUnit, BF16_CONFIG};
@@ -111,6 +112,58 @@ pub fn status() -> &'static Status {
     })
 }
 
+/// The measurement switch (issue 61): `NLG_JUDGE_TILES=model` runs every tile path (the
+/// bf16 and int8 products of [`MIN_ROWS`] rows or more, and the tile attention where
+/// `--precision bf16` takes it) on the portable model of the instructions, on any
+/// machine, AMX or not: the work around the tiles then runs as it does on AMX while the
+/// tile instructions take the model's time, and `bench pairwise --json` reports the two
+/// apart (`crate::timing`). For measurements only: the model is far slower than the
+/// tiles. Unset or empty: the tiles run where [`status`] allows them. Read once per
+/// process.
+pub const TILES_ENV: &str = "NLG_JUDGE_TILES";
+
+/// What [`TILES_ENV`] asks: `Ok(true)` for `model`, `Ok(false)` when unset or empty, an
+/// error naming the values for anything else (the command line refuses to run then).
+pub fn tiles_switch() -> Result<bool, String> {
+    parse_tiles_switch(std::env::var(TILES_ENV).ok().as_deref())
+}
+
+fn parse_tiles_switch(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None | Some("") => Ok(false),
+        Some("model") => Ok(true),
+        Some(value) => Err(format!(
+            "{TILES_ENV}={value}: the only value is `model` (the portable model of the tiles, \
+             for measurements); unset it to run the tiles where the CPU has them"
+        )),
+    }
+}
+
+/// Whether [`TILES_ENV`] runs the tile paths on the model.
+pub fn model_forced() -> bool {
+    static FORCED: OnceLock<bool> = OnceLock::new();
+    *FORCED.get_or_init(|| tiles_switch().unwrap_or(false))
+}
+
+/// The unit bf16 tile paths run on here: the model where [`TILES_ENV`] asks for it, the
+/// hardware where [`status`] allows bf16 tiles, else none (the vector paths run).
+pub fn bf16_unit() -> Option<Unit> {
+    if model_forced() {
+        Some(Unit::Model)
+    } else {
+        status().bf16.then_some(Unit::Hardware)
+    }
+}
+
+/// [`bf16_unit`] for int8 tiles.
+pub fn int8_unit() -> Option<Unit> {
+    if model_forced() {
+        Some(Unit::Model)
+    } else {
+        status().int8.then_some(Unit::Hardware)
+    }
+}
+
 /// Whether the tile unit's peak can be measured here: the CPU has AMX-BF16 (whatever
 /// `NLG_JUDGE_CPU` says, as the FMA peak ignores it) and the tile state was granted.
 pub fn peak_available() -> bool {
@@ -146,19 +199,33 @@ pub(super) fn bf16_product(
     out: &mut [f32],
     store: Store,
 ) {
-    match unit {
-        // SAFETY: the model runs anywhere.
-        Unit::Model => unsafe { driver::bf16_product::<TileModel>(matrix, x, m, out, store) },
-        Unit::Hardware => {
-            let status = status();
-            assert!(status.bf16, "AMX bf16 tiles are not available: {status:?}");
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has AMX-BF16 and the OS granted the tile state (asserted).
-            unsafe {
-                driver::bf16_product::<asm::Hardware>(matrix, x, m, out, store)
+    if unit == Unit::Hardware {
+        let status = status();
+        assert!(status.bf16, "AMX bf16 tiles are not available: {status:?}");
+    }
+    timing::call(Kernel::Products, |sums| {
+        // SAFETY: the model runs anywhere; the hardware where asserted above.
+        unsafe {
+            match (unit, sums.is_some()) {
+                (Unit::Model, false) => {
+                    driver::bf16_product::<TileModel, false>(matrix, x, m, out, store, sums)
+                }
+                (Unit::Model, true) => {
+                    driver::bf16_product::<TileModel, true>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(target_arch = "x86_64")]
+                (Unit::Hardware, false) => {
+                    driver::bf16_product::<asm::Hardware, false>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(target_arch = "x86_64")]
+                (Unit::Hardware, true) => {
+                    driver::bf16_product::<asm::Hardware, true>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                (Unit::Hardware, _) => unreachable!("no AMX outside x86-64 (asserted)"),
             }
         }
-    }
+    })
 }
 
 /// `out = x W^T` (or `+=`) for `matrix` on `unit`'s tiles.
@@ -173,17 +240,45 @@ pub(super) fn int8_product(
     out: &mut [f32],
     store: Store,
 ) {
-    match unit {
-        // SAFETY: the model runs anywhere.
-        Unit::Model => unsafe { driver::int8_product::<TileModel>(matrix, x, m, out, store) },
-        Unit::Hardware => {
-            let status = status();
-            assert!(status.int8, "AMX int8 tiles are not available: {status:?}");
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has AMX-INT8 and the OS granted the tile state (asserted).
-            unsafe {
-                driver::int8_product::<asm::Hardware>(matrix, x, m, out, store)
+    if unit == Unit::Hardware {
+        let status = status();
+        assert!(status.int8, "AMX int8 tiles are not available: {status:?}");
+    }
+    timing::call(Kernel::Products, |sums| {
+        // SAFETY: the model runs anywhere; the hardware where asserted above.
+        unsafe {
+            match (unit, sums.is_some()) {
+                (Unit::Model, false) => {
+                    driver::int8_product::<TileModel, false>(matrix, x, m, out, store, sums)
+                }
+                (Unit::Model, true) => {
+                    driver::int8_product::<TileModel, true>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(target_arch = "x86_64")]
+                (Unit::Hardware, false) => {
+                    driver::int8_product::<asm::Hardware, false>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(target_arch = "x86_64")]
+                (Unit::Hardware, true) => {
+                    driver::int8_product::<asm::Hardware, true>(matrix, x, m, out, store, sums)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                (Unit::Hardware, _) => unreachable!("no AMX outside x86-64 (asserted)"),
             }
         }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tiles_switch_takes_model_or_nothing() {
+        assert_eq!(parse_tiles_switch(None), Ok(false));
+        assert_eq!(parse_tiles_switch(Some("")), Ok(false));
+        assert_eq!(parse_tiles_switch(Some("model")), Ok(true));
+        let refused = parse_tiles_switch(Some("hardware")).expect_err("not a value");
+        assert!(refused.contains("NLG_JUDGE_TILES=hardware") && refused.contains("`model`"));
     }
 }
