@@ -144,8 +144,8 @@ impl TileSoftmax {
         // exactly 0, and adding 0 leaves a sum as it was (sums are never -0). Whole
         // pairs of keys, so that the pairs' loop below can stop there too.
         let mut seen_keys = 0;
-        for q in 0..QUERIES {
-            let seen = if active[q] { self.visible[q] } else { 0 };
+        for (&on, &visible) in active.iter().zip(&self.visible) {
+            let seen = if on { visible } else { 0 };
             seen_keys = if seen > seen_keys { seen } else { seen_keys };
         }
         let rows = (seen_keys as usize).next_multiple_of(2).min(KEYS);
