@@ -759,3 +759,76 @@ fn a_recording_splits_the_calls_into_their_parts_and_changes_no_bit() {
     tiles(&cases()[0], Unit::Model);
     assert_eq!(timing::finish(), timing::TileSplit::default());
 }
+
+#[test]
+fn nan_scores_give_the_scalar_update_too() {
+    // Query 3 sees only NaN scores on a short first tile: its maximum stays -inf, so even
+    // its masked keys come out NaN (-inf - -inf), as in the scalar update; the others are
+    // ordinary. NaN payloads are whatever the arithmetic gives: compared as NaN.
+    let width = 64;
+    let mut rng = Random(62);
+    let scores = rng.fill(QUERIES * KEYS, 4.0);
+    let mut rows_scores = [[0f32; KEYS]; QUERIES];
+    for q in 0..QUERIES {
+        for j in 0..KEYS {
+            rows_scores[q][j] = if q == 3 {
+                f32::NAN
+            } else {
+                scores[q * KEYS + j]
+            };
+        }
+    }
+    let visible = [9u32; QUERIES];
+    let first_visible = [0u32; QUERIES];
+    let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERIES], [0f32; QUERIES]);
+    let mut acc = rng.fill(QUERIES * width, 1.0);
+    let mut p = [[0u32; KEY_PAIRS]; QUERIES];
+    let mut st = TileSoftmax::new();
+    st.visible = visible;
+    let mut lanes_acc = vec![0f32; QUERIES * width];
+    for (q, row) in acc.chunks_exact(width).enumerate() {
+        for (d, &x) in row.iter().enumerate() {
+            lanes_acc[d * QUERIES + q] = x;
+        }
+    }
+    st.scores = std::array::from_fn(|j| std::array::from_fn(|q| rows_scores[q][j]));
+    let mut scores = rows_scores;
+    update_rows_scalar(
+        &mut scores,
+        &mut max,
+        &mut sum,
+        &first_visible,
+        &visible,
+        0.0,
+        &mut acc,
+        &mut p,
+        0..QUERIES,
+    );
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let same_pair = |a: u32, b: u32| {
+        let halves = |w: u32| [widen(w as u16), widen((w >> 16) as u16)];
+        halves(a).iter().zip(halves(b)).all(|(&x, y)| same(x, y))
+    };
+    for path in paths() {
+        let (mut st, mut lanes_acc) = (st.clone(), lanes_acc.clone());
+        st.update(path, &mut lanes_acc);
+        for q in 0..QUERIES {
+            assert!(
+                same(st.max[q], max[q]) && same(st.sum[q], sum[q]),
+                "{path:?} {q}"
+            );
+            for (k, &want) in p[q].iter().enumerate() {
+                assert!(
+                    same_pair(st.p[k][q], want),
+                    "{path:?} query {q} pair {k}"
+                );
+            }
+            for d in 0..width {
+                assert!(same(lanes_acc[d * QUERIES + q], acc[q * width + d]));
+            }
+        }
+        // The NaN query's masked tail is NaN, the others' exactly 0.
+        assert!(widen(st.p[KEY_PAIRS - 1][3] as u16).is_nan());
+        assert_eq!(st.p[KEY_PAIRS - 1][4], 0);
+    }
+}

@@ -139,9 +139,20 @@ impl TileSoftmax {
             }
         }
 
+        // Keys past every updated query's last visible one (the tail of a short tile, of
+        // a causal run) need neither mask nor exponential: their probabilities are
+        // exactly 0, and adding 0 leaves a sum as it was (sums are never -0). Whole
+        // pairs of keys, so that the pairs' loop below can stop there too.
+        let mut seen_keys = 0;
+        for (&on, &visible) in active.iter().zip(&self.visible) {
+            let seen = if on { visible } else { 0 };
+            seen_keys = if seen > seen_keys { seen } else { seen_keys };
+        }
+        let rows = (seen_keys as usize).next_multiple_of(2).min(KEYS);
+
         // Masked keys at -inf; each query's maximum over its visible keys, in key order.
         let mut tile_max = [f32::NEG_INFINITY; QUERIES];
-        for (j, row) in self.scores.iter_mut().enumerate() {
+        for (j, row) in self.scores[..rows].iter_mut().enumerate() {
             let j = j as u32;
             for q in 0..QUERIES {
                 let seen = (j >= self.first_visible[q]) & (j < self.visible[q]);
@@ -171,8 +182,26 @@ impl TileSoftmax {
             unsafe { R::scale(acc.as_chunks_mut::<QUERIES>().0, &alpha) };
         }
 
+        // The keys past `rows` are 0 for every updated query, unless its maximum is not
+        // finite (NaN scores): then `-inf - max` is NaN, and they run like the others.
+        let mut finite = true;
+        for (&on, max) in active.iter().zip(&new_max) {
+            finite &= !on | max.is_finite();
+        }
+        let pairs = if finite {
+            rows / 2
+        } else {
+            for row in &mut self.scores[rows..] {
+                *row = [f32::NEG_INFINITY; QUERIES];
+            }
+            KEY_PAIRS
+        };
+        for p in &mut self.p[pairs..] {
+            *p = [0; QUERIES];
+        }
+
         let mut sum = self.sum;
-        for (k, p) in self.p.iter_mut().enumerate() {
+        for (k, p) in self.p[..pairs].iter_mut().enumerate() {
             let (even, odd) = (&self.scores[2 * k], &self.scores[2 * k + 1]);
             for q in 0..QUERIES {
                 let e = bf16_bits(exp2_non_positive::<Separate>(even[q] - new_max[q]));
