@@ -818,10 +818,7 @@ fn nan_scores_give_the_scalar_update_too() {
                 "{path:?} {q}"
             );
             for (k, &want) in p[q].iter().enumerate() {
-                assert!(
-                    same_pair(st.p[k][q], want),
-                    "{path:?} query {q} pair {k}"
-                );
+                assert!(same_pair(st.p[k][q], want), "{path:?} query {q} pair {k}");
             }
             for d in 0..width {
                 assert!(same(lanes_acc[d * QUERIES + q], acc[q * width + d]));
