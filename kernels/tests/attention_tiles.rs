@@ -761,8 +761,6 @@ fn a_recording_splits_the_calls_into_their_parts_and_changes_no_bit() {
 }
 
 #[test]
-// Transposing between the rows layout and the tile's lanes reads clearest as index loops.
-#[allow(clippy::needless_range_loop)]
 fn nan_scores_give_the_scalar_update_too() {
     // Query 3 sees only NaN scores on a short first tile: its maximum stays -inf, so even
     // its masked keys come out NaN (-inf - -inf), as in the scalar update; the others are
@@ -793,11 +791,7 @@ fn nan_scores_give_the_scalar_update_too() {
             lanes_acc[d * QUERIES + q] = x;
         }
     }
-    for j in 0..KEYS {
-        for q in 0..QUERIES {
-            st.scores[j][q] = rows_scores[q][j];
-        }
-    }
+    st.scores = std::array::from_fn(|j| std::array::from_fn(|q| rows_scores[q][j]));
     let mut scores = rows_scores;
     update_rows_scalar(
         &mut scores,
@@ -823,11 +817,8 @@ fn nan_scores_give_the_scalar_update_too() {
                 same(st.max[q], max[q]) && same(st.sum[q], sum[q]),
                 "{path:?} {q}"
             );
-            for k in 0..KEY_PAIRS {
-                assert!(
-                    same_pair(st.p[k][q], p[q][k]),
-                    "{path:?} query {q} pair {k}"
-                );
+            for (k, &want) in p[q].iter().enumerate() {
+                assert!(same_pair(st.p[k][q], want), "{path:?} query {q} pair {k}");
             }
             for d in 0..width {
                 assert!(same(lanes_acc[d * QUERIES + q], acc[q * width + d]));

@@ -244,18 +244,20 @@ fn pairs_of(row: &[f32], scale: f32, out: &mut [u32]) {
     }
 }
 
-/// `dst[c * rows + r] = src[r * cols + c]` for a `rows x cols` matrix of words, in
-/// blocks of 16 x 16 so that both sides stay in cache lines.
+/// `dst[c * rows + r] = src[r * cols + c]` for a `rows x cols` matrix of words (both
+/// multiples of 16), in blocks of 16 x 16 on `R`'s instructions.
+///
+/// # Safety
+/// The CPU has `R`'s instructions.
 #[inline(always)]
-fn transpose_words(src: &[u32], rows: usize, cols: usize, dst: &mut [u32]) {
+unsafe fn transpose_words<R: Rows>(src: &[u32], rows: usize, cols: usize, dst: &mut [u32]) {
+    assert!(rows.is_multiple_of(16) && cols.is_multiple_of(16));
     assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
     for r0 in (0..rows).step_by(16) {
         for c0 in (0..cols).step_by(16) {
-            for c in c0..cols.min(c0 + 16) {
-                for r in r0..rows.min(r0 + 16) {
-                    dst[c * rows + r] = src[r * cols + c];
-                }
-            }
+            let (from, to) = (&src[r0 * cols + c0..], &mut dst[c0 * rows + r0..]);
+            // SAFETY: the caller's promise.
+            unsafe { R::transpose16(from, cols, to, rows) };
         }
     }
 }
@@ -266,7 +268,11 @@ fn transpose_words(src: &[u32], rows: usize, cols: usize, dst: &mut [u32]) {
 /// order), values as the `A` operands of `O^T = V^T P^T` (per block of 32 value columns,
 /// a row of 16 words per column: column `c` of keys `2k` and `2k + 1` in word `k`).
 /// `scratch` holds the interleaved values on the way.
-fn pack_tile(
+///
+/// # Safety
+/// The CPU has `R`'s instructions.
+#[inline(always)]
+unsafe fn pack_tile<R: Rows>(
     shape: Shape,
     keys: &[f32],
     values: &[f32],
@@ -301,12 +307,12 @@ fn pack_tile(
             }
         }
     }
-    // Per block, (c, k) from (k, c).
+    // Per block, (c, k) from (k, c): two 16 x 16 transposes.
     for (b, block) in value_part.chunks_exact_mut(VALUE_BLOCK_WORDS).enumerate() {
-        for c in 0..VALUE_BLOCK {
-            for k in 0..KEY_PAIRS {
-                block[c * KEY_PAIRS + k] = interleaved[k * padded + b * VALUE_BLOCK + c];
-            }
+        for c0 in [0, 16] {
+            let from = &interleaved[b * VALUE_BLOCK + c0..];
+            // SAFETY: the caller's promise.
+            unsafe { R::transpose16(from, padded, &mut block[c0 * KEY_PAIRS..], KEY_PAIRS) };
         }
     }
 }
@@ -326,11 +332,11 @@ fn pack_tile_on(
         target_feature(enable = "avx512f,avx512vl,fma")
     )]
     unsafe fn avx512(s: Shape, k: &[f32], v: &[f32], l: usize, o: &mut [u32], t: &mut Vec<u32>) {
-        pack_tile(s, k, v, l, o, t)
+        pack_tile::<Avx512Rows>(s, k, v, l, o, t)
     }
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
     unsafe fn avx2(s: Shape, k: &[f32], v: &[f32], l: usize, o: &mut [u32], t: &mut Vec<u32>) {
-        pack_tile(s, k, v, l, o, t)
+        pack_tile::<Avx2Rows>(s, k, v, l, o, t)
     }
     assert!(path.available());
     // SAFETY: the path's features were checked.
@@ -339,7 +345,7 @@ fn pack_tile_on(
             SimdPath::Avx512 => avx512(shape, keys, values, len, out, scratch),
             SimdPath::Avx2 => avx2(shape, keys, values, len, out, scratch),
             SimdPath::Neon | SimdPath::Portable => {
-                pack_tile(shape, keys, values, len, out, scratch)
+                pack_tile::<PlainRows>(shape, keys, values, len, out, scratch)
             }
         }
     }
@@ -624,7 +630,8 @@ impl Job<'_> {
             let q = &self.queries[slots[i]..slots[i] + dim];
             pairs_of(q, self.scale, &mut query_rows[i * shape.pairs..]);
         }
-        transpose_words(&query_rows, QUERY_CHUNK, shape.pairs, &mut st.q);
+        // SAFETY: the caller's promise.
+        unsafe { transpose_words::<R>(&query_rows, QUERY_CHUNK, shape.pairs, &mut st.q) };
         watch.lap(Part::AttentionPacking);
 
         // The shared prefix, as in the vector kernel.

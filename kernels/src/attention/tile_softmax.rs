@@ -185,8 +185,8 @@ impl TileSoftmax {
         // The keys past `rows` are 0 for every updated query, unless its maximum is not
         // finite (NaN scores): then `-inf - max` is NaN, and they run like the others.
         let mut finite = true;
-        for q in 0..QUERIES {
-            finite &= !active[q] | new_max[q].is_finite();
+        for (&on, max) in active.iter().zip(&new_max) {
+            finite &= !on | max.is_finite();
         }
         let pairs = if finite {
             rows / 2
@@ -237,6 +237,30 @@ pub(crate) unsafe trait Rows {
     /// # Safety
     /// The CPU has the implementation's instructions.
     unsafe fn add_where(rows: &mut [[f32; QUERIES]], add: &[[f32; QUERIES]], lanes: u32);
+
+    /// `dst[c * dst_stride + r] = src[r * src_stride + c]` for `r, c < 16`: a block of the
+    /// packing's transposes (`amx.rs`: queries into `B` rows, values into `A` rows).
+    ///
+    /// # Safety
+    /// The CPU has the implementation's instructions.
+    ///
+    /// # Panics
+    /// If either slice is too short for 16 rows of its stride.
+    #[inline(always)]
+    unsafe fn transpose16(src: &[u32], src_stride: usize, dst: &mut [u32], dst_stride: usize) {
+        transpose16_plain(src, src_stride, dst, dst_stride)
+    }
+}
+
+/// [`Rows::transpose16`] in plain loops.
+#[inline(always)]
+fn transpose16_plain(src: &[u32], src_stride: usize, dst: &mut [u32], dst_stride: usize) {
+    assert!(src.len() >= 15 * src_stride + 16 && dst.len() >= 15 * dst_stride + 16);
+    for c in 0..16 {
+        for r in 0..16 {
+            dst[c * dst_stride + r] = src[r * src_stride + c];
+        }
+    }
 }
 
 /// Plain loops (the portable path, NEON).
@@ -282,6 +306,12 @@ unsafe impl Rows for Avx512Rows {
         // SAFETY: the caller's promise.
         unsafe { avx512::add_where(rows, add, lanes) }
     }
+
+    #[inline(always)]
+    unsafe fn transpose16(src: &[u32], src_stride: usize, dst: &mut [u32], dst_stride: usize) {
+        // SAFETY: the caller's promise.
+        unsafe { avx512::transpose16(src, src_stride, dst, dst_stride) }
+    }
 }
 
 /// AVX2: a row is four registers; the lanes a blend.
@@ -316,6 +346,8 @@ mod avx512 {
     use super::QUERIES;
     use std::arch::x86_64::*;
 
+    pub(super) use super::avx512_transpose::transpose16;
+
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub(super) fn scale(rows: &mut [[f32; QUERIES]], alpha: &[f32; QUERIES]) {
@@ -345,6 +377,56 @@ mod avx512 {
                 let y1 = _mm512_mask_add_ps(x1, k1, x1, _mm512_loadu_ps(a.add(16)));
                 _mm512_storeu_ps(p, y0);
                 _mm512_storeu_ps(p.add(16), y1);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_transpose {
+    use std::arch::x86_64::*;
+
+    /// [`super::Rows::transpose16`] in 64 shuffles: pairs of rows interleaved by words,
+    /// then by pairs of words (each 128-bit lane then holds four rows of one column), then
+    /// the lanes gathered twice.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn transpose16(src: &[u32], src_stride: usize, dst: &mut [u32], dst_stride: usize) {
+        assert!(src.len() >= 15 * src_stride + 16 && dst.len() >= 15 * dst_stride + 16);
+        // SAFETY: 16 words at each of the 16 rows of either side (asserted).
+        unsafe {
+            let r: [__m512i; 16] = std::array::from_fn(|i| {
+                _mm512_loadu_si512(src.as_ptr().add(i * src_stride).cast())
+            });
+            let mut t = [_mm512_setzero_si512(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+            }
+            // u[4g + j]: column 4L + j of rows 4g..4g + 4, in each lane L.
+            let mut u = [_mm512_setzero_si512(); 16];
+            for g in 0..4 {
+                let t = &t[4 * g..4 * g + 4];
+                u[4 * g] = _mm512_unpacklo_epi64(t[0], t[2]);
+                u[4 * g + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+                u[4 * g + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+                u[4 * g + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+            }
+            for j in 0..4 {
+                // Lanes 0 and 2, then 1 and 3, of the row groups 0 and 1, then 2 and 3.
+                let low = _mm512_shuffle_i32x4::<0x88>(u[j], u[4 + j]);
+                let high = _mm512_shuffle_i32x4::<0xdd>(u[j], u[4 + j]);
+                let low2 = _mm512_shuffle_i32x4::<0x88>(u[8 + j], u[12 + j]);
+                let high2 = _mm512_shuffle_i32x4::<0xdd>(u[8 + j], u[12 + j]);
+                let columns = [
+                    (j, _mm512_shuffle_i32x4::<0x88>(low, low2)),
+                    (8 + j, _mm512_shuffle_i32x4::<0xdd>(low, low2)),
+                    (4 + j, _mm512_shuffle_i32x4::<0x88>(high, high2)),
+                    (12 + j, _mm512_shuffle_i32x4::<0xdd>(high, high2)),
+                ];
+                for (c, column) in columns {
+                    _mm512_storeu_si512(dst.as_mut_ptr().add(c * dst_stride).cast(), column);
+                }
             }
         }
     }
@@ -487,6 +569,31 @@ pub fn update_rows_scalar(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_transposes_transpose() {
+        let (src_stride, dst_stride) = (40, 19);
+        let src: Vec<u32> = (0..16 * src_stride as u32).collect();
+        let want = {
+            let mut dst = vec![u32::MAX; 16 * dst_stride];
+            transpose16_plain(&src[3..], src_stride, &mut dst, dst_stride);
+            dst
+        };
+        for r in 0..16 {
+            for c in 0..16 {
+                assert_eq!(want[c * dst_stride + r], src[3 + r * src_stride + c]);
+            }
+        }
+        // Untouched past the 16 words of each row.
+        assert_eq!(want[dst_stride - 1], u32::MAX);
+        #[cfg(target_arch = "x86_64")]
+        if SimdPath::Avx512.available() {
+            let mut dst = vec![u32::MAX; 16 * dst_stride];
+            // SAFETY: the CPU has AVX-512F.
+            unsafe { Avx512Rows::transpose16(&src[3..], src_stride, &mut dst, dst_stride) };
+            assert_eq!(dst, want);
+        }
+    }
 
     #[test]
     fn the_select_rounding_is_the_branching_one() {
