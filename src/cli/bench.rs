@@ -32,12 +32,12 @@ pub enum Workload {
     /// All N(N-1) comparisons of SummEval documents (template c1), evaluated prompt by
     /// prompt (naive) and as one prefix trie (tree), in one process.
     Pairwise(PairwiseArgs),
-    /// Rubric grading with feedback on SummEval documents, as `score --method rubric`
-    /// runs it, nothing cached: every feedback written through the generation route (one
+    /// Rubric grading with feedback on SummEval documents, as `score` runs its rubric
+    /// method, nothing cached: every feedback written through the generation route (one
     /// batch, prompts in the prefix trie, all rows stepping together), every score read
     /// from its feedback's own state. Reports prompt tokens asked and computed, rows per
     /// decoding step, prefill / decode / scoring seconds, decode tokens per second and
-    /// peak memory; --rows 1 runs one candidate at a time instead.
+    /// peak memory; a row budget of 1 runs one candidate at a time instead.
     Generate(GenerateArgs),
 }
 
