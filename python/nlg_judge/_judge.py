@@ -295,9 +295,11 @@ class Judge:
         data: Data,
         rubric: Union[str, PathLike, Dict[str, Any]] = "coherence",
         *,
-        protocol: Optional[str] = None,
+        protocol: Union[str, PathLike, None] = None,
         feedback: bool = True,
         max_feedback_tokens: Optional[int] = None,
+        max_reasoning_tokens: Optional[int] = None,
+        thinking: bool = True,
         reference: bool = False,
         task: str = "summary",
         attribute: Optional[str] = None,
@@ -317,14 +319,22 @@ class Judge:
                 ``descriptions`` (one per score, lowest first) and optionally ``name``,
                 ``scale`` ([low, high], default [1, 5]), ``instruction`` and ``sections``
                 (``{"source", "reference", "output"}`` headings; default: ``task``'s).
-            protocol: ``prometheus``, ``flow-judge`` or ``plain`` (default: the model
-                card's, so prometheus-7b-v2 and flow-judge-v0.1 grade in their own; plain
-                for every other model).
+            protocol: a built-in protocol's name (``prometheus``, ``flow-judge``,
+                ``plain``, ...) or a protocol file (``.toml``, see
+                rubrics/protocols/README.md) (default: the model card's, so
+                prometheus-7b-v2 and flow-judge-v0.1 grade in their own; plain for every
+                other model).
             feedback: write a feedback before the score (one generation per candidate);
                 False reads the score right after the rubric prompt and the marker.
             max_feedback_tokens: most tokens of each feedback (default 512; a feedback
                 cut there gets the marker appended and counts as ``cut`` in
                 ``format_counts``).
+            max_reasoning_tokens: a thinking judge's (a protocol with reasoning
+                markers) most tokens of reasoning before its feedback (default 1024); a
+                reasoning cut there is closed before the verdict is read and counts as
+                ``unclosed_reasoning`` in ``format_counts``.
+            thinking: False switches a thinking judge's thinking off, where its protocol
+                says how (Qwen3's empty ``<think></think>``).
             reference: show each candidate's ``reference`` as the reference answer
                 (Prometheus' "Reference Answer (Score 5)").
             task: ``summary``, ``dialogue``, ``data-to-text`` or ``custom``: picks a
@@ -352,6 +362,14 @@ class Judge:
         tokens = _DEFAULTS["max_feedback_tokens"] if max_feedback_tokens is None else max_feedback_tokens
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
             raise ValueError(f"max_feedback_tokens must be a whole number of at least 1, got {tokens!r}")
+        if max_reasoning_tokens is not None and (
+            isinstance(max_reasoning_tokens, bool)
+            or not isinstance(max_reasoning_tokens, int)
+            or max_reasoning_tokens < 1
+        ):
+            raise ValueError(
+                f"max_reasoning_tokens must be a whole number of at least 1, got {max_reasoning_tokens!r}"
+            )
         if isinstance(rubric, dict):
             name, given = None, json.dumps(rubric)
         elif isinstance(rubric, (str, os.PathLike)):
@@ -365,9 +383,11 @@ class Judge:
                 _data.source(data),
                 name,
                 given,
-                protocol,
+                None if protocol is None else os.fspath(protocol),
                 feedback,
                 tokens,
+                max_reasoning_tokens,
+                bool(thinking),
                 reference,
                 task,
                 attribute,

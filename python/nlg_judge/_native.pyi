@@ -75,6 +75,8 @@ class NativeJudge:
         protocol: Optional[str],
         feedback: bool,
         max_feedback_tokens: int,
+        max_reasoning_tokens: Optional[int],
+        thinking: bool,
         reference: bool,
         task: str,
         attribute: Optional[str],

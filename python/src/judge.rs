@@ -281,7 +281,7 @@ impl NativeJudge {
 
     /// Rubric grading (`score --method rubric`): `rubric` a built-in name or a rubric
     /// file, or `rubric_json` a rubric given whole (a JSON object).
-    #[pyo3(signature = (source, rubric, rubric_json, protocol, feedback, max_feedback_tokens, reference, task, attribute, human_key, sink=None))]
+    #[pyo3(signature = (source, rubric, rubric_json, protocol, feedback, max_feedback_tokens, max_reasoning_tokens, thinking, reference, task, attribute, human_key, sink=None))]
     #[allow(clippy::too_many_arguments)]
     fn grade(
         &self,
@@ -292,6 +292,8 @@ impl NativeJudge {
         protocol: Option<&str>,
         feedback: bool,
         max_feedback_tokens: usize,
+        max_reasoning_tokens: Option<usize>,
+        thinking: bool,
         reference: bool,
         task: &str,
         attribute: Option<String>,
@@ -317,9 +319,15 @@ impl NativeJudge {
                 reference,
                 rubric: Some(RubricRequest {
                     rubric: chosen,
-                    protocol: optional_choice::<RubricProtocol>("protocol", protocol)?,
+                    protocol: protocol
+                        .map(|p| {
+                            RubricProtocol::resolve(p).map_err(|e| input(e.context("protocol")))
+                        })
+                        .transpose()?,
                     feedback,
                     max_feedback_tokens,
+                    max_reasoning_tokens,
+                    thinking_off: !thinking,
                 }),
                 audience: Audience::Python,
                 ..ScoreRequest::new(ScoreMethod::Rubric, attribute.as_deref())

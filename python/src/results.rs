@@ -204,9 +204,15 @@ impl NativeScoreResult {
                 "max_feedback_tokens": rubric.feedback_tokens,
             });
             if rubric.feedback_tokens.is_some() {
-                value["format_counts"] = json!(FormatCounts::of(
-                    self.run.candidates.iter().filter_map(|c| c.format)
-                ));
+                let mut counts =
+                    FormatCounts::of(self.run.candidates.iter().filter_map(|c| c.format));
+                counts.unclosed_reasoning = self
+                    .run
+                    .candidates
+                    .iter()
+                    .filter(|c| c.reasoning_cut)
+                    .count();
+                value["format_counts"] = json!(counts);
             }
         }
         Ok(value.to_string())

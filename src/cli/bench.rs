@@ -58,8 +58,8 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "coherence")]
     pub rubric: String,
 
-    /// The judge's protocol (default: the model card's, else plain).
-    #[arg(long, value_enum)]
+    #[arg(long, value_name = "NAME|FILE", value_parser = super::values::parse_protocol,
+          help = super::values::protocol_help("Rubric grading"))]
     pub protocol: Option<RubricProtocol>,
 
     /// Most tokens of each feedback.
@@ -212,6 +212,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
                     &scorer,
                     context,
                     candidate,
+                    "",
                     args.max_feedback_tokens,
                 )?;
                 prompts.push(scorer.render(&request.prompt)?.input);

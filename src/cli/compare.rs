@@ -186,9 +186,9 @@ pub struct CompareArgs {
     #[arg(long, value_name = "NAME|FILE")]
     pub rubric: Option<String>,
 
-    /// Relative rubric grading: the format (prometheus or plain; default: the model card's
-    /// `[judge] protocol`, else plain). Flow-Judge has no pairwise format.
-    #[arg(long, value_enum, value_name = "PROTOCOL", requires = "rubric")]
+    #[arg(long, value_name = "NAME|FILE", requires = "rubric",
+          value_parser = super::values::parse_protocol,
+          help = super::values::protocol_help("Relative rubric grading (a protocol with a [relative] form; Flow-Judge has none)"))]
     pub protocol: Option<RubricProtocol>,
 
     /// Relative rubric grading: no feedback; read A or B right after the prompt and the
@@ -200,6 +200,17 @@ pub struct CompareArgs {
     /// marker appended, and counts in the `format` diagnostic).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_FEEDBACK_TOKENS, requires = "rubric")]
     pub max_feedback_tokens: usize,
+
+    /// Relative rubric grading with a thinking judge (a protocol with reasoning markers):
+    /// most tokens of its reasoning before the feedback (default 1024). A reasoning cut
+    /// here is closed before the choice is read, and counts in the `format` diagnostic.
+    #[arg(long, value_name = "N", requires = "rubric")]
+    pub max_reasoning_tokens: Option<usize>,
+
+    /// Relative rubric grading with a thinking judge: thinking off (its answer opens with
+    /// an empty reasoning, where its protocol says how: Qwen3's enable_thinking=false).
+    #[arg(long, requires = "rubric", conflicts_with = "max_reasoning_tokens")]
+    pub no_thinking: bool,
 
     /// Relative rubric grading: show the candidates' `reference` as the reference answer
     /// (both candidates of a context must give the same one).
@@ -347,7 +358,7 @@ fn report_facts(
     if let Some(relative) = &options.relative {
         facts.extend(rubric_facts(
             &relative.rubric,
-            relative.protocol,
+            &relative.protocol,
             relative.protocol_source,
             relative.feedback_tokens,
             relative.marker(),
@@ -728,10 +739,11 @@ pub fn run(args: CompareArgs) -> Result<()> {
         let relative = RelativeGrading::new(
             scorer.as_ref(),
             rubric,
-            args.protocol,
+            args.protocol.clone(),
             (!args.no_feedback).then_some(args.max_feedback_tokens),
             args.reference,
         )
+        .and_then(|grading| grading.with_thinking(args.max_reasoning_tokens, args.no_thinking))
         .map_err(super::input_error)?;
         eprintln!(
             "relative rubric grading: rubric {} ({}), {} format ({}), {}",

@@ -220,6 +220,8 @@ mod tests {
             distribution: None,
             feedback: None,
             format: None,
+            reasoning: None,
+            reasoning_cut: false,
             human: Default::default(),
         };
         let run = ScoreRun {

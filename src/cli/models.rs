@@ -154,7 +154,8 @@ fn list(catalog: &CardCatalog, options: &FetchOptions) -> Result<()> {
             },
             sources.join(","),
             card.judge
-                .map(|judge| judge.protocol.to_string())
+                .as_ref()
+                .map(|judge| judge.protocol.clone())
                 .unwrap_or_else(|| "-".into()),
             status(&card_state(card, options))
         );
@@ -200,7 +201,7 @@ fn show(card: &ModelCard) {
         }
     }
     println!("chat template {:?}", card.chat.template);
-    match card.judge {
+    match &card.judge {
         Some(judge) => println!(
             "judge protocol {} (rubric grading uses it unless --protocol says otherwise)",
             judge.protocol

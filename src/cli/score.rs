@@ -132,10 +132,8 @@ pub struct ScoreArgs {
     #[arg(long, value_name = "NAME|FILE", help = rubric_help())]
     pub rubric: Option<String>,
 
-    /// Rubric grading: the format the judge is asked in (default: the model card's
-    /// `[judge] protocol`, so prometheus-7b-v2 and flow-judge-v0.1 grade in their own;
-    /// plain for every other model).
-    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    #[arg(long, value_name = "NAME|FILE", value_parser = super::values::parse_protocol,
+          help = super::values::protocol_help("Rubric grading"))]
     pub protocol: Option<RubricProtocol>,
 
     /// Rubric grading: no feedback; read the score right after the rubric prompt and the
@@ -148,6 +146,17 @@ pub struct ScoreArgs {
     /// marker appended, and counts in the `format` diagnostic).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_FEEDBACK_TOKENS)]
     pub max_feedback_tokens: usize,
+
+    /// Rubric grading with a thinking judge (a protocol with reasoning markers): most
+    /// tokens of its reasoning before the feedback (default 1024). A reasoning cut here is
+    /// closed before the verdict is read, and counts in the `format` diagnostic.
+    #[arg(long, value_name = "N")]
+    pub max_reasoning_tokens: Option<usize>,
+
+    /// Rubric grading with a thinking judge: thinking off (its answer opens with an empty
+    /// reasoning, where its protocol says how: Qwen3's enable_thinking=false).
+    #[arg(long, conflicts_with = "max_reasoning_tokens")]
+    pub no_thinking: bool,
 
     /// Write one line per candidate (context_id, candidate_id, system_id, score, the
     /// probabilities, the human scores) here; default: standard output.
@@ -246,6 +255,11 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
             ("--protocol", args.protocol.is_some()),
             ("--no-feedback", args.no_feedback),
             (
+                "--max-reasoning-tokens",
+                args.max_reasoning_tokens.is_some(),
+            ),
+            ("--no-thinking", args.no_thinking),
+            (
                 "--max-feedback-tokens",
                 args.max_feedback_tokens != DEFAULT_FEEDBACK_TOKENS,
             ),
@@ -273,9 +287,11 @@ fn options(args: &ScoreArgs) -> Result<ScoreOptions> {
         reference: args.reference,
         rubric: args.rubric.as_ref().map(|rubric| RubricRequest {
             rubric: RubricChoice::Named(rubric.clone()),
-            protocol: args.protocol,
+            protocol: args.protocol.clone(),
             feedback: !args.no_feedback,
             max_feedback_tokens: args.max_feedback_tokens,
+            max_reasoning_tokens: args.max_reasoning_tokens,
+            thinking_off: args.no_thinking,
         }),
         audience: Default::default(),
     };
@@ -411,7 +427,7 @@ fn run_jury(
 fn rubric_facts_of(rubric: &crate::judge::rubric::RubricMethod) -> Vec<(String, String)> {
     rubric_facts(
         &rubric.rubric,
-        rubric.protocol,
+        &rubric.protocol,
         rubric.protocol_source,
         rubric.feedback_tokens,
         rubric.marker(),

@@ -1,5 +1,5 @@
 //! The command line's names for the core's option enums (weight policy, evaluation
-//! strategy, task, design, debiasing, ranking, scoring method, rubric protocol,
+//! strategy, task, design, debiasing, ranking, scoring method,
 //! experiment, DHP task and method, paraphrase prompt set): clap's `ValueEnum` is implemented here, so that no
 //! layer below `cli/` knows clap.
 
@@ -9,8 +9,9 @@ use clap::ValueEnum;
 use crate::arch::WeightPolicy;
 use crate::dhp::score::DhpMethod;
 use crate::dhp::task::DhpTask;
-use crate::engine::{RubricProtocol, Strategy};
+use crate::engine::Strategy;
 use crate::judge::pairwise::{Debias, Design};
+use crate::judge::rubric::RubricProtocol;
 use crate::judge::{ScoreMethod, Task};
 use crate::pararef::prompts::PromptSet;
 use crate::rank::RankMethod;
@@ -88,11 +89,24 @@ command_line_values!(ScoreMethod {
         "Rubric grading in the judge's own format: a feedback generated per candidate (one generation each, not through the prefix trie), then the score read after the result marker; expectation",
 });
 
-command_line_values!(RubricProtocol {
-    RubricProtocol::Prometheus => "prometheus": "Prometheus 2's absolute grading: feedback, then [RESULT] N (1-5 rubrics only)",
-    RubricProtocol::FlowJudge => "flow-judge": "Flow-Judge v0.1's: <feedback>...</feedback>, then <score>N</score>",
-    RubricProtocol::Plain => "plain": "Ours, for any instruct model: \"Feedback:\", then a last line \"Score: N\"",
-});
+/// `--protocol NAME|FILE`: a built-in protocol by name, or a protocol file.
+pub fn parse_protocol(value: &str) -> Result<RubricProtocol, String> {
+    RubricProtocol::resolve(value).map_err(|e| format!("{e:#}"))
+}
+
+/// The help of `--protocol`: what it takes, and the built-in protocols with their
+/// descriptions.
+pub fn protocol_help(what: &str) -> String {
+    let builtins: Vec<String> = RubricProtocol::builtins()
+        .iter()
+        .map(|p| format!("{} ({})", p.name(), p.description()))
+        .collect();
+    format!(
+        "{what}: the judge's protocol, a built-in one by name or a protocol file (TOML, see \
+         rubrics/protocols/README.md); default: the model card's, else plain. Built-in: {}",
+        builtins.join("; ")
+    )
+}
 
 command_line_values!(PromptSet {
     PromptSet::Basic => "basic": "\"Paraphrase the sentences: {reference}\" for every paraphrase",
@@ -150,10 +164,11 @@ mod tests {
             ScoreMethod::Gptscore
         );
         // The cards' names: one spelling for `[judge] protocol` and `--protocol`.
-        let protocols: Vec<String> = RubricProtocol::ALL
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        assert_eq!(names::<RubricProtocol>(), protocols);
+        assert_eq!(
+            parse_protocol("flow-judge").unwrap(),
+            RubricProtocol::flow_judge()
+        );
+        let error = parse_protocol("nope").unwrap_err();
+        assert!(error.contains("prometheus, flow-judge, plain"), "{error}");
     }
 }

@@ -41,5 +41,5 @@ pub use runner::{
     fill_together, generate_cached, generate_cached_all, plan_label, plan_labels, GeneratedCounts,
     GenerationReader, LabelPlan, PlannedLabel,
 };
-pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, RubricProtocol, Scorer};
+pub use scorer::{Conventions, ModelInfo, ModelKind, RenderedPrompt, Scorer};
 pub use t5_scorer::T5Scorer;

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::TextTokenizer;
-pub use crate::runtime::{Conventions, ModelKind, RubricProtocol};
+pub use crate::runtime::{Conventions, ModelKind};
 
 use super::completion::{ChatMessage, ChatRole, CompletionRequest};
 use super::decoder::prefix_cache::PrefixCache;

@@ -715,7 +715,7 @@ pub fn rubric_format(
                 counts.repeated,
                 counts.missing,
                 counts.cut
-            ),
+            ) + &unclosed(counts.unclosed_reasoning),
             &remedy(
                 "the judge does not keep to its rubric format (its result is still read after \
                  the marker)",
@@ -725,6 +725,17 @@ pub fn rubric_format(
         )
         .over(total),
     )
+}
+
+/// The format check's words on reasonings a thinking judge left open.
+fn unclosed(count: usize) -> String {
+    match count {
+        0 => String::new(),
+        _ => format!(
+            "; {count} reasoning(s) left open at the reasoning budget, closed before the \
+             verdict was read"
+        ),
+    }
 }
 
 /// The remedy for ties under the run's `choices`.
@@ -893,7 +904,8 @@ pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
         checks.push(steps(&s.text, audience));
     }
     if let ResolvedMethod::Rubric(rubric) = &run.method {
-        let counts = FormatCounts::of(run.candidates.iter().filter_map(|c| c.format));
+        let mut counts = FormatCounts::of(run.candidates.iter().filter_map(|c| c.format));
+        counts.unclosed_reasoning = run.candidates.iter().filter(|c| c.reasoning_cut).count();
         checks.extend(rubric_format(&counts, rubric.marker(), false, audience));
     }
     if !matches!(run.method, ResolvedMethod::Gptscore { .. }) {

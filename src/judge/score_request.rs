@@ -61,6 +61,10 @@ pub struct RubricRequest {
     /// Write a feedback before the score (one generation per candidate).
     pub feedback: bool,
     pub max_feedback_tokens: usize,
+    /// Thinking judges: most tokens of a reasoning (`None`: the default).
+    pub max_reasoning_tokens: Option<usize>,
+    /// Thinking judges: thinking off, where the protocol can switch it off.
+    pub thinking_off: bool,
 }
 
 impl RubricRequest {
@@ -71,6 +75,8 @@ impl RubricRequest {
             protocol: None,
             feedback: true,
             max_feedback_tokens: super::rubric::run::DEFAULT_FEEDBACK_TOKENS,
+            max_reasoning_tokens: None,
+            thinking_off: false,
         }
     }
 }
@@ -186,8 +192,10 @@ impl ScoreRequest {
                     }
                     RubricChoice::Given(rubric) => rubric.as_ref().clone(),
                 },
-                protocol: chosen.protocol,
+                protocol: chosen.protocol.clone(),
                 feedback_tokens: chosen.feedback.then_some(chosen.max_feedback_tokens),
+                reasoning_tokens: chosen.max_reasoning_tokens,
+                thinking_off: chosen.thinking_off,
             }),
             (Some(_), _) => bail!("{} applies to {} only", w("--rubric"), w("--method rubric")),
             (None, _) => None,
@@ -415,7 +423,7 @@ mod tests {
         assert_eq!(chosen.protocol, None);
         let mut direct = RubricRequest::new("dialogue/coherence");
         direct.feedback = false;
-        direct.protocol = Some(RubricProtocol::FlowJudge);
+        direct.protocol = Some(RubricProtocol::flow_judge());
         request.rubric = Some(direct);
         request.attribute = Some("continuity".into());
         let options = request.options(Progress::none()).unwrap();
@@ -423,7 +431,7 @@ mod tests {
         let chosen = options.rubric.unwrap();
         assert_eq!(
             (chosen.feedback_tokens, chosen.protocol),
-            (None, Some(RubricProtocol::FlowJudge))
+            (None, Some(RubricProtocol::flow_judge()))
         );
         request.scale = Some(ScoreScale::new(1, 3).unwrap());
         let error = format!("{:#}", request.options(Progress::none()).unwrap_err());

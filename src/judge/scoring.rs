@@ -96,6 +96,10 @@ pub struct RubricOptions {
     /// Most tokens of each feedback; `None`: no feedback, the score read right after the
     /// prompt and the marker.
     pub feedback_tokens: Option<usize>,
+    /// Thinking judges: most tokens of a reasoning (`None`: the default).
+    pub reasoning_tokens: Option<usize>,
+    /// Thinking judges: thinking off, where the protocol can switch it off.
+    pub thinking_off: bool,
 }
 
 impl ScoreOptions {
@@ -323,13 +327,16 @@ pub fn resolve_method(
                 .rubric
                 .as_ref()
                 .context("rubric grading needs a rubric (--rubric NAME or FILE)")?;
-            ResolvedMethod::Rubric(RubricMethod::new(
-                scorer,
-                chosen.rubric.clone(),
-                chosen.protocol,
-                chosen.feedback_tokens,
-                options.reference,
-            )?)
+            ResolvedMethod::Rubric(
+                RubricMethod::new(
+                    scorer,
+                    chosen.rubric.clone(),
+                    chosen.protocol.clone(),
+                    chosen.feedback_tokens,
+                    options.reference,
+                )?
+                .with_thinking(chosen.reasoning_tokens, chosen.thinking_off)?,
+            )
         }
     })
 }
@@ -351,6 +358,13 @@ pub struct ScoredCandidate {
     /// Rubric grading with feedback: whether the model kept to its format.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<FormatOutcome>,
+    /// Rubric grading with a thinking judge: its reasoning (between its markers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// Rubric grading with a thinking judge: the reasoning was left open (cut at its
+    /// budget) and closed before the verdict was read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_cut: bool,
     /// The candidate's human scores from the input, carried over for `correlate`.
     pub human: BTreeMap<String, f64>,
 }
@@ -432,6 +446,8 @@ fn scored(context: &Context, candidate: &Candidate, score: f64) -> ScoredCandida
         distribution: None,
         feedback: None,
         format: None,
+        reasoning: None,
+        reasoning_cut: false,
         human: candidate.scores.clone(),
     }
 }
@@ -549,6 +565,8 @@ fn run_rubric(
     for (entry, reading) in run.candidates[first..].iter_mut().zip(readings) {
         entry.feedback = Some(reading.feedback.clone());
         entry.format = Some(reading.format);
+        entry.reasoning = reading.reasoning.clone();
+        entry.reasoning_cut = reading.reasoning_cut;
     }
     tracing::debug!(
         generations = generated.generations,
@@ -656,7 +674,7 @@ pub fn write_run(run: &ScoreRun, out: &mut dyn Write) -> Result<()> {
     let record = match &run.method {
         ResolvedMethod::Rubric(method) => Some(super::rubric::rubric_record(
             &method.rubric,
-            method.protocol,
+            &method.protocol,
             method.protocol_source,
             method.feedback_tokens,
         )),
@@ -726,7 +744,7 @@ pub fn show_first_prompt(
             },
         ) => {
             let max_tokens = *max_tokens;
-            let request = rubric.feedback_request(scorer, context, candidate, max_tokens)?;
+            let request = rubric.feedback_request(scorer, context, candidate, "", max_tokens)?;
             (
                 request.prompt,
                 format!(

@@ -15,7 +15,7 @@ use std::str::FromStr;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::conventions::{Conventions, ModelKind, RubricProtocol};
+use super::conventions::{Conventions, ModelKind, BUILTIN_PROTOCOL_NAMES};
 
 /// The built-in cards, compiled in. `tests` checks that every file in `models/` is here.
 const BUILTIN_CARDS: &[(&str, &str)] = &[
@@ -289,12 +289,13 @@ pub struct TokenizerSpec {
 }
 
 /// The `[judge]` table of a judge model's card.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JudgeSpec {
-    /// The rubric-grading format the model was trained on (`score --method rubric` uses
-    /// it unless `--protocol` says otherwise).
-    pub protocol: RubricProtocol,
+    /// The built-in rubric-grading protocol the model was trained on, by name (its file is
+    /// `rubrics/protocols/<name>.toml`; `score --method rubric` uses it unless
+    /// `--protocol` says otherwise).
+    pub protocol: String,
 }
 
 /// A model repository on the Hugging Face hub at a pinned revision.
@@ -428,7 +429,7 @@ impl ModelCard {
     /// protocol.
     pub fn prompt_conventions(&self) -> Conventions {
         Conventions {
-            rubric_protocol: self.judge.map(|judge| judge.protocol),
+            rubric_protocol: self.judge.as_ref().map(|judge| judge.protocol.clone()),
             ..self.conventions.clone()
         }
     }
@@ -553,6 +554,15 @@ impl ModelCard {
         }
         if self.conventions.chat && self.chat.template == ChatTemplateKind::None {
             bail!("field 'conventions.chat' is true but 'chat.template' is \"none\"");
+        }
+        if let Some(judge) = &self.judge {
+            if !BUILTIN_PROTOCOL_NAMES.contains(&judge.protocol.as_str()) {
+                bail!(
+                    "field 'judge.protocol': unknown protocol '{}' (the built-in protocols are {})",
+                    judge.protocol,
+                    BUILTIN_PROTOCOL_NAMES.join(", ")
+                );
+            }
         }
         for (index, source) in self.sources.iter().enumerate() {
             match source {
@@ -757,11 +767,8 @@ mod tests {
                 .prompt_conventions()
                 .rubric_protocol
         };
-        assert_eq!(
-            protocol("prometheus-7b-v2"),
-            Some(RubricProtocol::Prometheus)
-        );
-        assert_eq!(protocol("flow-judge-v0.1"), Some(RubricProtocol::FlowJudge));
+        assert_eq!(protocol("prometheus-7b-v2").as_deref(), Some("prometheus"));
+        assert_eq!(protocol("flow-judge-v0.1").as_deref(), Some("flow-judge"));
         assert_eq!(protocol("smollm2-135m-instruct"), None);
         let with = |table: &str| ModelCard::parse(&format!("{}\n{table}", card_text()), "x.toml");
         let error = format!(

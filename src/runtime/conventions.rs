@@ -1,7 +1,7 @@
 //! Card facts about how a model family is prompted: whether it reads the prompt with a
 //! decoder only or with an encoder and a decoder ([`ModelKind`]), the label conventions
 //! of its pairwise and absolute questions ([`Conventions`]), and, for judge models, the
-//! rubric-grading format they were trained on ([`RubricProtocol`]). They come from model
+//! rubric-grading protocol they were trained on (a built-in protocol's name). They come from model
 //! cards (or are inferred for checkpoints without one) and reach the methods through the
 //! engine's `ModelInfo`.
 
@@ -37,44 +37,12 @@ pub struct Conventions {
     /// The rubric-grading format the model was trained on: the card's `[judge] protocol`
     /// (not a key of the `[conventions]` table); `None` for models that were not.
     #[serde(skip)]
-    pub rubric_protocol: Option<RubricProtocol>,
+    pub rubric_protocol: Option<String>,
 }
 
-/// A rubric-grading format: the prompt a judge model reads and the marker after which it
-/// writes its score (`judge::rubric` renders and reads them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RubricProtocol {
-    /// Prometheus 2's absolute grading: feedback, then `[RESULT] N`.
-    Prometheus,
-    /// Flow-Judge v0.1's format: `<feedback>...</feedback>`, then `<score>N</score>`.
-    FlowJudge,
-    /// nlg-judge's own format for any instruct model: feedback, then `Score: N`.
-    Plain,
-}
-
-impl RubricProtocol {
-    pub const ALL: [RubricProtocol; 3] = [
-        RubricProtocol::Prometheus,
-        RubricProtocol::FlowJudge,
-        RubricProtocol::Plain,
-    ];
-
-    /// The name cards and the command line use.
-    pub fn name(self) -> &'static str {
-        match self {
-            RubricProtocol::Prometheus => "prometheus",
-            RubricProtocol::FlowJudge => "flow-judge",
-            RubricProtocol::Plain => "plain",
-        }
-    }
-}
-
-impl std::fmt::Display for RubricProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The names of the built-in rubric-grading protocols (`rubrics/protocols/*.toml`, which
+/// `judge::rubric::protocol` reads): what a card's `[judge] protocol` may name.
+pub const BUILTIN_PROTOCOL_NAMES: [&str; 3] = ["prometheus", "flow-judge", "plain"];
 
 impl Default for Conventions {
     fn default() -> Self {

@@ -23,7 +23,7 @@ pub mod wheel;
 pub use cache::ModelCache;
 pub use card::{Architecture, CardCatalog, ModelCard, WeightFormat};
 pub use chat::ChatTemplate;
-pub use conventions::{Conventions, ModelKind, RubricProtocol};
+pub use conventions::{Conventions, ModelKind, BUILTIN_PROTOCOL_NAMES};
 pub use device::{cpu_features, select_device, DeviceSpec};
 pub use fetch::{fetch_card, FetchOptions, FetchedFile};
 pub use hub::HubSettings;

@@ -16,13 +16,14 @@ use serde_json::Value;
 
 use super::worker::LabelTask;
 use crate::data::{Candidate, Context};
-use crate::engine::{ModelInfo, RubricProtocol};
+use crate::engine::ModelInfo;
 use crate::judge::diagnostics::{self, label_mass, Audience, Diagnostics};
 use crate::judge::geval::{criteria_from_text, Criteria, ScaleSource};
 use crate::judge::pairwise::fit::SetAside;
 use crate::judge::pairwise::{CompareOptions, CompareRequest, Debias};
 use crate::judge::rubric::protocol::{render, RubricInput};
 use crate::judge::rubric::run::DEFAULT_FEEDBACK_TOKENS;
+use crate::judge::rubric::RubricProtocol;
 use crate::judge::rubric::{FormatOutcome, Rubric};
 use crate::judge::{
     absolute, Attribute, Nouns, ResolvedMethod, ScoreDistribution, ScoreRun, ScoreScale, Task,
@@ -135,9 +136,16 @@ pub struct ScoreBody {
     /// an object with `criterion` and `descriptions` (one per score, lowest first) and
     /// optionally `name`, `scale`, `instruction`, `sections`. Never a file.
     pub rubric: Option<Value>,
-    /// Rubric grading: `prometheus`, `flow-judge` or `plain` (default: the served model's
-    /// card's, else plain).
+    /// Rubric grading: a built-in protocol's name (`prometheus`, `flow-judge`, `plain`,
+    /// ...), or an object with a protocol file's fields (default: the served model's
+    /// card's, else plain). Never a file.
     pub protocol: Option<RubricProtocol>,
+    /// Rubric grading with a thinking judge: most tokens of its reasoning (default 1024,
+    /// at most [`MAX_FEEDBACK_TOKENS`]).
+    pub max_reasoning_tokens: Option<usize>,
+    /// Rubric grading with a thinking judge: `false` switches thinking off where its
+    /// protocol says how (default true).
+    pub thinking: Option<bool>,
     /// Rubric grading: write a feedback before the score (default true).
     pub feedback: Option<bool>,
     /// Rubric grading: most tokens of the feedback (default 512, at most
@@ -190,9 +198,16 @@ pub struct CompareBody {
     /// object with `criterion` and `descriptions` (as `/v1/score`'s). The judge writes a
     /// feedback comparing the two candidates, then P(A) is read after its result marker.
     pub rubric: Option<Value>,
-    /// Relative rubric grading: `prometheus` or `plain` (default: the served model's
-    /// card's, else plain).
+    /// Relative rubric grading: a built-in protocol's name with a relative form
+    /// (`prometheus`, `plain`, ...), or an object with a protocol file's fields (default:
+    /// the served model's card's, else plain). Never a file.
     pub protocol: Option<RubricProtocol>,
+    /// Relative rubric grading with a thinking judge: most tokens of its reasoning
+    /// (default 1024, at most [`MAX_FEEDBACK_TOKENS`]).
+    pub max_reasoning_tokens: Option<usize>,
+    /// Relative rubric grading with a thinking judge: `false` switches thinking off where
+    /// its protocol says how (default true).
+    pub thinking: Option<bool>,
     /// Relative rubric grading: write a feedback before the choice (default true).
     pub feedback: Option<bool>,
     /// Relative rubric grading: most tokens of each feedback (default 512, at most
@@ -253,6 +268,13 @@ pub struct ScoreResponse {
     /// `no-score`, `repeated`, `missing`, `cut`), as `score --output` writes it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<&'static str>,
+    /// Rubric grading with a thinking judge: its reasoning (between its markers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// Rubric grading with a thinking judge: the reasoning was cut at its budget and
+    /// closed before the verdict was read.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_cut: bool,
     /// Whether the judge was judging this answer: its label mass, for G-Eval the
     /// evaluation steps, for rubric grading the format (see `judge::diagnostics`).
     pub diagnostics: Diagnostics,
@@ -289,12 +311,14 @@ impl ScoreResponse {
         let mut response = Self::new(distribution, None);
         response.rubric = Some(RubricUsed {
             name: method.rubric.name.clone(),
-            protocol: method.protocol,
+            protocol: method.protocol.clone(),
             protocol_source: method.protocol_source.name(),
             feedback: method.feedback_tokens.is_some(),
         });
         response.feedback = graded.feedback.clone();
         response.format = graded.format.map(FormatOutcome::name);
+        response.reasoning = graded.reasoning.clone();
+        response.reasoning_cut = graded.reasoning_cut;
         response.diagnostics = run.diagnostics.clone();
         Ok(response)
     }
@@ -334,6 +358,8 @@ impl ScoreResponse {
             rubric: None,
             feedback: None,
             format: None,
+            reasoning: None,
+            reasoning_cut: false,
         }
     }
 }
@@ -538,6 +564,8 @@ pub fn score_task(body: ScoreBody, model: &ModelInfo) -> Result<ScoreTask> {
         ("protocol", body.protocol.is_some()),
         ("feedback", body.feedback.is_some()),
         ("max_feedback_tokens", body.max_feedback_tokens.is_some()),
+        ("max_reasoning_tokens", body.max_reasoning_tokens.is_some()),
+        ("thinking", body.thinking.is_some()),
         ("reference", body.reference.is_some()),
     ];
     match method {
@@ -587,6 +615,9 @@ pub struct RubricTask {
     pub protocol: Option<RubricProtocol>,
     /// Most tokens of the feedback; `None`: no feedback.
     pub feedback_tokens: Option<usize>,
+    /// A thinking judge's reasoning budget (`None`: the default) and thinking off.
+    pub reasoning_tokens: Option<usize>,
+    pub thinking_off: bool,
     pub context: Option<String>,
     pub reference: Option<String>,
     pub output: String,
@@ -611,6 +642,30 @@ fn rubric_of(value: Value, task: Option<Task>) -> Result<Rubric> {
         }
         value => Rubric::from_inline(value, task, "rubric"),
     }
+}
+
+/// A thinking judge's reasoning as a request's `max_reasoning_tokens` and `thinking`
+/// fields ask it, checked against `protocol` as the worker will settle it.
+fn thinking_of(
+    protocol: &RubricProtocol,
+    max: Option<usize>,
+    thinking: Option<bool>,
+) -> Result<(Option<usize>, bool)> {
+    if let Some(n) = max {
+        if n == 0 || n > MAX_FEEDBACK_TOKENS {
+            bail!("field `max_reasoning_tokens`: {n} is not between 1 and {MAX_FEEDBACK_TOKENS}");
+        }
+    }
+    let off = thinking == Some(false);
+    crate::judge::rubric::run::settle_thinking(protocol, max, off).map_err(|e| {
+        let field = if off {
+            "thinking"
+        } else {
+            "max_reasoning_tokens"
+        };
+        anyhow::anyhow!("field `{field}`: {e:#}")
+    })?;
+    Ok((max, off))
 }
 
 /// The feedback bound of a request's `feedback` and `max_feedback_tokens` fields
@@ -666,30 +721,40 @@ fn rubric_task(body: ScoreBody, model: &ModelInfo) -> Result<RubricTask> {
     }
     // The protocol is settled as the worker will settle it, so that a rubric it cannot
     // grade is refused here (400) rather than by the model.
-    let protocol = body
-        .protocol
-        .or(model.conventions.rubric_protocol)
-        .unwrap_or(RubricProtocol::Plain);
+    let protocol = requested_protocol(body.protocol.as_ref(), model)?;
+    protocol.absolute().context("field `protocol`")?;
     let probe = RubricInput {
         context: None,
         reference: None,
         output: "",
     };
-    if render(protocol, &rubric, &probe).is_err() {
+    if let Err(error) = render(&protocol, &rubric, &probe) {
         bail!(
-            "field `rubric`: the {protocol} protocol grades on 1-5 only, and the rubric {} has \
-             the scale {}: give `\"protocol\": \"plain\"` or `\"flow-judge\"`, or a 1-5 rubric",
-            rubric.name,
-            rubric.scale
+            "field `rubric`: {error:#}; give `\"protocol\": \"plain\"` (any scale), or a rubric \
+             on the protocol's scale"
         );
     }
+    let (reasoning_tokens, thinking_off) =
+        thinking_of(&protocol, body.max_reasoning_tokens, body.thinking)?;
     Ok(RubricTask {
         rubric,
         protocol: body.protocol,
         feedback_tokens,
+        reasoning_tokens,
+        thinking_off,
         context: body.context.filter(|c| !c.trim().is_empty()),
         reference: body.reference,
         output: body.output,
+    })
+}
+
+/// The protocol a request settles on as the worker will: the one it gives, else the
+/// served model's card's, else plain.
+fn requested_protocol(given: Option<&RubricProtocol>, model: &ModelInfo) -> Result<RubricProtocol> {
+    Ok(match (given, &model.conventions.rubric_protocol) {
+        (Some(protocol), _) => protocol.clone(),
+        (None, Some(name)) => RubricProtocol::named(name)?,
+        (None, None) => RubricProtocol::plain(),
     })
 }
 
@@ -711,6 +776,9 @@ pub struct RelativeTask {
     pub protocol: Option<RubricProtocol>,
     /// Most tokens of each feedback; `None`: no feedback.
     pub feedback_tokens: Option<usize>,
+    /// A thinking judge's reasoning budget (`None`: the default) and thinking off.
+    pub reasoning_tokens: Option<usize>,
+    pub thinking_off: bool,
     /// Show the request's `reference` with every comparison.
     pub reference: bool,
 }
@@ -836,6 +904,8 @@ fn relative_task(body: &CompareBody, model: &ModelInfo) -> Result<Option<Relativ
             ("protocol", body.protocol.is_some()),
             ("feedback", body.feedback.is_some()),
             ("max_feedback_tokens", body.max_feedback_tokens.is_some()),
+            ("max_reasoning_tokens", body.max_reasoning_tokens.is_some()),
+            ("thinking", body.thinking.is_some()),
             ("reference", body.reference.is_some()),
         ];
         if let Some((field, _)) = rubric_only.iter().find(|(_, given)| *given) {
@@ -850,11 +920,8 @@ fn relative_task(body: &CompareBody, model: &ModelInfo) -> Result<Option<Relativ
     }
     // The protocol as the worker will settle it, so that one without a pairwise format
     // is refused here (400) rather than by the model.
-    let protocol = body
-        .protocol
-        .or(model.conventions.rubric_protocol)
-        .unwrap_or(RubricProtocol::Plain);
-    crate::judge::rubric::relative::relative_format(protocol).with_context(|| {
+    let protocol = requested_protocol(body.protocol.as_ref(), model)?;
+    protocol.relative().with_context(|| {
         format!(
             "field `protocol`: relative rubric grading in the {protocol} format{}",
             if body.protocol.is_none() {
@@ -864,10 +931,14 @@ fn relative_task(body: &CompareBody, model: &ModelInfo) -> Result<Option<Relativ
             }
         )
     })?;
+    let (reasoning_tokens, thinking_off) =
+        thinking_of(&protocol, body.max_reasoning_tokens, body.thinking)?;
     Ok(Some(RelativeTask {
         rubric,
-        protocol: body.protocol,
+        protocol: body.protocol.clone(),
         feedback_tokens,
+        reasoning_tokens,
+        thinking_off,
         reference: body.reference.is_some(),
     }))
 }

@@ -368,12 +368,13 @@ impl Worker {
                 task.feedback_tokens,
                 task.reference,
             )
+            .and_then(|grading| grading.with_thinking(task.reasoning_tokens, task.thinking_off))
             .map_err(|e| EngineError::BadRequest(format!("{e:#}")))?;
             options.relative = Some(Box::new(grading));
         }
         let rubric = options.relative.as_ref().map(|grading| RubricUsed {
             name: grading.rubric.name.clone(),
-            protocol: grading.protocol,
+            protocol: grading.protocol.clone(),
             protocol_source: grading.protocol_source.name(),
             feedback: grading.feedback_tokens.is_some(),
         });
@@ -393,7 +394,8 @@ impl Worker {
             task.protocol,
             task.feedback_tokens,
             task.reference.is_some(),
-        )?;
+        )?
+        .with_thinking(task.reasoning_tokens, task.thinking_off)?;
         let context = Context {
             id: "request".to_string(),
             text: task.context.unwrap_or_default(),

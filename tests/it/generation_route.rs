@@ -46,7 +46,7 @@ fn feedback_requests(scorer: &dyn Scorer, context: &Context) -> Vec<GenerationRe
     context
         .candidates
         .iter()
-        .map(|c| method.feedback_request(scorer, context, c, 24).unwrap())
+        .map(|c| method.feedback_request(scorer, context, c, "", 24).unwrap())
         .collect()
 }
 
@@ -118,7 +118,8 @@ impl GenerationSink for Scores<'_> {
         scorer: &dyn Scorer,
     ) -> Result<Option<LabelRequest>> {
         let reading = read(
-            self.method.protocol,
+            self.method.protocol.absolute()?,
+            None,
             self.method.rubric.scale,
             &result.text,
             result.finish,

@@ -166,6 +166,8 @@ fn kappa_agreement_weights_and_standardised_scores() {
                 human: Default::default(),
                 feedback: None,
                 format: None,
+                reasoning: None,
+                reasoning_cut: false,
             })
             .collect(),
         computed: 0,

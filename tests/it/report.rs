@@ -255,6 +255,8 @@ fn graded(context: &Context, k: usize, feedback: &str, format: FormatOutcome) ->
         distribution: None,
         feedback: Some(feedback.to_string()),
         format: Some(format),
+        reasoning: None,
+        reasoning_cut: false,
         human: candidate.scores.clone(),
     }
 }

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use crate::common;
 use nlg_judge::data::{Candidate, Context};
-use nlg_judge::engine::{Conventions, DecoderSettings, MockScorer, ResultCache, RubricProtocol};
+use nlg_judge::engine::{Conventions, DecoderSettings, MockScorer, ResultCache};
 use nlg_judge::judge::geval::Sections;
 use nlg_judge::judge::rubric::protocol::{render, RubricInput};
 use nlg_judge::judge::rubric::run::ProtocolSource;
-use nlg_judge::judge::rubric::{FormatOutcome, Rubric};
+use nlg_judge::judge::rubric::{FormatOutcome, Rubric, RubricProtocol};
 use nlg_judge::judge::{
     resolve_method, run_scoring, write_scored, ResolvedMethod, RubricRequest, ScoreMethod,
     ScoreOptions, ScoreRequest, ScoreRun, ScoreScale,
@@ -65,7 +65,7 @@ fn prometheus_prompts_are_the_published_template_byte_for_byte() {
         reference: inputs["reference"].as_str(),
         output: inputs["response"].as_str().unwrap(),
     };
-    let with_reference = render(RubricProtocol::Prometheus, &rubric, &input).unwrap();
+    let with_reference = render(&RubricProtocol::prometheus(), &rubric, &input).unwrap();
     assert_eq!(with_reference.user, fixture("prometheus_absolute.txt"));
     assert_eq!(
         with_reference.system.as_deref(),
@@ -75,7 +75,7 @@ fn prometheus_prompts_are_the_published_template_byte_for_byte() {
         reference: None,
         ..input
     };
-    let rendered = render(RubricProtocol::Prometheus, &rubric, &without).unwrap();
+    let rendered = render(&RubricProtocol::prometheus(), &rubric, &without).unwrap();
     assert_eq!(
         rendered.user,
         fixture("prometheus_absolute_no_reference.txt")
@@ -90,7 +90,7 @@ fn flow_judge_prompts_are_the_published_template_byte_for_byte() {
         reference: inputs["reference"].as_str(),
         output: inputs["response"].as_str().unwrap(),
     };
-    let rendered = render(RubricProtocol::FlowJudge, &rubric, &input).unwrap();
+    let rendered = render(&RubricProtocol::flow_judge(), &rubric, &input).unwrap();
     assert_eq!(rendered.system, None);
     assert_eq!(rendered.user, fixture("flow_judge_inputs.txt"));
     // Nothing but the output: the published template without inputs.
@@ -100,7 +100,7 @@ fn flow_judge_prompts_are_the_published_template_byte_for_byte() {
         reference: None,
         output: input.output,
     };
-    let rendered = render(RubricProtocol::FlowJudge, &rubric, &bare).unwrap();
+    let rendered = render(&RubricProtocol::flow_judge(), &rubric, &bare).unwrap();
     assert_eq!(rendered.user, fixture("flow_judge_no_inputs.txt"));
 }
 
@@ -111,7 +111,7 @@ fn flow_judge_prompts_are_the_published_template_byte_for_byte() {
 /// after).
 const CASES: [(&str, &str, i64); 5] = [
     ("kept", "Clear and complete. [RESULT] 4", 4),
-    ("twice", "Fine. [RESULT] 3\nOn reflection, [RESULT] 5", 3),
+    ("twice", "Fine. [RESULT] 3\nOn reflection, [RESULT] 5", 5),
     ("garbage", "Fine. [RESULT] excellent!", 2),
     ("none", "Good enough overall.\n", 5),
     (
@@ -125,7 +125,8 @@ const CASES: [(&str, &str, i64); 5] = [
 fn answer_of(case: &str) -> &'static str {
     match case {
         "kept" => "Clear and complete. [RESULT] ",
-        "twice" => "Fine. [RESULT] ",
+        // Read at the last marker: the verdict the judge ended with.
+        "twice" => "Fine. [RESULT] 3\nOn reflection, [RESULT] ",
         "garbage" => "Fine. [RESULT] ",
         "none" => "Good enough overall. [RESULT] ",
         // Cut at the mock's bound of 60 bytes, then the marker appended.
@@ -147,7 +148,7 @@ fn case_of(prompt: &str) -> &'static str {
 fn scripted_judge(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
     MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_generation(|prompt| {
@@ -229,7 +230,7 @@ fn every_feedback_gives_a_score_and_a_format_count() {
         panic!("rubric grading expected")
     };
     // The model card's protocol, without --protocol.
-    assert_eq!(rubric.protocol, RubricProtocol::Prometheus);
+    assert_eq!(rubric.protocol, RubricProtocol::prometheus());
     assert_eq!(rubric.protocol_source, ProtocolSource::Card);
     let run = grade(&mut judge, &method);
     assert_eq!(calls.generations(), 5, "one generation per candidate");
@@ -295,7 +296,9 @@ fn every_feedback_gives_a_score_and_a_format_count() {
         .collect();
     assert_eq!(rows[0]["feedback"], "Clear and complete.");
     assert_eq!(rows[4]["format"], "cut");
-    assert_eq!(rows[1]["argmax"], 3);
+    // Read at the last marker: the verdict the judge ended with, not the one it revised.
+    assert_eq!(rows[1]["argmax"], 5);
+    assert_eq!(rows[1]["feedback"], "Fine. [RESULT] 3\nOn reflection,");
 }
 
 #[test]
@@ -333,7 +336,7 @@ fn feedbacks_and_scores_are_cached_and_a_rerun_asks_nothing() {
 fn without_feedback_the_score_follows_the_prompt_and_the_marker() {
     let mut judge = MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::FlowJudge),
+            rubric_protocol: Some("flow-judge".into()),
             ..Conventions::default()
         })
         .with_generation(|_| anyhow::bail!("no generation without feedback"))
@@ -366,17 +369,17 @@ fn without_feedback_the_score_follows_the_prompt_and_the_marker() {
         panic!()
     };
     assert_eq!(
-        (rubric.protocol, rubric.protocol_source),
-        (RubricProtocol::Plain, ProtocolSource::Default)
+        (rubric.protocol.clone(), rubric.protocol_source),
+        (RubricProtocol::plain(), ProtocolSource::Default)
     );
-    options.rubric.as_mut().unwrap().protocol = Some(RubricProtocol::Prometheus);
+    options.rubric.as_mut().unwrap().protocol = Some(RubricProtocol::prometheus());
     let method = resolve_method(&mut judge, &options, None).unwrap();
     let ResolvedMethod::Rubric(rubric) = &method else {
         panic!()
     };
     assert_eq!(
-        (rubric.protocol, rubric.protocol_source),
-        (RubricProtocol::Prometheus, ProtocolSource::Requested)
+        (rubric.protocol.clone(), rubric.protocol_source),
+        (RubricProtocol::prometheus(), ProtocolSource::Requested)
     );
 }
 
@@ -386,7 +389,7 @@ fn a_reference_is_required_with_reference_and_shown_as_score_5() {
     options.reference = true;
     let mut judge = MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_labels(|prompt, labels| {
@@ -421,7 +424,7 @@ fn smollm2_writes_a_feedback_and_its_score_distribution_sums_to_one() {
     let ResolvedMethod::Rubric(resolved) = &method else {
         panic!()
     };
-    assert_eq!(resolved.protocol, RubricProtocol::Plain);
+    assert_eq!(resolved.protocol, RubricProtocol::plain());
     let candidates = [
         "The library opened after a long fundraising.",
         "library open saturday the the",
@@ -610,5 +613,123 @@ fn rubric_rows_and_reports_record_the_rubric_protocol_and_feedback_bound() {
         ] {
             assert!(markdown.contains(fact), "{fact:?} in:\n{markdown}");
         }
+    }
+}
+
+/// The README's protocol file (`rubrics/protocols/README.md`), as a user would save it.
+fn readme_protocol() -> String {
+    let readme = include_str!("../../rubrics/protocols/README.md");
+    let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + readme[start..].find("\n```").expect("its end");
+    readme[start..end].to_string()
+}
+
+/// Issue 59: a protocol file written by a user (the README's example: a judge we do not
+/// ship) grades end to end with a real model through `--protocol FILE`, its prompt as the
+/// file's template renders it; malformed files exit 2 naming the field.
+#[test]
+fn the_readmes_protocol_file_grades_end_to_end_and_bad_files_name_their_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("my-judge.toml");
+    std::fs::write(&file, readme_protocol()).unwrap();
+    // The prompt is the file's template.
+    let protocol = RubricProtocol::from_file(&file).unwrap();
+    let rubric = Rubric::builtin("coherence", nlg_judge::judge::Task::Summary).unwrap();
+    let input = RubricInput {
+        context: Some("ART"),
+        reference: None,
+        output: "OUT",
+    };
+    let rendered = render(&protocol, &rubric, &input).unwrap();
+    assert_eq!(
+        rendered.system.as_deref(),
+        Some("You are a careful grader.")
+    );
+    assert!(
+        rendered.user.starts_with(
+            "Grade the summary below on Coherence.\n\nSource Text:\nART\n\nSummary:\nOUT\n\n1: "
+        ),
+        "{}",
+        rendered.user
+    );
+    assert!(rendered
+        .user
+        .ends_with("\nExplain, then end with \"Verdict: N\"."));
+    assert!(protocol.cache_name().starts_with("my-judge@"));
+
+    let input = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/library.jsonl");
+    let out = dir.path().join("out.jsonl");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+        .args(["score", "--method", "rubric", "--rubric", "coherence"])
+        .args([
+            "--model",
+            "smollm2-135m-instruct",
+            "--max-feedback-tokens",
+            "12",
+        ])
+        .args(["--no-cache", "--input", input, "--protocol"])
+        .arg(&file)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5);
+    for row in &rows {
+        assert_eq!(row["rubric"]["protocol"], "my-judge", "{row}");
+        assert_eq!(row["rubric"]["protocol_source"], "requested");
+        assert!(row["format"].is_string(), "{row}");
+        let normalised: f64 = row["probabilities"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_f64().unwrap())
+            .sum();
+        assert!((normalised - 1.0).abs() < 1e-9, "{row}");
+    }
+
+    // Malformed files: exit 2, the field named, before any model loads.
+    for (edit, says) in [
+        (
+            ("marker = \"Verdict:\"", "marker = \"\""),
+            "absolute.marker",
+        ),
+        (
+            ("joiner = \"\\n\"", "joiner = \"\\n\"\ncolour = 1"),
+            "colour",
+        ),
+        (("{{ response }}", "{{ respones }}"), "respones"),
+        (("{% endif %}", ""), "absolute.user"),
+        (
+            (
+                "choices = { a = \"A\", b = \"B\" }",
+                "choices = { a = \"A\", b = \"A\" }",
+            ),
+            "relative.choices",
+        ),
+    ] {
+        let text = readme_protocol().replacen(edit.0, edit.1, 1);
+        assert_ne!(text, readme_protocol(), "{edit:?}");
+        std::fs::write(&file, text).unwrap();
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_nlg-judge"))
+            .args(["score", "--method", "rubric", "--rubric", "coherence"])
+            .args(["--model", "no-such-model", "--no-cache", "--input", input])
+            .arg("--protocol")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} in {stderr}");
+        assert!(stderr.contains("my-judge.toml"), "{stderr}");
     }
 }

@@ -14,15 +14,13 @@ use crate::common;
 use crate::rubric::example;
 use nlg_judge::arch::{Precision, WeightPolicy};
 use nlg_judge::data::{Candidate, Context};
-use nlg_judge::engine::{
-    load_decoder, DecoderScorer, DecoderSettings, LoadOptions, RubricProtocol, Scorer,
-};
+use nlg_judge::engine::{load_decoder, DecoderScorer, DecoderSettings, LoadOptions, Scorer};
 use nlg_judge::judge::attribute::{Attribute, Task};
 use nlg_judge::judge::pairwise::run::{run_compare, CompareOptions};
 use nlg_judge::judge::pairwise::{Design, PairwiseTemplate};
 use nlg_judge::judge::rubric::relative::RelativeGrading;
 use nlg_judge::judge::rubric::run::RubricMethod;
-use nlg_judge::judge::rubric::FormatOutcome;
+use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
 use nlg_judge::judge::{run_scoring, ResolvedMethod};
 use nlg_judge::progress::Progress;
 use nlg_judge::rank::RankMethod;
@@ -148,7 +146,7 @@ fn absolute_case(scorer: &mut DecoderScorer, name: &str, with_reference: bool, f
     let method = RubricMethod::new(
         scorer,
         rubric,
-        Some(RubricProtocol::Prometheus),
+        Some(RubricProtocol::prometheus()),
         feedback.then_some(max_tokens),
         with_reference,
     )
@@ -156,7 +154,7 @@ fn absolute_case(scorer: &mut DecoderScorer, name: &str, with_reference: bool, f
     let context = example_context(false);
     // The prompt's tokens: our chat wrapping and tokenisation against transformers'.
     let request = method
-        .feedback_request(scorer, &context, &context.candidates[0], max_tokens)
+        .feedback_request(scorer, &context, &context.candidates[0], "", max_tokens)
         .unwrap();
     assert_eq!(
         scorer.encode_prompt(&request.prompt).unwrap().input,
@@ -233,7 +231,7 @@ fn prometheus_relative_grading_reads_p_a_as_transformers_does() {
     let relative = RelativeGrading::new(
         &scorer,
         rubric,
-        Some(RubricProtocol::Prometheus),
+        Some(RubricProtocol::prometheus()),
         Some(max_tokens),
         true,
     )

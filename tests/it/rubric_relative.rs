@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::common;
 use crate::rubric::{example, fixture};
 use nlg_judge::data::{Candidate, Context};
-use nlg_judge::engine::{Conventions, FinishReason, MockScorer, ResultCache, RubricProtocol};
+use nlg_judge::engine::{Conventions, FinishReason, MockScorer, ResultCache};
 use nlg_judge::judge::attribute::{Attribute, Task};
 use nlg_judge::judge::pairwise::run::{run_compare, write_comparisons, CompareOptions};
 use nlg_judge::judge::pairwise::{Design, PairwiseTemplate};
@@ -20,7 +20,7 @@ use nlg_judge::judge::rubric::relative::{
     read_choice, render_relative, PairInput, RelativeGrading,
 };
 use nlg_judge::judge::rubric::run::ProtocolSource;
-use nlg_judge::judge::rubric::{FormatOutcome, Rubric};
+use nlg_judge::judge::rubric::{FormatOutcome, Rubric, RubricProtocol};
 use nlg_judge::rank::RankMethod;
 use serde_json::Value;
 
@@ -40,7 +40,7 @@ fn prometheus_relative_prompts_are_the_published_template_byte_for_byte() {
         a: &a,
         b: &b,
     };
-    let rendered = render_relative(RubricProtocol::Prometheus, &rubric, &with).unwrap();
+    let rendered = render_relative(&RubricProtocol::prometheus(), &rubric, &with).unwrap();
     assert_eq!(rendered.user, fixture("prometheus_relative.txt"));
     assert_eq!(
         rendered.system.as_deref(),
@@ -50,7 +50,7 @@ fn prometheus_relative_prompts_are_the_published_template_byte_for_byte() {
         reference: None,
         ..with
     };
-    let rendered = render_relative(RubricProtocol::Prometheus, &rubric, &without).unwrap();
+    let rendered = render_relative(&RubricProtocol::prometheus(), &rubric, &without).unwrap();
     assert_eq!(
         rendered.user,
         fixture("prometheus_relative_no_reference.txt")
@@ -74,7 +74,7 @@ fn quality(text: &str, after: &str) -> u32 {
 fn scripted_judge(generations: Arc<AtomicUsize>) -> MockScorer {
     MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_generation(move |prompt| {
@@ -141,7 +141,7 @@ fn relative_options(judge: &MockScorer, feedback: Option<usize>) -> CompareOptio
     options.rank = RankMethod::WinRatio;
     let rubric = Rubric::builtin("coherence", task).unwrap();
     let relative = RelativeGrading::new(judge, rubric, None, feedback, false).unwrap();
-    assert_eq!(relative.protocol, RubricProtocol::Prometheus);
+    assert_eq!(relative.protocol, RubricProtocol::prometheus());
     assert_eq!(relative.protocol_source, ProtocolSource::Card);
     options.relative = Some(Box::new(relative));
     options
@@ -276,7 +276,7 @@ fn without_feedback_the_choice_follows_the_prompt_and_the_marker() {
     let generations = Arc::new(AtomicUsize::new(0));
     let mut judge = MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_generation({
@@ -303,18 +303,16 @@ fn without_feedback_the_choice_follows_the_prompt_and_the_marker() {
 
 #[test]
 fn the_choice_reading_holds_every_way_a_feedback_breaks_its_format() {
-    let read = |text: &str, finish| {
-        read_choice(RubricProtocol::Prometheus, text, finish)
-            .unwrap()
-            .answer
-    };
+    let prometheus = RubricProtocol::prometheus();
+    let form = prometheus.relative().unwrap();
+    let read = |text: &str, finish| read_choice(form, None, text, finish).answer;
     assert_eq!(
         read("Good. [RESULT] A", FinishReason::Stop),
         "Good. [RESULT] "
     );
     assert_eq!(
         read("Good. [RESULT] A then [RESULT] B", FinishReason::Stop),
-        "Good. [RESULT] "
+        "Good. [RESULT] A then [RESULT] "
     );
     assert_eq!(
         read("Cut in the mid", FinishReason::MaxTokens),

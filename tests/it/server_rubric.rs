@@ -7,10 +7,10 @@
 use std::sync::{Arc, Mutex};
 
 use nlg_judge::data::{Candidate, Context};
-use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, RubricProtocol, Scorer};
+use nlg_judge::engine::{Conventions, MockScorer, ModelInfo, Scorer};
 use nlg_judge::judge::pairwise::fit::compare_what_fits;
 use nlg_judge::judge::pairwise::CompareRequest;
-use nlg_judge::judge::rubric::Rubric;
+use nlg_judge::judge::rubric::{Rubric, RubricProtocol};
 use nlg_judge::judge::{
     resolve_method, run_scoring, RubricChoice, RubricRequest, ScoreMethod, ScoreRequest, ScoreRun,
 };
@@ -36,7 +36,7 @@ fn feedback_of(prompt: &str) -> &'static str {
 fn prometheus_judge(prompts: Arc<Mutex<Vec<String>>>) -> MockScorer {
     MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_generation(|prompt| Ok(feedback_of(prompt).to_string()))
@@ -237,7 +237,7 @@ async fn an_inline_rubric_without_feedback_reads_the_score_after_the_prompt() {
     let run = library_run(
         &mut local,
         RubricChoice::Given(Box::new(given)),
-        Some(RubricProtocol::Plain),
+        Some(RubricProtocol::plain()),
         None,
         ("", output, None),
     );
@@ -492,7 +492,7 @@ fn relative_judge() -> MockScorer {
     };
     MockScorer::new()
         .with_conventions(Conventions {
-            rubric_protocol: Some(RubricProtocol::Prometheus),
+            rubric_protocol: Some("prometheus".into()),
             ..Conventions::default()
         })
         .with_generation(move |prompt| {

@@ -85,7 +85,7 @@ fn over_long_candidates_are_named_and_the_rest_are_ranked() {
 /// the remedy offers less feedback room or none.
 #[test]
 fn relative_grading_keeps_room_for_the_feedback() {
-    use nlg_judge::engine::{Conventions, RubricProtocol};
+    use nlg_judge::engine::Conventions;
     use nlg_judge::judge::rubric::relative::RelativeGrading;
     use nlg_judge::judge::rubric::Rubric;
     use nlg_judge::judge::Task;
@@ -100,7 +100,7 @@ fn relative_grading_keeps_room_for_the_feedback() {
         ],
     )];
     let mock = MockScorer::new().with_conventions(Conventions {
-        rubric_protocol: Some(RubricProtocol::Prometheus),
+        rubric_protocol: Some("prometheus".into()),
         ..Conventions::default()
     });
     let rubric = Rubric::builtin("coherence", Task::Summary).unwrap();

@@ -537,7 +537,7 @@ fn run_relative_with_feedback(
         &options.progress,
         Some(cache),
     )?;
-    let marker = relative.marker();
+    let marker = relative.marker().to_string();
     let mut with_feedbacks = options.clone();
     with_feedbacks.relative = Some(relative);
     let mut result = run_compare(scorer, contexts, &with_feedbacks, Some(cache))?;
@@ -549,10 +549,11 @@ fn run_relative_with_feedback(
         .relative
         .map(|r| r.readings)
         .unwrap_or_default();
-    let counts = FormatCounts::of(feedbacks.values().map(|r| r.format));
+    let mut counts = FormatCounts::of(feedbacks.values().map(|r| r.format));
+    counts.unclosed_reasoning = feedbacks.values().filter(|r| r.reasoning_cut).count();
     result.diagnostics.checks.extend(diagnostics::rubric_format(
         &counts,
-        marker,
+        &marker,
         true,
         options.audience,
     ));
@@ -712,7 +713,7 @@ pub fn summarise(
         rubric: options.relative.as_ref().map(|r| {
             crate::judge::rubric::rubric_record(
                 &r.rubric,
-                r.protocol,
+                &r.protocol,
                 r.protocol_source,
                 r.feedback_tokens,
             )

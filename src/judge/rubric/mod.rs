@@ -10,7 +10,8 @@
 //!   caller ([`Rubric::from_inline`]: the service's `rubric` object, Python's dict) and
 //!   the built-in rubrics (`rubrics/<group>/<name>.toml`, embedded at build time,
 //!   documented in `rubrics/README.md`);
-//! - [`protocol`]: the three formats, each rendered byte for byte as published
+//! - [`protocol`]: protocols as data (`rubrics/protocols/*.toml`): the built-in ones
+//!   rendered byte for byte as published
 //!   (`tests/fixtures/rubric/` holds the published templates' renderings);
 //! - [`reading`]: what the model wrote: the feedback cut at the marker (or the marker
 //!   appended), and whether the model kept to its format;
@@ -22,14 +23,14 @@ pub mod protocol;
 pub mod reading;
 pub mod relative;
 pub mod run;
+pub mod thinking;
 
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-pub use crate::engine::RubricProtocol;
-pub use protocol::{ProtocolFormat, RubricInput};
+pub use protocol::{RubricInput, RubricProtocol};
 pub use reading::{FormatCounts, FormatOutcome, Reading};
 pub use run::RubricMethod;
 
@@ -132,7 +133,7 @@ pub struct Rubric {
 /// from, and the feedback bound (`null`: no feedback).
 pub fn rubric_record(
     rubric: &Rubric,
-    protocol: RubricProtocol,
+    protocol: &RubricProtocol,
     source: run::ProtocolSource,
     feedback_tokens: Option<usize>,
 ) -> serde_json::Value {
@@ -151,7 +152,7 @@ pub fn rubric_record(
 /// marker ("the score", "A or B").
 pub fn rubric_facts(
     rubric: &Rubric,
-    protocol: RubricProtocol,
+    protocol: &RubricProtocol,
     source: run::ProtocolSource,
     feedback_tokens: Option<usize>,
     marker: &str,

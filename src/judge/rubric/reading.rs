@@ -9,18 +9,22 @@
 //! |---|---|---|
 //! | the marker once, then a score of the scale | `kept` | its text up to the marker |
 //! | the marker once, then no score of the scale | `no-score` | its text up to the marker |
-//! | the marker more than once | `repeated` | its text up to the first marker |
+//! | the marker more than once | `repeated` | its text up to the last marker |
 //! | no marker, and stopped on its own | `missing` | its whole text, then the marker |
 //! | no marker, and was cut at the token limit | `cut` | its whole text, then the marker |
 //!
-//! Where the marker is appended, it follows the feedback as the protocol writes it: after
-//! a space (`... [RESULT] `), on a new line (`Score:`), or after the closed feedback tag
-//! (`</feedback>\n<score>`).
+//! The verdict is the last one the model wrote: a feedback that quotes the marker (or a
+//! score after it) in its middle and ends with its verdict is read at the end.
+//!
+//! Where the marker is appended, it follows the feedback as the protocol writes it (its
+//! `joiner`): after a space (`... [RESULT] `), on a new line (`Score:`), or after the
+//! closed feedback tag (`</feedback>\n<score>`).
 
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{format, ProtocolFormat};
-use crate::engine::{FinishReason, RubricProtocol};
+use super::protocol::{Form, Reasoning};
+use super::thinking::{after_reasoning, reasoning_in};
+use crate::engine::FinishReason;
 use crate::judge::scale::ScoreScale;
 
 /// Whether the model kept to its format (see the module header).
@@ -49,54 +53,61 @@ impl FormatOutcome {
 /// What was made of one feedback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reading {
-    /// The feedback for people: the text before the marker, trimmed (Flow-Judge's
-    /// `<feedback>` tags taken off).
+    /// The feedback for people: the text before the marker, trimmed (the protocol's
+    /// feedback tags taken off).
     pub feedback: String,
     /// The model's answer up to and including the marker (the answer's opening, its text,
     /// the marker where it wrote none): the score is read right after it.
     pub answer: String,
     pub format: FormatOutcome,
+    /// A thinking judge's reasoning (between its markers), trimmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// The reasoning was left open (cut at its budget, or the model stopped inside it)
+    /// and closed by us before the verdict was read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_cut: bool,
 }
 
-/// Read what the model `generated` after the protocol's opening, ended by `finish`.
+/// Read what the model `generated` after the absolute form's opening, ended by `finish`
+/// (a thinking judge's reasoning first, where its protocol has `reasoning`).
 pub fn read(
-    protocol: RubricProtocol,
+    form: &Form,
+    reasoning: Option<&Reasoning>,
     scale: ScoreScale,
     generated: &str,
     finish: FinishReason,
 ) -> Reading {
-    read_answer(protocol, format(protocol), generated, finish, |after| {
+    read_answer(form, reasoning, generated, finish, |after| {
         leading_score(after).is_some_and(|s| s >= scale.low() && s <= scale.high())
     })
 }
 
-/// [`read`] for an answer in `format` (absolute or relative grading's), where `is_result`
-/// says whether the text after the marker starts with a result of the scale.
+/// [`read`] for an answer in `form` (absolute or relative grading's), where `is_result`
+/// says whether the text after the marker starts with a result. Markers inside a
+/// reasoning are not verdicts: the marker is looked for after the reasoning's end.
 pub fn read_answer(
-    protocol: RubricProtocol,
-    format: ProtocolFormat,
+    form: &Form,
+    reasoning: Option<&Reasoning>,
     generated: &str,
     finish: FinishReason,
     is_result: impl Fn(&str) -> bool,
 ) -> Reading {
-    let marker = format.marker;
-    let first = generated.find(marker);
-    let (before, answer, outcome) = match first {
+    let marker = form.marker.as_str();
+    let start = after_reasoning(reasoning, generated);
+    let (before, answer, outcome) = match generated[start..].rfind(marker) {
         Some(at) => {
+            let at = start + at;
             let before = &generated[..at];
             let after = &generated[at + marker.len()..];
-            let outcome = if after.contains(marker) {
+            let outcome = if before[start..].contains(marker) {
                 FormatOutcome::Repeated
             } else if is_result(after) {
                 FormatOutcome::Kept
             } else {
                 FormatOutcome::NoScore
             };
-            (
-                before,
-                format!("{}{before}{marker}", format.opening),
-                outcome,
-            )
+            (before, format!("{}{before}{marker}", form.opening), outcome)
         }
         None => {
             let text = generated.trim_end();
@@ -105,43 +116,51 @@ pub fn read_answer(
             } else {
                 FormatOutcome::Missing
             };
-            let joiner = joiner(protocol, text);
+            let tail = &text[start.min(text.len())..];
+            let joiner = match reasoning {
+                // Nothing after a reasoning: the marker where the answer would go.
+                Some(reasoning) if start > 0 && tail.trim().is_empty() => {
+                    reasoning.after_close.clone()
+                }
+                _ => joiner(form, tail),
+            };
             (
                 generated,
-                format!("{}{text}{joiner}{marker}", format.opening),
+                format!("{}{text}{joiner}{marker}", form.opening),
                 outcome,
             )
         }
     };
     Reading {
-        feedback: shown_feedback(protocol, before),
+        feedback: shown_feedback(form, &before[start.min(before.len())..]),
         answer,
         format: outcome,
+        reasoning: reasoning_in(reasoning, before),
+        reasoning_cut: false,
     }
 }
 
-/// What goes between a feedback without a marker and the appended marker.
-fn joiner(protocol: RubricProtocol, text: &str) -> &'static str {
+/// What goes between a feedback without a marker and the appended marker: the form's
+/// joiner, with the feedback's closing tag where the model left it open; after nothing, a
+/// space after a written opening ("Feedback: Score:"), else nothing.
+fn joiner(form: &Form, text: &str) -> String {
     if text.trim().is_empty() {
-        return if protocol == RubricProtocol::Plain {
-            " "
-        } else {
-            ""
-        };
+        return if form.opening.is_empty() { "" } else { " " }.to_string();
     }
-    match protocol {
-        RubricProtocol::Prometheus => " ",
-        RubricProtocol::Plain => "\n",
-        RubricProtocol::FlowJudge => {
-            let opened = text.rfind("<feedback>");
-            let closed = text.rfind("</feedback>");
-            match (opened, closed) {
-                (Some(open), Some(close)) if close > open => "\n",
-                (Some(_), _) => "\n</feedback>\n",
-                (None, _) => "\n",
-            }
+    let joiner = form.joiner.as_str();
+    if let Some([open, close]) = &form.feedback_tags {
+        let opened = text.rfind(open.as_str());
+        let closed = text.rfind(close.as_str());
+        let left_open = match (opened, closed) {
+            (Some(open), Some(close)) => close < open,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if left_open {
+            return format!("{joiner}{close}{joiner}");
         }
     }
+    joiner.to_string()
 }
 
 /// The integer the text starts with (after blanks), if any.
@@ -159,14 +178,14 @@ fn leading_score(text: &str) -> Option<i64> {
 }
 
 /// The feedback as people read it.
-fn shown_feedback(protocol: RubricProtocol, text: &str) -> String {
+fn shown_feedback(form: &Form, text: &str) -> String {
     let text = text.trim();
-    if protocol != RubricProtocol::FlowJudge {
+    let Some([open, close]) = &form.feedback_tags else {
         return text.to_string();
-    }
-    let text = text.strip_prefix("<feedback>").unwrap_or(text);
+    };
+    let text = text.strip_prefix(open.as_str()).unwrap_or(text);
     let text = text.trim_end();
-    let text = text.strip_suffix("</feedback>").unwrap_or(text);
+    let text = text.strip_suffix(close.as_str()).unwrap_or(text);
     text.trim().to_string()
 }
 
@@ -178,6 +197,14 @@ pub struct FormatCounts {
     pub repeated: usize,
     pub missing: usize,
     pub cut: usize,
+    /// Thinking judges: reasonings left open and closed by us (counted apart from the
+    /// outcomes above, which are about the verdict).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unclosed_reasoning: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 impl FormatCounts {
@@ -219,12 +246,20 @@ mod tests {
         None => panic!("valid"),
     };
 
+    use crate::judge::rubric::RubricProtocol;
+
     fn prometheus(text: &str, finish: FinishReason) -> Reading {
-        read(RubricProtocol::Prometheus, SCALE, text, finish)
+        read(
+            RubricProtocol::prometheus().absolute().unwrap(),
+            None,
+            SCALE,
+            text,
+            finish,
+        )
     }
 
     #[test]
-    fn prometheus_feedback_is_cut_at_its_first_marker() {
+    fn prometheus_feedback_is_read_at_its_last_marker() {
         let kept = prometheus("Good work. [RESULT] 4", FinishReason::EndOfSequence);
         assert_eq!(kept.format, FormatOutcome::Kept);
         assert_eq!(kept.answer, "Good work. [RESULT] ");
@@ -234,7 +269,15 @@ mod tests {
             FinishReason::EndOfSequence,
         );
         assert_eq!(twice.format, FormatOutcome::Repeated);
-        assert_eq!(twice.answer, "Fine. [RESULT] ");
+        assert_eq!(twice.answer, "Fine. [RESULT] 3\nOn reflection [RESULT] ");
+        // A feedback that quotes the marker and a score in its middle is read at its end.
+        let quoting = prometheus(
+            "The rubric asks for \"[RESULT] 5\" only when flawless; this is not. [RESULT] 2",
+            FinishReason::EndOfSequence,
+        );
+        assert_eq!(quoting.format, FormatOutcome::Repeated);
+        assert!(quoting.answer.ends_with("this is not. [RESULT] "));
+        assert!(quoting.feedback.ends_with("this is not."));
         let garbage = prometheus("Fine. [RESULT] excellent!", FinishReason::EndOfSequence);
         assert_eq!(garbage.format, FormatOutcome::NoScore);
         assert_eq!(garbage.answer, "Fine. [RESULT] ");
@@ -262,7 +305,8 @@ mod tests {
 
     #[test]
     fn plain_answers_keep_their_opening_and_take_the_marker_on_a_new_line() {
-        let plain = |text: &str| read(RubricProtocol::Plain, SCALE, text, FinishReason::Stop);
+        let form = RubricProtocol::plain().absolute().unwrap().clone();
+        let plain = |text: &str| read(&form, None, SCALE, text, FinishReason::Stop);
         let kept = plain(" Clear and short.\nScore: 5");
         assert_eq!(kept.format, FormatOutcome::Kept);
         assert_eq!(kept.answer, "Feedback: Clear and short.\nScore:");
@@ -274,7 +318,8 @@ mod tests {
 
     #[test]
     fn flow_judge_feedback_loses_its_tags_and_gets_them_closed() {
-        let flow = |text: &str, finish| read(RubricProtocol::FlowJudge, SCALE, text, finish);
+        let form = RubricProtocol::flow_judge().absolute().unwrap().clone();
+        let flow = |text: &str, finish| read(&form, None, SCALE, text, finish);
         let kept = flow(
             "<feedback>\nGood.\n</feedback>\n<score>\n4\n",
             FinishReason::Stop,
@@ -288,6 +333,50 @@ mod tests {
         let closed = flow("<feedback>Good.</feedback>", FinishReason::EndOfSequence);
         assert_eq!(closed.answer, "<feedback>Good.</feedback>\n<score>");
         assert_eq!(closed.format, FormatOutcome::Missing);
+    }
+
+    #[test]
+    fn a_thinking_judge_is_read_after_its_reasoning() {
+        let form = crate::judge::rubric::protocol::Form {
+            system: None,
+            user: String::new(),
+            opening: String::new(),
+            marker: "<score>".into(),
+            separator: String::new(),
+            stop: vec!["</score>".into()],
+            joiner: "\n".into(),
+            feedback_tags: None,
+            scale: None,
+            choices: None,
+            feedback: true,
+        };
+        let think = Reasoning {
+            open: "<think>".into(),
+            close: "</think>".into(),
+            after_close: "\n\n".into(),
+            off: None,
+        };
+        // A score quoted inside the reasoning is not the verdict.
+        let text = "<think>\nIs it <score>5</score>? No.\n</think>\n\nFair.\n<score>3";
+        let kept = read(&form, Some(&think), SCALE, text, FinishReason::Stop);
+        assert_eq!(kept.format, FormatOutcome::Kept);
+        assert_eq!(kept.feedback, "Fair.");
+        assert_eq!(
+            kept.reasoning.as_deref(),
+            Some("Is it <score>5</score>? No.")
+        );
+        assert!(kept.answer.ends_with("</think>\n\nFair.\n<score>"));
+        // No verdict after the reasoning: the marker is appended after it.
+        let bare = read(
+            &form,
+            Some(&think),
+            SCALE,
+            "<think>\nhm\n</think>\n\n",
+            FinishReason::EndOfSequence,
+        );
+        assert_eq!(bare.format, FormatOutcome::Missing);
+        assert_eq!(bare.answer, "<think>\nhm\n</think>\n\n<score>");
+        assert_eq!(bare.feedback, "");
     }
 
     #[test]

@@ -44,178 +44,51 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::protocol::{reading_point, ProtocolFormat, RubricPrompt};
+use super::protocol::{reading_point, wrap, Form, Reasoning};
 use super::reading::{read_answer, Reading};
 use super::run::ProtocolSource;
+use super::thinking::{reason, Thinking, Thought};
 use super::{Rubric, RubricProtocol};
 use crate::data::Context;
 use crate::engine::{
     generate_cached_all, plan_label, GeneratedCounts, Generation, GenerationReader,
-    GenerationRequest, Label, LabelRequest, PlannedLabel, Prompt, ResultCache, Sampling, Scorer,
+    GenerationRequest, Label, LabelRequest, PlannedLabel, ResultCache, Sampling, Scorer,
     TextPrompt,
 };
 use crate::judge::scale::text_label_tokens_after;
 use crate::judge::scoring::required_reference;
 use crate::progress::Progress;
 
+pub use super::protocol::{render_relative, PairInput};
+
 /// Kind of the pairwise feedback generations in the result cache.
 pub const FEEDBACK_CACHE_KIND: &str = "rubric-relative-feedback";
 
 /// Version of the relative prompts and their reading (part of the label cache identity).
-const TEMPLATE_VERSION: &str = "rubric-relative/v2";
+const TEMPLATE_VERSION: &str = "rubric-relative/v3";
 
-/// The two choices, in the order the comparison reads them (first shown as A).
-pub const CHOICES: [&str; 2] = ["A", "B"];
-
-/// Prometheus 2's system message for relative grading.
-pub const PROMETHEUS_RELATIVE_SYSTEM: &str = "You are a fair judge assistant assigned to \
-deliver insightful feedback that compares individual performances, highlighting how each \
-stands relative to others within the same cohort.";
-
-const PROMETHEUS_GIVEN_WITH_REFERENCE: &str = "An instruction (might include an Input inside \
-it), two responses to evaluate (denoted as Response A and Response B), a reference answer, and \
-an evaluation criteria are given.";
-const PROMETHEUS_GIVEN: &str = "An instruction (might include an Input inside it), two \
-responses to evaluate (denoted as Response A and Response B), and an evaluation criteria are \
-given.";
-const PROMETHEUS_RULES: &str = "1. Write a detailed feedback that assess the quality of the \
-two responses strictly based on the given evaluation criteria, not evaluating in general.
-2. Make comparisons between Response A, Response B, and the Reference Answer. Instead of \
-examining Response A and Response B separately, go straight to the point and mention about \
-the commonalities and differences between them.
-3. After writing the feedback, indicate the better response, either \"A\" or \"B\".
-4. The output format should look as follows: \"Feedback: (write a feedback for criteria) \
-[RESULT] (Either \"A\" or \"B\")\"
-5. Please do not generate any other opening, closing, and explanations.";
-
-/// What two responses are compared on: the context and reference answer where there are
-/// any, and the responses shown as A and B.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PairInput<'a> {
-    pub context: Option<&'a str>,
-    pub reference: Option<&'a str>,
-    pub a: &'a str,
-    pub b: &'a str,
-}
-
-/// The answer format of `protocol` in relative grading; Flow-Judge has none.
-pub fn relative_format(protocol: RubricProtocol) -> Result<ProtocolFormat> {
-    Ok(match protocol {
-        RubricProtocol::Prometheus => ProtocolFormat {
-            marker: "[RESULT] ",
-            separator: "",
-            opening: "",
-            stop: &[],
-        },
-        RubricProtocol::Plain => ProtocolFormat {
-            marker: "Better:",
-            separator: " ",
-            opening: "Feedback:",
-            stop: &[],
-        },
-        RubricProtocol::FlowJudge => bail!(
-            "the flow-judge protocol has no relative grading (Flow-Judge v0.1 grades one \
-             output at a time): compare with --protocol prometheus or plain, or grade each \
-             candidate with `score --method rubric`"
-        ),
-    })
-}
-
-/// The relative-grading prompt of `protocol` comparing `input`'s responses on `rubric`.
-pub fn render_relative(
-    protocol: RubricProtocol,
-    rubric: &Rubric,
-    input: &PairInput,
-) -> Result<RubricPrompt> {
-    relative_format(protocol)?;
-    Ok(match protocol {
-        RubricProtocol::Prometheus => RubricPrompt {
-            system: Some(PROMETHEUS_RELATIVE_SYSTEM.to_string()),
-            user: prometheus(rubric, input),
-        },
-        _ => RubricPrompt {
-            system: None,
-            user: plain(rubric, input),
-        },
-    })
-}
-
-fn prometheus(rubric: &Rubric, input: &PairInput) -> String {
-    let given = if input.reference.is_some() {
-        PROMETHEUS_GIVEN_WITH_REFERENCE
-    } else {
-        PROMETHEUS_GIVEN
-    };
-    let instruction = [rubric.instruction.as_deref(), input.context]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("\n\n");
-    let mut user = format!(
-        "###Task Description:\n{given}\n{PROMETHEUS_RULES}\n\n###Instruction:\n{instruction}\n\n\
-         ###Response A:\n{}\n\n###Response B:\n{}\n\n",
-        input.a, input.b
-    );
-    if let Some(reference) = input.reference {
-        user.push_str(&format!("###Reference Answer:\n{reference}\n\n"));
-    }
-    user.push_str(&format!(
-        "###Score Rubric:\n[{}]\n\n###Feedback: ",
-        rubric.criterion
-    ));
-    user
-}
-
-fn plain(rubric: &Rubric, input: &PairInput) -> String {
-    let sections = &rubric.sections;
-    let item = &sections.output;
-    let plural = plural_of(&item.to_lowercase());
-    let mut blocks = vec![format!(
-        "You will compare two {plural} on a single criterion."
-    )];
-    if let Some(instruction) = &rubric.instruction {
-        blocks.push(format!("Task: {instruction}"));
-    }
-    if let Some(context) = input.context {
-        blocks.push(format!("{}:\n{context}", sections.source));
-    }
-    if let Some(reference) = input.reference {
-        blocks.push(format!("{}:\n{reference}", sections.reference));
-    }
-    blocks.push(format!("{item} A:\n{}", input.a));
-    blocks.push(format!("{item} B:\n{}", input.b));
-    blocks.push(format!("Criterion ({}): {}", rubric.name, rubric.criterion));
-    blocks.push(format!(
-        "Write a short feedback comparing the two {plural} on this criterion alone, then a \
-         last line \"Better: A\" or \"Better: B\"."
-    ));
-    blocks.join("\n\n")
-}
-
-/// "summaries", "responses", "texts", "stories".
-fn plural_of(noun: &str) -> String {
-    match noun.strip_suffix('y') {
-        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{stem}ies"),
-        _ if noun.ends_with('s') || noun.ends_with("sh") || noun.ends_with("ch") => {
-            format!("{noun}es")
-        }
-        _ => format!("{noun}s"),
-    }
-}
-
-/// Read what the model `generated` after the opening of a relative feedback: `kept` when
-/// the marker is followed by `A` or `B` (quotes, brackets and blanks aside).
+/// Read what the model `generated` after the opening of a relative feedback in `form`:
+/// `kept` when the last marker is followed by one of the form's choices (quotes, brackets
+/// and blanks aside).
 pub fn read_choice(
-    protocol: RubricProtocol,
+    form: &Form,
+    reasoning: Option<&Reasoning>,
     generated: &str,
     finish: crate::engine::FinishReason,
-) -> Result<Reading> {
-    let format = relative_format(protocol)?;
-    Ok(read_answer(protocol, format, generated, finish, |after| {
+) -> Reading {
+    let labels: Vec<String> = form
+        .choices
+        .as_ref()
+        .map(|c| c.labels().into_iter().map(str::to_string).collect())
+        .unwrap_or_default();
+    read_answer(form, reasoning, generated, finish, |after| {
         let after = after.trim_start_matches(|c: char| c.is_whitespace() || "\"'([".contains(c));
-        let mut chars = after.chars();
-        matches!(chars.next(), Some('A' | 'B')) && !chars.next().is_some_and(char::is_alphanumeric)
-    }))
+        labels.iter().any(|label| {
+            after.strip_prefix(label.as_str()).is_some_and(|rest| {
+                !label.ends_with(char::is_alphanumeric) || !rest.starts_with(char::is_alphanumeric)
+            })
+        })
+    })
 }
 
 /// Relative grading with everything decided, and the feedbacks written so far.
@@ -229,6 +102,8 @@ pub struct RelativeGrading {
     pub feedback_tokens: Option<usize>,
     /// Show the candidates' `reference` as the reference answer.
     pub reference: bool,
+    /// A thinking judge's reasoning (protocols with `[reasoning]`; ignored by others).
+    pub thinking: Thinking,
     /// Each ordered pair's feedback, read, by (context id, first id, second id): filled by
     /// [`write_feedbacks`] before the comparisons are asked.
     pub readings: BTreeMap<(String, String, String), Reading>,
@@ -244,13 +119,11 @@ impl RelativeGrading {
         feedback_tokens: Option<usize>,
         reference: bool,
     ) -> Result<Self> {
-        let (protocol, protocol_source) =
-            match (requested, scorer.info().conventions.rubric_protocol) {
-                (Some(protocol), _) => (protocol, ProtocolSource::Requested),
-                (None, Some(protocol)) => (protocol, ProtocolSource::Card),
-                (None, None) => (RubricProtocol::Plain, ProtocolSource::Default),
-            };
-        relative_format(protocol)?;
+        let (protocol, protocol_source) = super::run::settle_protocol(scorer, requested)?;
+        // A judge trained to answer at once writes no feedback.
+        let feedback_tokens =
+            feedback_tokens.filter(|_| protocol.relative().is_ok_and(|f| f.feedback));
+        protocol.relative()?;
         if let Some(tokens) = feedback_tokens {
             ensure!(tokens > 0, "a feedback needs at least one token");
         }
@@ -260,15 +133,38 @@ impl RelativeGrading {
             protocol_source,
             feedback_tokens,
             reference,
+            thinking: Thinking::default(),
             readings: BTreeMap::new(),
         })
+    }
+
+    /// The same with a thinking judge's reasoning treated as
+    /// [`super::run::settle_thinking`] says.
+    pub fn with_thinking(mut self, budget: Option<usize>, off: bool) -> Result<Self> {
+        self.thinking = super::run::settle_thinking(&self.protocol, budget, off)?;
+        Ok(self)
+    }
+
+    /// The protocol's relative form as this run opens its answers.
+    pub fn form(&self) -> Result<Form> {
+        Ok(super::run::answer_form(
+            &self.protocol,
+            self.protocol.relative()?,
+            self.thinking,
+        ))
+    }
+
+    /// Whether feedbacks start with a reasoning round, and its budget.
+    pub fn reasoning_budget(&self) -> Option<usize> {
+        self.thinking
+            .reasoning_budget(&self.protocol, self.feedback_tokens)
     }
 
     /// The label cache's name for these prompts.
     pub fn template_id(&self) -> String {
         format!(
             "{TEMPLATE_VERSION}/{}/{}",
-            self.protocol,
+            self.protocol.cache_name(),
             if self.feedback_tokens.is_some() {
                 "feedback"
             } else {
@@ -278,9 +174,10 @@ impl RelativeGrading {
     }
 
     /// The marker after which the choice is read.
-    pub fn marker(&self) -> &'static str {
-        relative_format(self.protocol)
-            .map(|f| f.marker)
+    pub fn marker(&self) -> &str {
+        self.protocol
+            .relative()
+            .map(|f| f.marker.as_str())
             .unwrap_or("")
     }
 
@@ -313,7 +210,7 @@ impl RelativeGrading {
     }
 
     fn text_prompt(&self, input: &PairInput, answer: &str) -> Result<TextPrompt> {
-        let rendered = render_relative(self.protocol, &self.rubric, input)?;
+        let rendered = render_relative(&self.protocol, &self.rubric, input)?;
         Ok(TextPrompt {
             system: rendered.system,
             user: rendered.user,
@@ -321,21 +218,24 @@ impl RelativeGrading {
         })
     }
 
-    /// The greedy generation of the feedback on `pair` of `context`.
+    /// The greedy generation of the feedback on `pair` of `context`, after `so_far` (a
+    /// thinking judge's closed reasoning; else nothing).
     pub fn feedback_request(
         &self,
         scorer: &dyn Scorer,
         context: &Context,
         pair: (usize, usize),
+        so_far: &str,
         max_tokens: usize,
     ) -> Result<GenerationRequest> {
-        let format = relative_format(self.protocol)?;
-        let text = self.text_prompt(&self.input(context, pair)?, format.opening)?;
+        let form = self.form()?;
+        let answer = format!("{}{so_far}", form.opening);
+        let text = self.text_prompt(&self.input(context, pair)?, &answer)?;
         Ok(GenerationRequest {
             prompt: wrap(text, scorer.info().conventions.chat),
             max_tokens,
             sampling: Sampling::Greedy,
-            stop: format.stop.iter().map(|s| s.to_string()).collect(),
+            stop: form.stop.clone(),
         })
     }
 
@@ -347,9 +247,9 @@ impl RelativeGrading {
         context: &Context,
         pair: (usize, usize),
     ) -> Result<LabelRequest> {
-        let format = relative_format(self.protocol)?;
+        let form = self.form()?;
         let answer = match self.feedback_tokens {
-            None => format.marker.to_string(),
+            None => super::protocol::direct_answer(&self.protocol, &form),
             Some(_) => {
                 let key = pair_key(context, pair);
                 match self.readings.get(&key) {
@@ -364,21 +264,23 @@ impl RelativeGrading {
             }
         };
         let chat = scorer.info().conventions.chat;
-        let (answer, written_before) = reading_point(&answer, format.separator);
+        let (answer, written_before) = reading_point(&answer, &form.separator);
         let text = self.text_prompt(&self.input(context, pair)?, &answer)?;
-        let labels = text_label_tokens_after(scorer, &text, chat, &CHOICES, &written_before)?;
+        let choices = form
+            .choices
+            .as_ref()
+            .context("a relative form has choices")?;
+        let labels = text_label_tokens_after(
+            scorer,
+            &text,
+            chat,
+            &[choices.a.as_str(), choices.b.as_str()],
+            &written_before,
+        )?;
         Ok(LabelRequest {
             prompt: wrap(text, chat),
             labels: labels.into_iter().map(Label::Tokens).collect(),
         })
-    }
-}
-
-fn wrap(text: TextPrompt, chat: bool) -> Prompt {
-    if chat {
-        Prompt::chat(text)
-    } else {
-        Prompt::plain(text)
     }
 }
 
@@ -418,26 +320,71 @@ pub fn write_feedbacks(
         grading.marker()
     ));
     let mut at = Vec::with_capacity(total);
-    let mut requests = Vec::with_capacity(total);
-    for (c, (context, pairs)) in contexts.iter().zip(pairs).enumerate() {
+    for (c, pairs) in pairs.iter().enumerate() {
         for &pair in pairs {
-            let key = pair_key(context, pair);
-            let request = grading
-                .feedback_request(scorer, context, pair, max_tokens)
-                .with_context(|| format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2))?;
             at.push((c, pair));
-            requests.push(request);
+        }
+    }
+    let request_of = |scorer: &dyn Scorer,
+                      grading: &RelativeGrading,
+                      (c, pair): (usize, (usize, usize)),
+                      so_far: &str,
+                      tokens: usize| {
+        let context = &contexts[c];
+        let key = pair_key(context, pair);
+        grading
+            .feedback_request(scorer, context, pair, so_far, tokens)
+            .with_context(|| format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2))
+    };
+    // A thinking judge reasons first, within its own budget.
+    let thoughts: Vec<Thought> = match (grading.reasoning_budget(), grading.protocol.reasoning()) {
+        (Some(budget), Some(reasoning)) => {
+            let requests = at
+                .iter()
+                .map(|&place| request_of(&*scorer, &*grading, place, "", budget))
+                .collect::<Result<Vec<_>>>()?;
+            let bar = progress.task(total as u64, "pairwise reasonings written (generation)");
+            let reasoning = reasoning.clone();
+            reason(scorer, cache, &reasoning, &requests, budget, &bar)
+                .context("writing the judge's reasonings")?
+        }
+        _ => vec![Thought::default(); total],
+    };
+    let mut rows = Vec::with_capacity(total);
+    let mut requests = Vec::with_capacity(total);
+    for (index, (&place, thought)) in at.iter().zip(&thoughts).enumerate() {
+        if thought.whole.is_none() {
+            rows.push(index);
+            requests.push(request_of(
+                &*scorer,
+                &*grading,
+                place,
+                &thought.text,
+                max_tokens,
+            )?);
         }
     }
     let bar = progress.task(total as u64, "pairwise feedbacks written (generation)");
     let template = grading.template_id();
+    let form = grading.form()?;
     let mut reader = PairFeedbackReader {
         contexts,
         at: &at,
+        rows: &rows,
+        thoughts: &thoughts,
+        form,
         grading,
         template,
         bar: &bar,
     };
+    // Answers a judge gave whole in its reasoning round (it did not reason) are read as
+    // they are; their choices are read with the others' that the cache lacks.
+    for (index, thought) in thoughts.iter().enumerate() {
+        if let Some(whole) = &thought.whole {
+            reader.read(index, whole);
+            bar.step(1)?;
+        }
+    }
     generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
         .context("writing the pairwise feedbacks")
 }
@@ -446,9 +393,34 @@ pub fn write_feedbacks(
 struct PairFeedbackReader<'a> {
     contexts: &'a [Context],
     at: &'a [(usize, (usize, usize))],
+    /// The pair (index into `at`) of each feedback request.
+    rows: &'a [usize],
+    thoughts: &'a [Thought],
+    /// The relative form as the run opens its answers.
+    form: Form,
     grading: &'a mut RelativeGrading,
     template: String,
     bar: &'a crate::progress::ProgressTask,
+}
+
+impl PairFeedbackReader<'_> {
+    /// Read pair `index`'s answer (its reasoning round's text, then `generation`) into the
+    /// grading's readings; its key.
+    fn read(&mut self, index: usize, generation: &Generation) -> (String, String, String) {
+        let (c, pair) = self.at[index];
+        let key = pair_key(&self.contexts[c], pair);
+        let thought = &self.thoughts[index];
+        let text = format!("{}{}", thought.text, generation.text);
+        let mut reading = read_choice(
+            &self.form,
+            self.grading.protocol.reasoning(),
+            &text,
+            generation.finish,
+        );
+        reading.reasoning_cut = thought.closed_by_us;
+        self.grading.readings.insert(key.clone(), reading);
+        key
+    }
 }
 
 impl GenerationReader for PairFeedbackReader<'_> {
@@ -459,13 +431,11 @@ impl GenerationReader for PairFeedbackReader<'_> {
         cached: bool,
         scorer: &dyn Scorer,
     ) -> Result<Option<PlannedLabel>> {
+        let index = self.rows[index];
+        let key = self.read(index, generation);
         let (c, pair) = self.at[index];
         let context = &self.contexts[c];
-        let key = pair_key(context, pair);
         let at = || format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2);
-        let reading = read_choice(self.grading.protocol, &generation.text, generation.finish)
-            .with_context(at)?;
-        self.grading.readings.insert(key.clone(), reading);
         let request = self
             .grading
             .choice_request(scorer, context, pair)
@@ -498,11 +468,12 @@ mod tests {
     #[test]
     fn plain_prompts_show_both_responses_in_order_and_the_criterion() {
         let rubric = Rubric::builtin("coherence", Task::Summary).unwrap();
-        let text = render_relative(RubricProtocol::Plain, &rubric, &input(Some("GOLD")))
+        let text = render_relative(&RubricProtocol::plain(), &rubric, &input(Some("GOLD")))
             .unwrap()
             .user;
         let order = [
             "You will compare two summaries on a single criterion.",
+            "\n\nTask: Summarize the following news article.",
             "\n\nSource Text:\nART",
             "\n\nReference Summary:\nGOLD",
             "\n\nSummary A:\nONE",
@@ -510,32 +481,24 @@ mod tests {
             "\n\nCriterion (Coherence): ",
             "then a last line \"Better: A\" or \"Better: B\".",
         ];
-        let mut at = 0;
-        for part in order {
-            let found = text[at..]
-                .find(part)
-                .unwrap_or_else(|| panic!("{part:?} in {text}"));
-            at += found + part.len();
-        }
+        assert_eq!(crate::judge::assert_in_order(&text, &order), text.len());
     }
 
     #[test]
     fn flow_judge_has_no_relative_format() {
         let rubric = Rubric::builtin("coherence", Task::Summary).unwrap();
-        let error = render_relative(RubricProtocol::FlowJudge, &rubric, &input(None))
+        let error = render_relative(&RubricProtocol::flow_judge(), &rubric, &input(None))
             .unwrap_err()
             .to_string();
         assert!(error.contains("no relative grading"), "{error}");
     }
 
     #[test]
-    fn a_choice_is_kept_only_as_a_lone_a_or_b_after_one_marker() {
+    fn a_choice_is_kept_only_as_a_lone_label_after_the_last_marker() {
         use super::super::FormatOutcome::*;
-        let read = |text: &str, finish| {
-            read_choice(RubricProtocol::Prometheus, text, finish)
-                .unwrap()
-                .format
-        };
+        let prometheus = RubricProtocol::prometheus();
+        let form = prometheus.relative().unwrap();
+        let read = |text: &str, finish| read_choice(form, None, text, finish).format;
         assert_eq!(read("A is clearer. [RESULT] A", FinishReason::Stop), Kept);
         assert_eq!(read("fine [RESULT] \"B\"", FinishReason::Stop), Kept);
         assert_eq!(read("fine [RESULT] Both", FinishReason::Stop), NoScore);
@@ -545,25 +508,23 @@ mod tests {
         );
         assert_eq!(read("no marker at all", FinishReason::Stop), Missing);
         assert_eq!(read("no marker at all", FinishReason::MaxTokens), Cut);
-        let reading =
-            read_choice(RubricProtocol::Prometheus, "B wins.", FinishReason::Stop).unwrap();
+        let reading = read_choice(form, None, "B wins.", FinishReason::Stop);
         assert_eq!(reading.answer, "B wins. [RESULT] ");
         assert_eq!(reading.feedback, "B wins.");
+        let twice = read_choice(
+            form,
+            None,
+            "x [RESULT] A, or rather [RESULT] B",
+            FinishReason::Stop,
+        );
+        assert_eq!(twice.answer, "x [RESULT] A, or rather [RESULT] ");
+        let plain = RubricProtocol::plain();
         let plain = read_choice(
-            RubricProtocol::Plain,
+            plain.relative().unwrap(),
+            None,
             " B reads better.",
             FinishReason::Stop,
-        )
-        .unwrap();
+        );
         assert_eq!(plain.answer, "Feedback: B reads better.\nBetter:");
-    }
-
-    #[test]
-    fn plurals_of_the_output_nouns() {
-        assert_eq!(plural_of("summary"), "summaries");
-        assert_eq!(plural_of("response"), "responses");
-        assert_eq!(plural_of("story"), "stories");
-        assert_eq!(plural_of("essay"), "essays");
-        assert_eq!(plural_of("text"), "texts");
     }
 }

@@ -14,8 +14,9 @@
 
 use anyhow::{Context as _, Result};
 
-use super::protocol::{self, RubricInput};
+use super::protocol::{self, Form, RubricInput};
 use super::reading::{read, Reading};
+use super::thinking::{reason, Thinking, Thought};
 use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
 use crate::engine::{
@@ -32,7 +33,7 @@ pub const FEEDBACK_CACHE_KIND: &str = "rubric-feedback";
 pub const DEFAULT_FEEDBACK_TOKENS: usize = 512;
 
 /// Version of the rubric prompts and their reading (part of the label cache identity).
-const TEMPLATE_VERSION: &str = "rubric/v2";
+const TEMPLATE_VERSION: &str = "rubric/v3";
 
 /// Where the run's protocol came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,29 @@ impl ProtocolSource {
     }
 }
 
+/// The protocol of a run: the requested one, else the one the model card names, else
+/// plain; and where it came from.
+pub fn settle_protocol(
+    scorer: &dyn Scorer,
+    requested: Option<RubricProtocol>,
+) -> Result<(RubricProtocol, ProtocolSource)> {
+    Ok(
+        match (requested, &scorer.info().conventions.rubric_protocol) {
+            (Some(protocol), _) => (protocol, ProtocolSource::Requested),
+            (None, Some(name)) => (
+                RubricProtocol::named(name).with_context(|| {
+                    format!(
+                        "the card of model '{}' names its protocol",
+                        scorer.info().name
+                    )
+                })?,
+                ProtocolSource::Card,
+            ),
+            (None, None) => (RubricProtocol::plain(), ProtocolSource::Default),
+        },
+    )
+}
+
 /// Rubric grading with everything decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RubricMethod {
@@ -75,6 +99,59 @@ pub struct RubricMethod {
     pub feedback_tokens: Option<usize>,
     /// Show each candidate's `reference` as the reference answer.
     pub reference: bool,
+    /// A thinking judge's reasoning (protocols with `[reasoning]`; ignored by others).
+    pub thinking: Thinking,
+}
+
+/// Settle how a run treats a thinking judge's reasoning: `budget` (most tokens of a
+/// reasoning; `None`: the default) or thinking `off`. Either asked of a protocol without
+/// reasoning, or off asked of one that cannot switch it off, is refused.
+pub fn settle_thinking(
+    protocol: &RubricProtocol,
+    budget: Option<usize>,
+    off: bool,
+) -> Result<Thinking> {
+    let Some(reasoning) = protocol.reasoning() else {
+        if budget.is_some() || off {
+            crate::bad_request!(
+                "the {} protocol has no reasoning (its judge does not think before its \
+                 verdict): a reasoning budget or thinking off applies to thinking judges' \
+                 protocols only",
+                protocol.name()
+            );
+        }
+        return Ok(Thinking::default());
+    };
+    if off {
+        if budget.is_some() {
+            crate::bad_request!("a reasoning budget and thinking off exclude each other");
+        }
+        if reasoning.off.is_none() {
+            crate::bad_request!(
+                "the {} protocol cannot switch thinking off (its file gives no \
+                 `reasoning.off` opening)",
+                protocol.name()
+            );
+        }
+        return Ok(Thinking::Off);
+    }
+    match budget {
+        Some(0) => crate::bad_request!("a reasoning needs at least one token"),
+        Some(budget) => Ok(Thinking::On { budget }),
+        None => Ok(Thinking::default()),
+    }
+}
+
+/// `form` as a run with `thinking` opens its answers: after the protocol's `off` text
+/// where thinking is off.
+pub fn answer_form(protocol: &RubricProtocol, form: &Form, thinking: Thinking) -> Form {
+    let mut form = form.clone();
+    if thinking == Thinking::Off {
+        if let Some(off) = protocol.reasoning().and_then(|r| r.off.as_deref()) {
+            form.opening = format!("{}{off}", form.opening);
+        }
+    }
+    form
 }
 
 impl RubricMethod {
@@ -87,12 +164,7 @@ impl RubricMethod {
         feedback_tokens: Option<usize>,
         reference: bool,
     ) -> Result<Self> {
-        let (protocol, protocol_source) =
-            match (requested, scorer.info().conventions.rubric_protocol) {
-                (Some(protocol), _) => (protocol, ProtocolSource::Requested),
-                (None, Some(protocol)) => (protocol, ProtocolSource::Card),
-                (None, None) => (RubricProtocol::Plain, ProtocolSource::Default),
-            };
+        let (protocol, protocol_source) = settle_protocol(scorer, requested)?;
         let probe = RubricInput {
             context: None,
             reference: None,
@@ -100,15 +172,44 @@ impl RubricMethod {
         };
         // A rubric the protocol cannot grade is the request's fault (exit code 2, a
         // `ValueError`), not the model's.
-        protocol::render(protocol, &rubric, &probe)
+        protocol::render(&protocol, &rubric, &probe)
             .map_err(|e| EngineError::BadRequest(format!("{e:#}")))?;
+        // A judge trained to answer at once writes no feedback.
+        let feedback_tokens = feedback_tokens.filter(|_| {
+            protocol
+                .absolute()
+                .map(|form| form.feedback)
+                .unwrap_or(true)
+        });
         Ok(Self {
             rubric,
             protocol,
             protocol_source,
             feedback_tokens,
             reference,
+            thinking: Thinking::default(),
         })
+    }
+
+    /// The same with a thinking judge's reasoning treated as [`settle_thinking`] says.
+    pub fn with_thinking(mut self, budget: Option<usize>, off: bool) -> Result<Self> {
+        self.thinking = settle_thinking(&self.protocol, budget, off)?;
+        Ok(self)
+    }
+
+    /// The protocol's absolute form as this run opens its answers.
+    pub fn form(&self) -> Result<Form> {
+        Ok(answer_form(
+            &self.protocol,
+            self.protocol.absolute()?,
+            self.thinking,
+        ))
+    }
+
+    /// Whether feedbacks start with a reasoning round, and its budget.
+    pub fn reasoning_budget(&self) -> Option<usize> {
+        self.thinking
+            .reasoning_budget(&self.protocol, self.feedback_tokens)
     }
 
     /// Cache identity of the score labels (the prompt's tokens, feedback included, are
@@ -116,7 +217,7 @@ impl RubricMethod {
     pub fn template_id(&self) -> String {
         format!(
             "{TEMPLATE_VERSION}/{}/{}",
-            self.protocol,
+            self.protocol.cache_name(),
             if self.feedback_tokens.is_some() {
                 "feedback"
             } else {
@@ -126,8 +227,11 @@ impl RubricMethod {
     }
 
     /// The marker after which the score is read.
-    pub fn marker(&self) -> &'static str {
-        protocol::format(self.protocol).marker
+    pub fn marker(&self) -> &str {
+        self.protocol
+            .absolute()
+            .map(|form| form.marker.as_str())
+            .unwrap_or("")
     }
 
     /// What is graded of `candidate`.
@@ -148,16 +252,26 @@ impl RubricMethod {
         })
     }
 
-    /// The generation of `candidate`'s feedback.
+    /// The generation of `candidate`'s feedback, after `so_far` (a thinking judge's
+    /// closed reasoning; else nothing).
     pub fn feedback_request(
         &self,
         scorer: &dyn Scorer,
         context: &Context,
         candidate: &Candidate,
+        so_far: &str,
         max_tokens: usize,
     ) -> Result<GenerationRequest> {
         let input = self.input(context, candidate)?;
-        protocol::feedback_request(scorer, self.protocol, &self.rubric, &input, max_tokens)
+        protocol::feedback_request(
+            scorer,
+            &self.protocol,
+            &self.form()?,
+            &self.rubric,
+            &input,
+            so_far,
+            max_tokens,
+        )
     }
 
     /// The label request reading `candidate`'s score after `answer` (the feedback and
@@ -170,8 +284,16 @@ impl RubricMethod {
         answer: Option<&str>,
     ) -> Result<LabelRequest> {
         let input = self.input(context, candidate)?;
-        let answer = answer.unwrap_or(protocol::direct_answer(self.protocol));
-        protocol::score_request(scorer, self.protocol, &self.rubric, &input, answer)
+        let form = self.form()?;
+        let direct;
+        let answer = match answer {
+            Some(answer) => answer,
+            None => {
+                direct = protocol::direct_answer(&self.protocol, &form);
+                &direct
+            }
+        };
+        protocol::score_request(scorer, &self.protocol, &form, &self.rubric, &input, answer)
     }
 }
 
@@ -198,27 +320,58 @@ pub fn feedbacks(
         method.marker()
     ));
     let mut at = Vec::with_capacity(total);
-    let mut requests = Vec::with_capacity(total);
     for (c, context) in contexts.iter().enumerate() {
-        for (k, candidate) in context.candidates.iter().enumerate() {
-            let request = method
-                .feedback_request(scorer, context, candidate, max_tokens)
-                .with_context(|| {
-                    format!("context `{}`, candidate `{}`", context.id, candidate.id)
-                })?;
+        for k in 0..context.candidates.len() {
             at.push((c, k));
-            requests.push(request);
+        }
+    }
+    let request_of = |scorer: &dyn Scorer, (c, k): (usize, usize), so_far: &str, tokens: usize| {
+        let (context, candidate) = (&contexts[c], &contexts[c].candidates[k]);
+        method
+            .feedback_request(scorer, context, candidate, so_far, tokens)
+            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))
+    };
+    // A thinking judge reasons first, within its own budget.
+    let thoughts: Vec<Thought> = match (method.reasoning_budget(), method.protocol.reasoning()) {
+        (Some(budget), Some(reasoning)) => {
+            let requests = at
+                .iter()
+                .map(|&place| request_of(&*scorer, place, "", budget))
+                .collect::<Result<Vec<_>>>()?;
+            let bar = progress.task(total as u64, "reasonings written (generation)");
+            reason(scorer, cache, reasoning, &requests, budget, &bar)
+                .context("writing the judge's reasonings")?
+        }
+        _ => vec![Thought::default(); total],
+    };
+    let mut rows = Vec::with_capacity(total);
+    let mut requests = Vec::with_capacity(total);
+    for (index, (&place, thought)) in at.iter().zip(&thoughts).enumerate() {
+        if thought.whole.is_none() {
+            rows.push(index);
+            requests.push(request_of(&*scorer, place, &thought.text, max_tokens)?);
         }
     }
     let bar = progress.task(total as u64, "feedbacks written (generation)");
     let mut reader = FeedbackReader {
         contexts,
         method,
+        form: method.form()?,
         at: &at,
+        rows: &rows,
+        thoughts: &thoughts,
         template: method.template_id(),
         readings: vec![None; total],
         bar: &bar,
     };
+    // Answers a judge gave whole in its reasoning round (it did not reason) are read as
+    // they are; their scores are read with the others' that the cache lacks.
+    for (index, thought) in thoughts.iter().enumerate() {
+        if let Some(whole) = &thought.whole {
+            reader.readings[index] = Some(reader.read(index, whole));
+            bar.step(1)?;
+        }
+    }
     let counts = generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
         .context("writing the rubric feedbacks")?;
     let mut readings: Vec<Vec<Reading>> = contexts
@@ -241,10 +394,32 @@ pub fn feedbacks(
 struct FeedbackReader<'a> {
     contexts: &'a [Context],
     method: &'a RubricMethod,
+    /// The absolute form as the run opens its answers.
+    form: Form,
     at: &'a [(usize, usize)],
+    /// The candidate (index into `at`) of each feedback request.
+    rows: &'a [usize],
+    thoughts: &'a [Thought],
     template: String,
     readings: Vec<Option<Reading>>,
     bar: &'a crate::progress::ProgressTask,
+}
+
+impl FeedbackReader<'_> {
+    /// Candidate `index`'s answer: its reasoning round's text, then `generation`.
+    fn read(&self, index: usize, generation: &Generation) -> Reading {
+        let thought = &self.thoughts[index];
+        let text = format!("{}{}", thought.text, generation.text);
+        let mut reading = read(
+            &self.form,
+            self.method.protocol.reasoning(),
+            self.method.rubric.scale,
+            &text,
+            generation.finish,
+        );
+        reading.reasoning_cut = thought.closed_by_us;
+        reading
+    }
 }
 
 impl GenerationReader for FeedbackReader<'_> {
@@ -255,14 +430,10 @@ impl GenerationReader for FeedbackReader<'_> {
         cached: bool,
         scorer: &dyn Scorer,
     ) -> Result<Option<PlannedLabel>> {
+        let index = self.rows[index];
         let (c, k) = self.at[index];
         let (context, candidate) = (&self.contexts[c], &self.contexts[c].candidates[k]);
-        let reading = read(
-            self.method.protocol,
-            self.method.rubric.scale,
-            &generation.text,
-            generation.finish,
-        );
+        let reading = self.read(index, generation);
         let request = self
             .method
             .score_request(scorer, context, candidate, Some(&reading.answer))

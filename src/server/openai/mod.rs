@@ -45,7 +45,7 @@ use self::reply::{Meta, Usage};
 use super::callers::Caller;
 use super::http::{as_caller, authenticate, body_bytes, buffer_body, submit, AppState};
 use super::worker::Job;
-use crate::engine::{ModelInfo, RubricProtocol, Scorer};
+use crate::engine::{ModelInfo, Scorer};
 use crate::judge::geval::Criteria;
 use crate::judge::rubric::Rubric;
 use crate::runtime::TextTokenizer;
@@ -172,7 +172,7 @@ async fn models(State(state): State<AppState>) -> Result<Json<Value>, OpenAiErro
             "fingerprint": model.fingerprint,
             "context_window": model.context_window,
             // The rubric format `/v1/score` uses without a `protocol` field.
-            "rubric_protocol": model.conventions.rubric_protocol.unwrap_or(RubricProtocol::Plain),
+            "rubric_protocol": model.conventions.rubric_protocol.as_deref().unwrap_or("plain"),
         }],
         "criteria": criteria,
         "rubrics": rubrics,
