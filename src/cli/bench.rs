@@ -212,7 +212,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
                     &scorer,
                     context,
                     candidate,
-                    "",
+                    crate::judge::rubric::protocol::Start::Feedback(""),
                     args.max_feedback_tokens,
                 )?;
                 prompts.push(scorer.render(&request.prompt)?.input);

@@ -26,6 +26,7 @@ use super::attribute::{Attribute, Task};
 use super::diagnostics::{self, Diagnostics};
 use super::geval::{self, Criteria, GevalInput, Steps, StepsSource};
 use super::gptscore;
+use super::rubric::protocol::Start;
 use super::rubric::run::{feedbacks, RubricMethod};
 use super::rubric::{FormatOutcome, Reading, Rubric, RubricProtocol};
 use super::scale::{ScoreDistribution, ScoreScale};
@@ -744,7 +745,13 @@ pub fn show_first_prompt(
             },
         ) => {
             let max_tokens = *max_tokens;
-            let request = rubric.feedback_request(scorer, context, candidate, "", max_tokens)?;
+            let request = rubric.feedback_request(
+                scorer,
+                context,
+                candidate,
+                Start::Feedback(""),
+                max_tokens,
+            )?;
             (
                 request.prompt,
                 format!(

@@ -17,6 +17,7 @@ use nlg_judge::engine::{
     BatchBudget, CompletionResult, DecoderSettings, Generate, GenerationRequest, GenerationSink,
     LabelRequest, LabelResult, PrefixCache, Scorer,
 };
+use nlg_judge::judge::rubric::protocol::Start;
 use nlg_judge::judge::rubric::reading::read;
 use nlg_judge::judge::rubric::run::RubricMethod;
 use nlg_judge::judge::rubric::Rubric;
@@ -46,7 +47,11 @@ fn feedback_requests(scorer: &dyn Scorer, context: &Context) -> Vec<GenerationRe
     context
         .candidates
         .iter()
-        .map(|c| method.feedback_request(scorer, context, c, "", 24).unwrap())
+        .map(|c| {
+            method
+                .feedback_request(scorer, context, c, Start::Feedback(""), 24)
+                .unwrap()
+        })
         .collect()
 }
 

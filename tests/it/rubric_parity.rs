@@ -18,6 +18,7 @@ use nlg_judge::engine::{load_decoder, DecoderScorer, DecoderSettings, LoadOption
 use nlg_judge::judge::attribute::{Attribute, Task};
 use nlg_judge::judge::pairwise::run::{run_compare, CompareOptions};
 use nlg_judge::judge::pairwise::{Design, PairwiseTemplate};
+use nlg_judge::judge::rubric::protocol::Start;
 use nlg_judge::judge::rubric::relative::RelativeGrading;
 use nlg_judge::judge::rubric::run::RubricMethod;
 use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
@@ -154,7 +155,13 @@ fn absolute_case(scorer: &mut DecoderScorer, name: &str, with_reference: bool, f
     let context = example_context(false);
     // The prompt's tokens: our chat wrapping and tokenisation against transformers'.
     let request = method
-        .feedback_request(scorer, &context, &context.candidates[0], "", max_tokens)
+        .feedback_request(
+            scorer,
+            &context,
+            &context.candidates[0],
+            Start::Feedback(""),
+            max_tokens,
+        )
         .unwrap();
     assert_eq!(
         scorer.encode_prompt(&request.prompt).unwrap().input,

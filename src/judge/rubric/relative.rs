@@ -44,10 +44,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::protocol::{reading_point, wrap, Form, Reasoning};
+use super::protocol::{reading_point, wrap, Form, Reasoning, Start};
 use super::reading::{read_answer, Reading};
 use super::run::ProtocolSource;
-use super::thinking::{reason, Thinking, Thought};
+use super::thinking::{after_thought, reason, Thinking, Thought};
 use super::{Rubric, RubricProtocol};
 use crate::data::Context;
 use crate::engine::{
@@ -218,19 +218,18 @@ impl RelativeGrading {
         })
     }
 
-    /// The greedy generation of the feedback on `pair` of `context`, after `so_far` (a
-    /// thinking judge's closed reasoning; else nothing).
+    /// The greedy generation of the answer on `pair` of `context` from `start` (its
+    /// feedback, or a thinking judge's reasoning).
     pub fn feedback_request(
         &self,
         scorer: &dyn Scorer,
         context: &Context,
         pair: (usize, usize),
-        so_far: &str,
+        start: Start,
         max_tokens: usize,
     ) -> Result<GenerationRequest> {
         let form = self.form()?;
-        let answer = format!("{}{so_far}", form.opening);
-        let text = self.text_prompt(&self.input(context, pair)?, &answer)?;
+        let text = self.text_prompt(&self.input(context, pair)?, &start.answer(&form))?;
         Ok(GenerationRequest {
             prompt: wrap(text, scorer.info().conventions.chat),
             max_tokens,
@@ -328,12 +327,12 @@ pub fn write_feedbacks(
     let request_of = |scorer: &dyn Scorer,
                       grading: &RelativeGrading,
                       (c, pair): (usize, (usize, usize)),
-                      so_far: &str,
+                      start: Start,
                       tokens: usize| {
         let context = &contexts[c];
         let key = pair_key(context, pair);
         grading
-            .feedback_request(scorer, context, pair, so_far, tokens)
+            .feedback_request(scorer, context, pair, start, tokens)
             .with_context(|| format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2))
     };
     // A thinking judge reasons first, within its own budget.
@@ -341,7 +340,7 @@ pub fn write_feedbacks(
         (Some(budget), Some(reasoning)) => {
             let requests = at
                 .iter()
-                .map(|&place| request_of(&*scorer, &*grading, place, "", budget))
+                .map(|&place| request_of(&*scorer, &*grading, place, Start::Reasoning, budget))
                 .collect::<Result<Vec<_>>>()?;
             let bar = progress.task(total as u64, "pairwise reasonings written (generation)");
             let reasoning = reasoning.clone();
@@ -359,7 +358,7 @@ pub fn write_feedbacks(
                 &*scorer,
                 &*grading,
                 place,
-                &thought.text,
+                Start::Feedback(&thought.text),
                 max_tokens,
             )?);
         }
@@ -409,15 +408,10 @@ impl PairFeedbackReader<'_> {
     fn read(&mut self, index: usize, generation: &Generation) -> (String, String, String) {
         let (c, pair) = self.at[index];
         let key = pair_key(&self.contexts[c], pair);
-        let thought = &self.thoughts[index];
-        let text = format!("{}{}", thought.text, generation.text);
-        let mut reading = read_choice(
-            &self.form,
-            self.grading.protocol.reasoning(),
-            &text,
-            generation.finish,
-        );
-        reading.reasoning_cut = thought.closed_by_us;
+        let reasoning = self.grading.protocol.reasoning();
+        let read_in =
+            |form: &Form| read_choice(form, reasoning, &generation.text, generation.finish);
+        let reading = after_thought(&self.thoughts[index], reasoning, &self.form, read_in);
         self.grading.readings.insert(key.clone(), reading);
         key
     }

@@ -14,9 +14,9 @@
 
 use anyhow::{Context as _, Result};
 
-use super::protocol::{self, Form, RubricInput};
+use super::protocol::{self, Form, RubricInput, Start};
 use super::reading::{read, Reading};
-use super::thinking::{reason, Thinking, Thought};
+use super::thinking::{after_thought, reason, Thinking, Thought};
 use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
 use crate::engine::{
@@ -142,13 +142,13 @@ pub fn settle_thinking(
     }
 }
 
-/// `form` as a run with `thinking` opens its answers: after the protocol's `off` text
-/// where thinking is off.
+/// `form` as a run with `thinking` opens its answers: the protocol's `off` text (an
+/// empty reasoning) before the opening where thinking is off.
 pub fn answer_form(protocol: &RubricProtocol, form: &Form, thinking: Thinking) -> Form {
     let mut form = form.clone();
     if thinking == Thinking::Off {
         if let Some(off) = protocol.reasoning().and_then(|r| r.off.as_deref()) {
-            form.opening = format!("{}{off}", form.opening);
+            form.opening = format!("{off}{}", form.opening);
         }
     }
     form
@@ -252,14 +252,14 @@ impl RubricMethod {
         })
     }
 
-    /// The generation of `candidate`'s feedback, after `so_far` (a thinking judge's
-    /// closed reasoning; else nothing).
+    /// The generation of `candidate`'s answer from `start` (its feedback, or a thinking
+    /// judge's reasoning).
     pub fn feedback_request(
         &self,
         scorer: &dyn Scorer,
         context: &Context,
         candidate: &Candidate,
-        so_far: &str,
+        start: Start,
         max_tokens: usize,
     ) -> Result<GenerationRequest> {
         let input = self.input(context, candidate)?;
@@ -269,7 +269,7 @@ impl RubricMethod {
             &self.form()?,
             &self.rubric,
             &input,
-            so_far,
+            start,
             max_tokens,
         )
     }
@@ -325,10 +325,10 @@ pub fn feedbacks(
             at.push((c, k));
         }
     }
-    let request_of = |scorer: &dyn Scorer, (c, k): (usize, usize), so_far: &str, tokens: usize| {
+    let request_of = |scorer: &dyn Scorer, (c, k): (usize, usize), start: Start, tokens: usize| {
         let (context, candidate) = (&contexts[c], &contexts[c].candidates[k]);
         method
-            .feedback_request(scorer, context, candidate, so_far, tokens)
+            .feedback_request(scorer, context, candidate, start, tokens)
             .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))
     };
     // A thinking judge reasons first, within its own budget.
@@ -336,7 +336,7 @@ pub fn feedbacks(
         (Some(budget), Some(reasoning)) => {
             let requests = at
                 .iter()
-                .map(|&place| request_of(&*scorer, place, "", budget))
+                .map(|&place| request_of(&*scorer, place, Start::Reasoning, budget))
                 .collect::<Result<Vec<_>>>()?;
             let bar = progress.task(total as u64, "reasonings written (generation)");
             reason(scorer, cache, reasoning, &requests, budget, &bar)
@@ -349,7 +349,12 @@ pub fn feedbacks(
     for (index, (&place, thought)) in at.iter().zip(&thoughts).enumerate() {
         if thought.whole.is_none() {
             rows.push(index);
-            requests.push(request_of(&*scorer, place, &thought.text, max_tokens)?);
+            requests.push(request_of(
+                &*scorer,
+                place,
+                Start::Feedback(&thought.text),
+                max_tokens,
+            )?);
         }
     }
     let bar = progress.task(total as u64, "feedbacks written (generation)");
@@ -408,17 +413,11 @@ struct FeedbackReader<'a> {
 impl FeedbackReader<'_> {
     /// Candidate `index`'s answer: its reasoning round's text, then `generation`.
     fn read(&self, index: usize, generation: &Generation) -> Reading {
-        let thought = &self.thoughts[index];
-        let text = format!("{}{}", thought.text, generation.text);
-        let mut reading = read(
-            &self.form,
-            self.method.protocol.reasoning(),
-            self.method.rubric.scale,
-            &text,
-            generation.finish,
-        );
-        reading.reasoning_cut = thought.closed_by_us;
-        reading
+        let reasoning = self.method.protocol.reasoning();
+        let scale = self.method.rubric.scale;
+        let read_in =
+            |form: &Form| read(form, reasoning, scale, &generation.text, generation.finish);
+        after_thought(&self.thoughts[index], reasoning, &self.form, read_in)
     }
 }
 

@@ -12,7 +12,8 @@
 //! protocol says how: Qwen3's empty `<think></think>`) opens the answer with the
 //! protocol's `off` text and skips the reasoning round.
 
-use super::protocol::Reasoning;
+use super::protocol::{Form, Reasoning};
+use super::reading::Reading;
 use crate::engine::{
     generate_cached_all, FinishReason, Generation, GenerationReader, GenerationRequest,
     PlannedLabel, ResultCache, Scorer,
@@ -158,6 +159,31 @@ impl GenerationReader for Thoughts<'_> {
         }
         Ok(None)
     }
+}
+
+/// The reading of an answer whose generation `read_in` reads in a form: after `thought`'s
+/// closed reasoning, in `form` (its answer prefixed with the reasoning); a whole answer
+/// (the model did not reason) in `form` without its opening, which the model never saw.
+pub fn after_thought(
+    thought: &Thought,
+    reasoning: Option<&Reasoning>,
+    form: &Form,
+    read_in: impl Fn(&Form) -> Reading,
+) -> Reading {
+    if thought.whole.is_some() {
+        let bare = Form {
+            opening: String::new(),
+            ..form.clone()
+        };
+        return read_in(&bare);
+    }
+    let mut reading = read_in(form);
+    if !thought.text.is_empty() {
+        reading.answer = format!("{}{}", thought.text, reading.answer);
+        reading.reasoning = reasoning_in(reasoning, &thought.text);
+    }
+    reading.reasoning_cut = thought.closed_by_us;
+    reading
 }
 
 /// Where the reasoning ends in an answer's `text` (after the last closing marker), or 0.

@@ -25,7 +25,9 @@ use crate::engine::EngineError;
 use crate::judge::rubric::Rubric;
 use crate::judge::scale::ScoreScale;
 
-pub use requests::{direct_answer, feedback_request, prompt, reading_point, score_request, wrap};
+pub use requests::{
+    direct_answer, feedback_request, prompt, reading_point, score_request, wrap, Start,
+};
 pub use template::{plural_of, render_relative, PairInput, RubricInput};
 
 /// The absolute form's prompt of `protocol` grading `input` on `rubric`, checked against

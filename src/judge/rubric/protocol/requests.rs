@@ -37,20 +37,38 @@ pub fn wrap(text: TextPrompt, chat: bool) -> Prompt {
     }
 }
 
-/// The greedy generation of the model's feedback (and score) in `form` (the protocol's
-/// absolute form as the run opens its answers), at most `max_tokens`, after `so_far` (a
-/// thinking judge's closed reasoning; else nothing).
+/// Where a generation starts in the judge's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start<'a> {
+    /// At the very beginning: a thinking judge's reasoning, before the answer's opening.
+    Reasoning,
+    /// After `.0` (a thinking judge's closed reasoning, else nothing) and the answer's
+    /// opening: the feedback and the verdict.
+    Feedback(&'a str),
+}
+
+impl Start<'_> {
+    /// The answer before the generation, in `form`.
+    pub fn answer(self, form: &Form) -> String {
+        match self {
+            Start::Reasoning => String::new(),
+            Start::Feedback(thought) => format!("{thought}{}", form.opening),
+        }
+    }
+}
+
+/// The greedy generation of the model's answer from `start` in `form` (the protocol's
+/// absolute form as the run opens its answers), at most `max_tokens`.
 pub fn feedback_request(
     scorer: &dyn Scorer,
     protocol: &RubricProtocol,
     form: &Form,
     rubric: &Rubric,
     input: &RubricInput,
-    so_far: &str,
+    start: Start,
     max_tokens: usize,
 ) -> Result<GenerationRequest> {
-    let answer = format!("{}{so_far}", form.opening);
-    let (text, chat) = prompt(scorer, protocol, rubric, input, &answer)?;
+    let (text, chat) = prompt(scorer, protocol, rubric, input, &start.answer(form))?;
     Ok(GenerationRequest {
         prompt: wrap(text, chat),
         max_tokens,
