@@ -84,6 +84,23 @@ const BUILTIN_CARDS: &[(&str, &str)] = &[
         "flow-judge-v0.1.toml",
         include_str!("../../models/flow-judge-v0.1.toml"),
     ),
+    ("glider.toml", include_str!("../../models/glider.toml")),
+    (
+        "selene-1-mini-llama-3.1-8b.toml",
+        include_str!("../../models/selene-1-mini-llama-3.1-8b.toml"),
+    ),
+    (
+        "m-prometheus-3b.toml",
+        include_str!("../../models/m-prometheus-3b.toml"),
+    ),
+    (
+        "m-prometheus-7b.toml",
+        include_str!("../../models/m-prometheus-7b.toml"),
+    ),
+    (
+        "m-prometheus-14b.toml",
+        include_str!("../../models/m-prometheus-14b.toml"),
+    ),
     (
         "t5-tokenizer.toml",
         include_str!("../../models/t5-tokenizer.toml"),

@@ -42,7 +42,17 @@ pub struct Conventions {
 
 /// The names of the built-in rubric-grading protocols (`rubrics/protocols/*.toml`, which
 /// `judge::rubric::protocol` reads): what a card's `[judge] protocol` may name.
-pub const BUILTIN_PROTOCOL_NAMES: [&str; 3] = ["prometheus", "flow-judge", "plain"];
+pub const BUILTIN_PROTOCOL_NAMES: [&str; 9] = [
+    "prometheus",
+    "flow-judge",
+    "plain",
+    "plain-thinking",
+    "selene",
+    "glider",
+    "skywork-critic",
+    "auto-j",
+    "j1",
+];
 
 impl Default for Conventions {
     fn default() -> Self {

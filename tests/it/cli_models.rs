@@ -72,6 +72,11 @@ fn list_and_show_give_licence_memory_and_pinning() {
     // Judge cards name their protocol; others show a dash.
     assert!(line("prometheus-7b-v2").contains(" prometheus "));
     assert!(line("flow-judge-v0.1").contains(" flow-judge "));
+    assert!(line("selene-1-mini-llama-3.1-8b").contains(" selene "));
+    assert!(line("glider").contains(" glider "));
+    for size in ["3b", "7b", "14b"] {
+        assert!(line(&format!("m-prometheus-{size}")).contains(" prometheus "));
+    }
     assert!(llama.contains(" - "), "{llama}");
     // A GGUF card also says what its weights need kept as stored.
     let smol = line("smollm2-135m-instruct");

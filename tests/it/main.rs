@@ -26,6 +26,7 @@ mod fuzz;
 mod generation_route;
 mod hub_source;
 mod hybrid;
+mod judge_protocols;
 mod jury;
 mod level_plan;
 mod llama_model;

@@ -69,7 +69,7 @@ const TEMPLATE_VERSION: &str = "rubric-relative/v3";
 
 /// Read what the model `generated` after the opening of a relative feedback in `form`:
 /// `kept` when the last marker is followed by one of the form's choices (quotes, brackets
-/// and blanks aside).
+/// and blanks aside, unless the choice is written with its brackets: J1's `[[A]]`).
 pub fn read_choice(
     form: &Form,
     reasoning: Option<&Reasoning>,
@@ -82,10 +82,14 @@ pub fn read_choice(
         .map(|c| c.labels().into_iter().map(str::to_string).collect())
         .unwrap_or_default();
     read_answer(form, reasoning, generated, finish, |after| {
-        let after = after.trim_start_matches(|c: char| c.is_whitespace() || "\"'([".contains(c));
+        let blank = after.trim_start();
+        let bare = blank.trim_start_matches(|c: char| c.is_whitespace() || "\"'([".contains(c));
         labels.iter().any(|label| {
-            after.strip_prefix(label.as_str()).is_some_and(|rest| {
-                !label.ends_with(char::is_alphanumeric) || !rest.starts_with(char::is_alphanumeric)
+            [blank, bare].into_iter().any(|after| {
+                after.strip_prefix(label.as_str()).is_some_and(|rest| {
+                    !label.ends_with(char::is_alphanumeric)
+                        || !rest.starts_with(char::is_alphanumeric)
+                })
             })
         })
     })
@@ -512,6 +516,21 @@ mod tests {
             FinishReason::Stop,
         );
         assert_eq!(twice.answer, "x [RESULT] A, or rather [RESULT] ");
+        // J1 writes its choice with its brackets, `<answer> [[A]] </answer>`.
+        let j1 = RubricProtocol::named("j1").unwrap();
+        let j1 = j1.relative().unwrap();
+        let read = |text: &str| read_choice(j1, None, text, FinishReason::Stop).format;
+        assert_eq!(read("<answer> [[A]] </answer>"), Kept);
+        assert_eq!(read("<answer>[[B]]</answer>"), Kept);
+        assert_eq!(read("<answer> [[C]] </answer>"), NoScore);
+        assert_eq!(read("<answer> A </answer>"), NoScore);
+        // Auto-J's choices are words, its tie one of them.
+        let autoj = RubricProtocol::named("auto-j").unwrap();
+        let autoj = autoj.relative().unwrap();
+        let read = |text: &str| read_choice(autoj, None, text, FinishReason::Stop).format;
+        assert_eq!(read("So, the final decision is Response 2."), Kept);
+        assert_eq!(read("So, the final decision is Tie"), Kept);
+        assert_eq!(read("So, the final decision is Response 12"), NoScore);
         let plain = RubricProtocol::plain();
         let plain = read_choice(
             plain.relative().unwrap(),

@@ -42,7 +42,7 @@ pub fn render(
 }
 
 /// `(file name, text)` of every built-in protocol.
-const BUILTIN_FILES: [(&str, &str); 3] = [
+const BUILTIN_FILES: [(&str, &str); 9] = [
     (
         "prometheus.toml",
         include_str!("../../../../rubrics/protocols/prometheus.toml"),
@@ -54,6 +54,30 @@ const BUILTIN_FILES: [(&str, &str); 3] = [
     (
         "plain.toml",
         include_str!("../../../../rubrics/protocols/plain.toml"),
+    ),
+    (
+        "plain-thinking.toml",
+        include_str!("../../../../rubrics/protocols/plain-thinking.toml"),
+    ),
+    (
+        "selene.toml",
+        include_str!("../../../../rubrics/protocols/selene.toml"),
+    ),
+    (
+        "glider.toml",
+        include_str!("../../../../rubrics/protocols/glider.toml"),
+    ),
+    (
+        "skywork-critic.toml",
+        include_str!("../../../../rubrics/protocols/skywork-critic.toml"),
+    ),
+    (
+        "auto-j.toml",
+        include_str!("../../../../rubrics/protocols/auto-j.toml"),
+    ),
+    (
+        "j1.toml",
+        include_str!("../../../../rubrics/protocols/j1.toml"),
     ),
 ];
 
@@ -362,13 +386,22 @@ impl RubricProtocol {
                 ),
                 Grading::Relative => (
                     "relative grading (two outputs compared)",
-                    "compare with a protocol that has a [relative] form (prometheus or plain), \
-                     or grade each candidate on its own",
+                    "compare with a protocol that has a [relative] form, or grade each \
+                     candidate on its own",
                 ),
             };
+            let having: Vec<&str> = Self::builtins()
+                .iter()
+                .filter(|p| match grading {
+                    Grading::Absolute => p.0.file.absolute.is_some(),
+                    Grading::Relative => p.0.file.relative.is_some(),
+                })
+                .map(|p| p.name())
+                .collect();
             bad(format!(
-                "the {} protocol has no {what}: {instead}",
-                self.name()
+                "the {} protocol has no {what}: {instead} (built in: {})",
+                self.name(),
+                having.join(", ")
             ))
         })
     }
