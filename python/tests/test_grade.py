@@ -83,10 +83,44 @@ def test_bad_rubrics_and_options_name_the_field(judge):
         judge.grade(LIBRARY, "wit")
     with pytest.raises(ValueError, match="max_feedback_tokens does not apply with feedback=False"):
         judge.grade(LIBRARY, "coherence", feedback=False, max_feedback_tokens=10)
-    with pytest.raises(ValueError, match="protocol: invalid value 'gpt'"):
+    with pytest.raises(ValueError, match="protocol: unknown protocol 'gpt'"):
         judge.grade(LIBRARY, "coherence", protocol="gpt")
     with pytest.raises(ValueError, match="1-5 only"):
         judge.grade(LIBRARY, RUBRIC, protocol="prometheus", feedback=False)
+
+
+PROTOCOL = '''
+name = "terse"
+
+[absolute]
+user = "Rate {{ response }} for {{ criterion_name | lower }} from {{ scale_low }} to {{ scale_high }}."
+marker = "Rating:"
+separator = " "
+'''
+
+
+def test_a_protocol_file_grades_as_the_command_line_and_bad_ones_name_the_field(cli, judge, tmp_path):
+    # Issue 59: protocol= takes a protocol file's path, as --protocol does.
+    path = tmp_path / "terse.toml"
+    path.write_text(PROTOCOL)
+    out = tmp_path / "cli.jsonl"
+    cli("score", "--method", "rubric", "--rubric", "coherence", "--input", LIBRARY,
+        "--protocol", path, "--no-feedback", "--no-cache", "--output", out)
+    result = judge.grade(LIBRARY, "coherence", protocol=path, feedback=False)
+    result.to_jsonl(tmp_path / "py.jsonl")
+    assert (tmp_path / "py.jsonl").read_bytes() == out.read_bytes()
+    assert result.rubric["protocol"] == "terse"
+    assert result.rubric["protocol_source"] == "requested"
+    path.write_text(PROTOCOL.replace("{{ response }}", "{{ respones }}"))
+    with pytest.raises(ValueError, match=r"absolute\.user.*respones"):
+        judge.grade(LIBRARY, "coherence", protocol=str(path), feedback=False)
+    # A reasoning budget or thinking off is refused for a judge that does not think.
+    with pytest.raises(ValueError, match="has no reasoning"):
+        judge.grade(LIBRARY, "coherence", max_reasoning_tokens=64)
+    with pytest.raises(ValueError, match="has no reasoning"):
+        judge.grade(LIBRARY, "coherence", thinking=False)
+    with pytest.raises(ValueError, match="max_reasoning_tokens must be a whole number"):
+        judge.grade(LIBRARY, "coherence", max_reasoning_tokens=0)
 
 
 def _rows(**extra):

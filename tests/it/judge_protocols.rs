@@ -183,11 +183,15 @@ fn plain_thinking_is_plain_with_a_reasoning_that_qwen3_can_switch_off() {
         (thinking.absolute().unwrap(), plain.absolute().unwrap()),
         (thinking.relative().unwrap(), plain.relative().unwrap()),
     ] {
-        // The model opens its answer with <think> itself: no "Feedback:" before it.
-        assert_eq!(ours.opening, "");
+        // The model opens <think> itself; plain's opening follows the reasoning.
         assert_eq!(
-            (&ours.marker, &ours.separator, &ours.choices),
-            (&theirs.marker, &theirs.separator, &theirs.choices)
+            (&ours.opening, &ours.marker, &ours.separator, &ours.choices),
+            (
+                &theirs.opening,
+                &theirs.marker,
+                &theirs.separator,
+                &theirs.choices
+            )
         );
     }
     let reasoning = thinking.reasoning().unwrap();

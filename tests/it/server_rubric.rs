@@ -253,6 +253,42 @@ async fn an_inline_rubric_without_feedback_reads_the_score_after_the_prompt() {
     server.shutdown().await;
 }
 
+/// Issue 59: the service takes a judge's protocol given whole as an object (a protocol
+/// file's fields): the prompt is its template, the score read after its marker, and the
+/// answer names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_protocol_object_grades_as_its_template_says() {
+    let prompts = Arc::new(Mutex::new(Vec::new()));
+    let judge = prometheus_judge(prompts.clone());
+    let server = Service::start(Box::new(judge), ServerConfig::default()).await;
+    let protocol = json!({
+        "name": "terse",
+        "absolute": {
+            "user": "Rate {{ response }} for {{ criterion_name | lower }} from {{ scale_low }} to {{ scale_high }}.",
+            "marker": "Rating:",
+            "separator": " ",
+        }
+    });
+    let answer = server
+        .post(
+            "/v1/score",
+            &json!({"method": "rubric", "rubric": "coherence", "output": "A summary, case=kept.",
+                    "protocol": protocol, "feedback": false}),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let body = answer.json();
+    assert_eq!(body["rubric"]["protocol"], "terse");
+    assert_eq!(body["rubric"]["protocol_source"], "requested");
+    let prompts = prompts.lock().unwrap().clone();
+    assert_eq!(
+        prompts[0],
+        "Rate A summary, case=kept. for coherence from 1 to 5.Rating:"
+    );
+    assert_eq!(body["argmax"], 4);
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_rubric_requests_are_400_naming_the_field() {
     let judge = prometheus_judge(Arc::default());
@@ -326,6 +362,27 @@ async fn bad_rubric_requests_are_400_naming_the_field() {
             vec!["field `rubric` applies to `\"method\": \"rubric\"` only"],
         ),
         (json!({"output": "x"}), vec!["field `attribute` is needed"]),
+        (
+            // A request never names a file on the server.
+            json!({"method": "rubric", "output": "x", "rubric": "coherence",
+                   "protocol": "/etc/protocol.toml"}),
+            vec!["invalid field `protocol`", "unknown protocol"],
+        ),
+        (
+            json!({"method": "rubric", "output": "x", "rubric": "coherence",
+                   "protocol": {"name": "mine", "absolute": {"user": "{{ respones }}", "marker": "S:"}}}),
+            vec!["invalid field `protocol`", "absolute.user", "respones"],
+        ),
+        (
+            json!({"method": "rubric", "output": "x", "rubric": "coherence",
+                   "max_reasoning_tokens": 100}),
+            vec!["field `max_reasoning_tokens`", "has no reasoning"],
+        ),
+        (
+            json!({"method": "rubric", "output": "x", "rubric": "coherence",
+                   "protocol": "plain", "thinking": false}),
+            vec!["field `thinking`", "has no reasoning"],
+        ),
     ];
     for (body, needles) in cases {
         let answer = server.post("/v1/score", &body).await;
