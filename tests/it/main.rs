@@ -58,6 +58,7 @@ mod t5_loading;
 mod t5_parity;
 mod t5_scorer;
 mod t5_untied_embeddings;
+mod ties;
 mod tokenizer;
 mod too_long;
 mod wheel_source;
