@@ -131,6 +131,8 @@ fn main() -> Result<()> {
                     second: j,
                     p_a: 1.0 / (1.0 + (-x).exp()),
                     label_mass: 0.8,
+                    p_b: None,
+                    p_tie: None,
                 });
             }
         }

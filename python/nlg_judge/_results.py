@@ -136,8 +136,12 @@ class ContextResult:
         probabilities: N x N NumPy array; ``[i, j]`` is P(candidate i, shown first as A,
             is better than candidate j), NaN where (i, j) was not compared (the diagonal,
             and pairs a design left out).
+            With a judge that may call a tie (a protocol with a tie label), P(A) over the
+            three answers A, B and tie.
         label_mass: N x N array of the label words' total probability per comparison
             (a diagnostic: little mass means a prompt the model does not answer).
+        tie_probabilities: N x N array of P(tie) over the three answers, for a judge that
+            may call a tie (NaN where not compared); None otherwise.
         scores: the candidates' scores (higher is better), full precision.
         ranks: 1 = best; ties share the average rank.
         first_position: P(A), the fraction of comparisons the first position won at the
@@ -153,9 +157,14 @@ class ContextResult:
         n = len(self.candidate_ids)
         self.probabilities = np.full((n, n), np.nan)
         self.label_mass = np.full((n, n), np.nan)
+        self.tie_probabilities: Optional[Any] = None
         for c in raw["comparisons"]:
             self.probabilities[c["first"], c["second"]] = c["p_a"]
             self.label_mass[c["first"], c["second"]] = c["label_mass"]
+            if "p_tie" in c:
+                if self.tie_probabilities is None:
+                    self.tie_probabilities = np.full((n, n), np.nan)
+                self.tie_probabilities[c["first"], c["second"]] = c["p_tie"]
         self.comparisons: int = len(raw["comparisons"])
         self.scores = np.asarray(raw["scores"], dtype=float)
         self.ranks = np.asarray(raw["ranks"], dtype=float)
@@ -197,6 +206,9 @@ class CompareResult(_Correlates):
         diagnostics: whether the judge was judging, as ``compare --output`` writes it in
             ``OUT.diagnostics.json``: ``warnings``, ``checks`` (name, value, threshold,
             warn_when, status, message, remedy) and ``adjusted`` when a default changed.
+        ties: for a judge that may call a tie (a protocol with a tie label), how the
+            ranking counted the ties (the diagnostics' ``tie_rate`` says how often the
+            judge called one); None otherwise.
     """
 
     def __init__(self, native: Any) -> None:
@@ -215,6 +227,7 @@ class CompareResult(_Correlates):
         self.computed: int = raw["computed"]
         self.cached: int = raw["cached"]
         self.set_aside: List[Dict[str, Any]] = raw.get("set_aside", [])
+        self.ties: Optional[str] = raw.get("ties")
 
     def __getitem__(self, key: Union[int, str]) -> ContextResult:
         if isinstance(key, int):

@@ -11,6 +11,7 @@
 //! | `positional_bias` | share of comparisons the first candidate wins at p > 0.5 | outside [0.3, 0.7] | `--debias threshold`, `--rank poe`, both orders |
 //! | `order_consistency` | share of pairs whose two orders agree | below 0.5 | `--rank poe`, a larger model |
 //! | `ties` | share of candidates tied with another of their context | above 0.5 | `--rank poe` or `bradley-terry`, `--debias threshold`, a larger model |
+//! | `tie_rate` (judges that may answer a tie) | share of comparisons whose most likely answer is the tie (mean P(tie) and how the ranking counted ties in the message) | above 0.5 | `--rank poe` (P(A) against P(B)), a protocol without a tie, a larger model |
 //! | `label_mass` | mean probability on the answer labels (min in the message) | below 0.5 | a larger model, `--show-prompt` |
 //! | `steps` (G-Eval) | most times one sentence of the evaluation steps repeats | above 2, or under 8 letters | `--steps FILE`, a larger model |
 //! | `too_long` (compare) | candidates left out because no comparison of theirs fits the model | above 0 | shorter texts, a model with a longer window |
@@ -46,6 +47,9 @@ pub const CONSISTENCY_MIN: f64 = 0.5;
 /// Ties warn when more than this share of the candidates share their score with another
 /// candidate of their context.
 pub const TIES_MAX: f64 = 0.5;
+/// The tie rate warns when the tie is the judge's most likely answer in more than this
+/// share of the comparisons (it then says little about which candidate is better).
+pub const TIE_RATE_MAX: f64 = 0.5;
 /// Label mass warns when the answer labels receive less than this probability on average.
 pub const LABEL_MASS_MIN: f64 = 0.5;
 /// G-Eval steps are degenerate when one sentence appears more than this many times.
@@ -100,6 +104,10 @@ enum Action {
     MoreComparisons,
     /// Keep less room for the feedback.
     FewerFeedbackTokens,
+    /// Rank by Product of Experts, which reads P(A) against P(B) and leaves the tie out.
+    RankPoeWithoutTies,
+    /// A judge protocol without a tie label.
+    ProtocolWithoutTie,
 }
 
 impl Action {
@@ -188,6 +196,22 @@ impl Action {
             }
             // Relative grading (the only user of this one) is the command line's only.
             (Action::FewerFeedbackTokens, Service | Python) => return None,
+            (Action::RankPoeWithoutTies, CommandLine) => {
+                "--rank poe (reads P(A) against P(B), the tie left out)"
+            }
+            (Action::RankPoeWithoutTies, Service) => {
+                "\"rank\": \"poe\" (reads P(A) against P(B), the tie left out)"
+            }
+            (Action::RankPoeWithoutTies, Python) => {
+                "rank=\"poe\" (reads P(A) against P(B), the tie left out)"
+            }
+            (Action::ProtocolWithoutTie, CommandLine) => {
+                "a protocol without a tie label (--protocol)"
+            }
+            (Action::ProtocolWithoutTie, Service) => {
+                "a protocol without a tie label (field \"protocol\")"
+            }
+            (Action::ProtocolWithoutTie, Python) => "a protocol without a tie label (protocol=...)",
         })
     }
 }
@@ -244,7 +268,8 @@ impl WarnWhen {
 /// One diagnostic.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Check {
-    /// `positional_bias`, `order_consistency`, `ties`, `label_mass`, `steps` or `format`.
+    /// `positional_bias`, `order_consistency`, `ties`, `tie_rate`, `label_mass`, `steps`,
+    /// `format`, ...
     pub name: &'static str,
     pub value: f64,
     pub threshold: f64,
@@ -488,6 +513,45 @@ pub fn ties(scores: &[&[f64]], remedy: &str) -> Option<Check> {
         )
         .over(candidates),
     )
+}
+
+/// The judge's ties (a protocol with a tie label): the share of the `comparisons` whose
+/// most likely answer is the tie (`decided` of them), the mean P(tie) and how the
+/// ranking in effect (`rank`) counted the ties, in the message.
+pub fn tie_rate(
+    decided: usize,
+    comparisons: usize,
+    mean_tie: f64,
+    rank: RankMethod,
+    audience: Audience,
+) -> Check {
+    let share = if comparisons == 0 {
+        0.0
+    } else {
+        decided as f64 / comparisons as f64
+    };
+    let mut actions = Vec::new();
+    if rank != RankMethod::Poe {
+        actions.push(Action::RankPoeWithoutTies);
+    }
+    actions.extend([Action::ProtocolWithoutTie, Action::LargerModel]);
+    Check::new(
+        "tie_rate",
+        share,
+        TIE_RATE_MAX,
+        WarnWhen::Above,
+        format!(
+            "the tie was the most likely answer in {decided} of {comparisons} comparisons \
+             (mean P(tie) {mean_tie:.3}); {}",
+            rank.ties_note()
+        ),
+        &remedy(
+            "the judge calls most comparisons a tie, which says little about which is better",
+            &actions,
+            audience,
+        ),
+    )
+    .over(comparisons)
 }
 
 /// Coverage: candidates that are in no comparison of their context (a sparse design's
@@ -790,10 +854,11 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
         .collect();
     let mut checks = Vec::new();
     if !comparisons.is_empty() {
-        let mean_p = comparisons.iter().map(|c| c.p_a).sum::<f64>() / comparisons.len() as f64;
+        let mean_p =
+            comparisons.iter().map(|c| c.a_over_b()).sum::<f64>() / comparisons.len() as f64;
         // Decided comparisons only: a judge answering 0.5 everywhere has no position bias.
-        let wins = comparisons.iter().filter(|c| c.p_a > 0.5).count();
-        let losses = comparisons.iter().filter(|c| c.p_a < 0.5).count();
+        let wins = comparisons.iter().filter(|c| c.a_over_b() > 0.5).count();
+        let losses = comparisons.iter().filter(|c| c.a_over_b() < 0.5).count();
         let share = if wins + losses == 0 {
             0.5
         } else {
@@ -809,9 +874,10 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
         .iter()
         .map(|c| c.scores.as_slice())
         .collect();
-    let constant_judge = comparisons
-        .windows(2)
-        .all(|pair| pair[0].p_a.to_bits() == pair[1].p_a.to_bits());
+    let constant_judge = comparisons.windows(2).all(|pair| {
+        pair[0].p_a.to_bits() == pair[1].p_a.to_bits()
+            && pair[0].p_tie.map(f64::to_bits) == pair[1].p_tie.map(f64::to_bits)
+    });
     checks.extend(ties(&scores, &ties_remedy(choices, constant_judge)));
     if options.prior.is_none() {
         let coverage: Vec<(usize, Vec<(usize, usize)>)> = result
@@ -824,8 +890,25 @@ pub fn for_compare(result: &CompareResult, options: &CompareOptions) -> Diagnost
             .collect();
         checks.extend(uncompared(&coverage, choices.audience));
     }
+    let ties: Vec<f64> = comparisons.iter().filter_map(|c| c.p_tie).collect();
+    if !ties.is_empty() {
+        let decided = comparisons.iter().filter(|c| c.tie_decided()).count();
+        let mean = ties.iter().sum::<f64>() / ties.len() as f64;
+        checks.push(tie_rate(
+            decided,
+            ties.len(),
+            mean,
+            result.rank,
+            choices.audience,
+        ));
+    }
     let masses: Vec<f64> = comparisons.iter().map(|c| c.label_mass).collect();
-    checks.extend(label_mass(&masses, "labels A and B", choices.audience));
+    let labels = if ties.is_empty() {
+        "labels A and B"
+    } else {
+        "labels A, B and tie"
+    };
+    checks.extend(label_mass(&masses, labels, choices.audience));
     if let Some(fit) = &result.prior {
         checks.push(prior_slope(fit, choices.audience));
     }

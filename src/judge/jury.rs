@@ -336,7 +336,7 @@ pub fn combine_comparisons(
                 let all: Vec<f64> = result
                     .contexts
                     .iter()
-                    .flat_map(|c| c.comparisons.iter().map(|x| x.p_a))
+                    .flat_map(|c| c.comparisons.iter().map(|x| x.a_over_b()))
                     .collect();
                 reweight_factor(balanced_threshold(&all))
             })
@@ -353,8 +353,8 @@ pub fn combine_comparisons(
                 .flat_map(|((result, &weight), factor)| {
                     result.contexts[index].comparisons.iter().map(move |c| {
                         let p = match factor {
-                            Some(a) => reweight(c.p_a, *a),
-                            None => c.p_a,
+                            Some(a) => reweight(c.a_over_b(), *a),
+                            None => c.a_over_b(),
                         };
                         (Outcome::new(c.first, c.second, p), weight)
                     })
@@ -396,7 +396,7 @@ fn kappa_matrix(results: &[&CompareResult]) -> Vec<Vec<Option<f64>>> {
                 .flat_map(|(k, c)| {
                     c.comparisons
                         .iter()
-                        .map(move |x| ((k, x.first, x.second), x.p_a > result.tau))
+                        .map(move |x| ((k, x.first, x.second), x.a_over_b() > result.tau))
                 })
                 .collect()
         };

@@ -2,7 +2,9 @@
 //!
 //! Model: `P(i beats j) = sigma(s_i - s_j)`. Each comparison (i, j) with probability p
 //! contributes `p log sigma(s_i - s_j) + (1 - p) log sigma(s_j - s_i)` (hard decisions are
-//! p in {0, 1}). A candidate that wins (or loses) everything has no finite maximum, so the
+//! p in {0, 1}). A judge's ties count as half a win for each side: p is then the
+//! expected outcome P(A) + P(tie)/2 ([`Outcome::expected_first`]; `p` itself without
+//! ties). A candidate that wins (or loses) everything has no finite maximum, so the
 //! log-likelihood gets a small Gaussian prior `-ridge/2 * |s|^2` (default 1e-4, i.e.
 //! s ~ N(0, 10^4)): finite, and negligible for ordinary data. With the prior the
 //! objective is strictly concave and its maximiser sums to zero (the gradient's sum is
@@ -53,8 +55,8 @@ impl BradleyTerry {
         let fit: f64 = outcomes
             .iter()
             .map(|o| {
-                let d = s[o.first] - s[o.second];
-                o.p * log_sigmoid(d) + (1.0 - o.p) * log_sigmoid(-d)
+                let (d, p) = (s[o.first] - s[o.second], o.expected_first());
+                p * log_sigmoid(d) + (1.0 - p) * log_sigmoid(-d)
             })
             .sum();
         fit - 0.5 * self.ridge * s.iter().map(|x| x * x).sum::<f64>()
@@ -77,8 +79,9 @@ impl BradleyTerry {
             for o in outcomes {
                 let (i, j) = (o.first, o.second);
                 let q = sigmoid(s[i] - s[j]);
-                gradient[i] += o.p - q;
-                gradient[j] -= o.p - q;
+                let p = o.expected_first();
+                gradient[i] += p - q;
+                gradient[j] -= p - q;
                 let w = q * (1.0 - q);
                 curvature[i * n + i] += w;
                 curvature[j * n + j] += w;
@@ -217,6 +220,28 @@ mod tests {
         for (got, want) in s.iter().zip(reference) {
             assert!((got - want).abs() < 1e-6, "{s:?}");
         }
+    }
+
+    /// Ties as half wins: two candidates that tie every comparison are equal, and one
+    /// whose comparisons with the other are (A .5, B 0, tie .5) in both orders wins 3/4
+    /// of them in expectation, so its strength lead is logit(3/4) = ln 3.
+    #[test]
+    fn ties_count_half_a_win_each() {
+        let all_ties = [
+            Outcome::with_tie(0, 1, 0.5, 1.0),
+            Outcome::with_tie(1, 0, 0.5, 1.0),
+        ];
+        let s = BradleyTerry::default().fit(2, &all_ties).unwrap();
+        assert!(s.iter().all(|x| x.abs() < 1e-12), "{s:?}");
+        let lean = [
+            Outcome::with_tie(0, 1, 1.0, 0.5),
+            Outcome::with_tie(1, 0, 0.0, 0.5),
+        ];
+        let s = BradleyTerry::default().fit(2, &lean).unwrap();
+        // The ridge shrinks the lead by about ridge / curvature (1e-4 / 0.375).
+        assert!((s[0] - s[1] - 3f64.ln()).abs() < 1e-3, "{s:?}");
+        let plain = [Outcome::new(0, 1, 0.75), Outcome::new(1, 0, 0.25)];
+        assert_eq!(s, BradleyTerry::default().fit(2, &plain).unwrap());
     }
 
     #[test]

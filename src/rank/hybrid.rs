@@ -411,7 +411,7 @@ pub fn hybrid_scores_at_threshold(
     let factor = super::reweight_factor(tau);
     let reweighted: Vec<Outcome> = outcomes
         .iter()
-        .map(|o| Outcome::new(o.first, o.second, super::reweight(o.p, factor)))
+        .map(|o| o.with_p(super::reweight(o.p, factor)))
         .collect();
     hybrid_scores(n, &reweighted, absolute, lambda)
 }

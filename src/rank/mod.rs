@@ -4,7 +4,15 @@
 //!
 //! Every method reads a list of [`Outcome`]s over candidates `0..n`: `p` is the
 //! probability that the candidate shown first (`first`) is better than the one shown
-//! second (`second`).
+//! second (`second`), and `tie` the probability of a tie where the judge may answer one
+//! (0 otherwise). With a tie, `p` is P(A) renormalised over A and B, P(A) / (P(A) +
+//! P(B)), and the three answers' probabilities are P(A) = p (1 - tie), P(B) =
+//! (1 - p) (1 - tie) and P(tie) = tie. How each method counts a tie
+//! ([`RankMethod::ties_note`]): the win ratio takes a comparison whose most likely
+//! answer is the tie as half a win for each side (the others decided at the threshold
+//! as without ties); the soft win ratio and Bradley-Terry read the expected outcome
+//! with a tie as half a win each, P(A) + P(tie) / 2; Product of Experts reads `p` (the
+//! tie's probability left out). Without a tie every method reads `p` as it always did.
 
 pub mod bias;
 pub mod bradley_terry;
@@ -35,12 +43,57 @@ pub use win_ratio::{soft_win_ratio, win_ratio};
 pub struct Outcome {
     pub first: usize,
     pub second: usize,
+    /// P(A better): over A and B (renormalised over them when the judge may tie).
     pub p: f64,
+    /// P(tie) over the three answers A, B and tie; 0 where the judge cannot tie.
+    #[serde(default, skip_serializing_if = "no_tie")]
+    pub tie: f64,
+}
+
+fn no_tie(tie: &f64) -> bool {
+    *tie == 0.0
 }
 
 impl Outcome {
     pub fn new(first: usize, second: usize, p: f64) -> Self {
-        Self { first, second, p }
+        Self {
+            first,
+            second,
+            p,
+            tie: 0.0,
+        }
+    }
+
+    /// An outcome of a judge that may call a tie: `p` = P(A) / (P(A) + P(B)), `tie` =
+    /// P(tie) over the three answers.
+    pub fn with_tie(first: usize, second: usize, p: f64, tie: f64) -> Self {
+        Self {
+            first,
+            second,
+            p,
+            tie,
+        }
+    }
+
+    /// The first candidate's expected share of the win, a tie as half a win for each:
+    /// P(A) + P(tie) / 2 = p (1 - tie) + tie / 2; exactly `p` without a tie.
+    pub fn expected_first(&self) -> f64 {
+        if self.tie == 0.0 {
+            self.p
+        } else {
+            self.p * (1.0 - self.tie) + 0.5 * self.tie
+        }
+    }
+
+    /// Whether the tie is the judge's most likely answer: P(tie) above both P(A) and
+    /// P(B) (never without a tie).
+    pub fn tie_decided(&self) -> bool {
+        self.tie > 0.0 && self.tie > (1.0 - self.tie) * self.p.max(1.0 - self.p)
+    }
+
+    /// The same outcome with `p` replaced (the tie kept).
+    pub fn with_p(self, p: f64) -> Self {
+        Self { p, ..self }
     }
 }
 
@@ -56,6 +109,31 @@ pub enum RankMethod {
     BradleyTerry,
     /// Product-of-Experts Gaussian: least squares on logit(p) = s_i - s_j.
     Poe,
+}
+
+impl RankMethod {
+    /// How this method counts a judge's ties (see the module documentation), in words.
+    pub fn ties_note(self) -> &'static str {
+        match self {
+            RankMethod::WinRatio => {
+                "the win ratio counts a comparison whose most likely answer is the tie as half \
+                 a win for each candidate (the others are decided between A and B as without \
+                 ties)"
+            }
+            RankMethod::Soft => {
+                "the soft win ratio counts a tie as half a win for each candidate: the first \
+                 candidate's expected wins are P(A) + P(tie)/2"
+            }
+            RankMethod::BradleyTerry => {
+                "Bradley-Terry is fitted to the expected outcomes with a tie as half a win for \
+                 each candidate: P(A) + P(tie)/2"
+            }
+            RankMethod::Poe => {
+                "Product of Experts reads P(A) renormalised over A and B, P(A)/(P(A)+P(B)): \
+                 the tie's probability is left out"
+            }
+        }
+    }
 }
 
 /// Scores for `n` candidates (higher is better). `tau` is the decision threshold of the
@@ -86,7 +164,7 @@ pub fn score_at_threshold(
     let factor = reweight_factor(tau);
     let reweighted: Vec<Outcome> = outcomes
         .iter()
-        .map(|o| Outcome::new(o.first, o.second, reweight(o.p, factor)))
+        .map(|o| o.with_p(reweight(o.p, factor)))
         .collect();
     score(method, n, &reweighted, 0.5)
 }
@@ -109,6 +187,12 @@ pub fn check_outcomes(n: usize, outcomes: &[Outcome]) -> Result<()> {
         }
         if !(0.0..=1.0).contains(&o.p) {
             bail!("comparison {index}: probability {} is not in [0, 1]", o.p);
+        }
+        if !(0.0..=1.0).contains(&o.tie) {
+            bail!(
+                "comparison {index}: tie probability {} is not in [0, 1]",
+                o.tie
+            );
         }
     }
     Ok(())

@@ -173,7 +173,8 @@ pub struct RunContext {
     /// The human score of each candidate, where it has one.
     pub human: Option<Vec<Option<f64>>>,
     /// Pairwise: `matrix[i * n + j]` = P(candidate i, shown first, is better than j) in
-    /// millionths (the comparisons file's 6 decimals), -1 where not compared.
+    /// millionths (the comparisons file's 6 decimals), -1 where not compared; for a judge
+    /// that may call a tie, P(A) renormalised over A and B (the tie left out).
     pub matrix: Option<Vec<i32>>,
     pub first_position: Option<Fraction>,
     pub consistency: Option<Fraction>,
@@ -384,7 +385,7 @@ pub fn compare_run(result: &CompareResult, contexts: &[Context], score: &str) ->
         let n = scored.scores.len();
         let mut matrix = vec![-1; n * n];
         for c in &scored.comparisons {
-            matrix[c.first * n + c.second] = millionths(c.p_a);
+            matrix[c.first * n + c.second] = millionths(c.a_over_b());
         }
         let scores: Vec<f64> = scored.scores.iter().map(|&s| six(s)).collect();
         let human = human_of(input, key);

@@ -18,7 +18,7 @@ use super::experiment::Column;
 use super::rows::{human_scores, AttributeTask, MethodRow, PromptScores, RowSource, SourceRows};
 use crate::data::Context;
 use crate::engine::Scorer;
-use crate::judge::pairwise::{run_compare, CompareOptions, PairwiseTemplate};
+use crate::judge::pairwise::{run_compare, CompareOptions, Comparison, PairwiseTemplate};
 use crate::rank::{
     balanced_threshold, first_position_rate, order_consistency, pairwise_accuracy,
     score_at_threshold, Outcome, RankMethod, Rate,
@@ -178,11 +178,7 @@ impl ComparativeSource {
         let mut matrices = Vec::with_capacity(result.contexts.len());
         let mut all_p = Vec::new();
         for (context, got) in task.contexts.iter().zip(&result.contexts) {
-            let outcomes: Vec<Outcome> = got
-                .comparisons
-                .iter()
-                .map(|c| Outcome::new(c.first, c.second, c.p_a))
-                .collect();
+            let outcomes: Vec<Outcome> = got.comparisons.iter().map(Comparison::outcome).collect();
             all_p.extend(outcomes.iter().map(|o| o.p));
             matrices.push(
                 PairMatrix::from_outcomes(context.candidates.len(), &outcomes)

@@ -389,8 +389,14 @@ fn rank_number<S: Serializer>(rank: &f64, serializer: S) -> std::result::Result<
 pub struct PairFeedbackBody {
     pub a: String,
     pub b: String,
-    /// P(A better), read after the feedback and the marker.
+    /// P(A better), read after the feedback and the marker (over A, B and the tie where
+    /// the protocol has a tie label).
     pub p_a: f64,
+    /// P(B) and P(tie) over the three answers, where the protocol has a tie label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_b: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_tie: Option<f64>,
     pub feedback: String,
     /// `kept`, `no-score`, `repeated`, `missing` or `cut`.
     pub format: &'static str,
@@ -442,6 +448,10 @@ pub struct CompareResponse {
     /// in design order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feedbacks: Option<Vec<PairFeedbackBody>>,
+    /// A judge that may call a tie (a protocol with a tie label): how the ranking counted
+    /// the ties (the diagnostics' `tie_rate` gives how often it did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ties: Option<String>,
 }
 
 fn non_empty(field: &str, text: &str) -> Result<()> {

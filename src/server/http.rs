@@ -512,6 +512,8 @@ async fn compare(
                 a: a.clone(),
                 b: b.clone(),
                 p_a: c.p_a,
+                p_b: c.p_b,
+                p_tie: c.p_tie,
                 feedback: reading.feedback.clone(),
                 format: reading.format.name(),
             })
@@ -529,6 +531,7 @@ async fn compare(
         diagnostics: result.diagnostics.clone(),
         rubric,
         feedbacks: (!feedbacks.is_empty()).then_some(feedbacks),
+        ties: result.ties.clone(),
     }))
 }
 

@@ -405,12 +405,16 @@ fn one_tied_pair_per_context_does_not_turn_the_absolute_scores_upside_down() {
                 second: 1,
                 p_a: 0.80,
                 label_mass: 0.9,
+                p_b: None,
+                p_tie: None,
             },
             Comparison {
                 first: 1,
                 second: 0,
                 p_a: 0.755,
                 label_mass: 0.9,
+                p_b: None,
+                p_tie: None,
             },
         ]
     };

@@ -60,6 +60,8 @@ fn judge_result(
                     second,
                     p_a,
                     label_mass: 1.0,
+                    p_b: None,
+                    p_tie: None,
                 })
                 .collect()
         })

@@ -60,6 +60,7 @@ mod t5_parity;
 mod t5_scorer;
 mod t5_untied_embeddings;
 mod thinking;
+mod ties;
 mod tokenizer;
 mod too_long;
 mod wheel_source;

@@ -132,12 +132,87 @@ impl CompareOptions {
 }
 
 /// One comparison's outcome: `p_a` = P(candidate `first`, shown as A, is better).
+///
+/// Where the judge may call a tie (a relative protocol with a tie label) the three
+/// answers are read: `p_a`, `p_b` and `p_tie` are then normalised over A, B and the tie
+/// (they sum to one) and `label_mass` is the raw mass of all three. The rankings read
+/// [`Comparison::outcome`] (see [`crate::rank`] for how each counts a tie); the positional
+/// bias, the consistency, the debiasing threshold and the decisions read
+/// [`Comparison::a_over_b`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Comparison {
     pub first: usize,
     pub second: usize,
     pub p_a: f64,
     pub label_mass: f64,
+    /// P(B) over A, B and the tie; `None` without a tie label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_b: Option<f64>,
+    /// P(tie) over A, B and the tie; `None` without a tie label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_tie: Option<f64>,
+}
+
+impl Comparison {
+    /// A comparison read from its label result: with two labels (A, B) P(A) over them
+    /// ([`first_wins`]) and their mass; with three (A, B, tie) P(A), P(B) and P(tie), each
+    /// normalised over the three, and the mass of all three.
+    pub fn read(first: usize, second: usize, result: &LabelResult) -> Result<Self> {
+        if result.labels.len() != 3 {
+            let (p_a, label_mass) = first_wins(result)?;
+            return Ok(Self {
+                first,
+                second,
+                p_a,
+                label_mass,
+                p_b: None,
+                p_tie: None,
+            });
+        }
+        let p = result.normalised();
+        if !p.iter().all(|p| p.is_finite()) {
+            bail!(
+                "the three labels got zero probability (log-probs {}, {} and {})",
+                result.labels[0].logprob,
+                result.labels[1].logprob,
+                result.labels[2].logprob
+            );
+        }
+        Ok(Self {
+            first,
+            second,
+            p_a: p[0],
+            label_mass: result.label_mass(),
+            p_b: Some(p[1]),
+            p_tie: Some(p[2]),
+        })
+    }
+
+    /// P(A) renormalised over A and B: `p_a` itself without a tie label, else
+    /// P(A) / (P(A) + P(B)) (0.5 where the judge put everything on the tie).
+    pub fn a_over_b(&self) -> f64 {
+        match self.p_b {
+            None => self.p_a,
+            Some(p_b) if self.p_a + p_b > 0.0 => self.p_a / (self.p_a + p_b),
+            Some(_) => 0.5,
+        }
+    }
+
+    /// The comparison as the rankings read it: P(A) over A and B, and P(tie).
+    pub fn outcome(&self) -> Outcome {
+        match self.p_tie {
+            None => Outcome::new(self.first, self.second, self.p_a),
+            Some(tie) => Outcome::with_tie(self.first, self.second, self.a_over_b(), tie),
+        }
+    }
+
+    /// Whether the tie is the most likely of the judge's answers.
+    pub fn tie_decided(&self) -> bool {
+        match (self.p_b, self.p_tie) {
+            (Some(p_b), Some(tie)) => tie > self.p_a && tie > p_b,
+            _ => false,
+        }
+    }
 }
 
 /// The results for one context.
@@ -209,6 +284,10 @@ pub struct CompareResult {
     /// records it ([`crate::judge::rubric::rubric_record`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rubric: Option<serde_json::Value>,
+    /// Where the judge may call a tie (a relative protocol with a tie label): how the run
+    /// counted the ties ([`ties_note`]); `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ties: Option<String>,
     /// Relative rubric grading's feedbacks, read, by (context id, first id, second id);
     /// empty otherwise.
     #[serde(skip)]
@@ -474,18 +553,13 @@ pub fn run_compare(
                     context.id
                 )
             })?;
-            let (p_a, label_mass) = first_wins(&result).with_context(|| {
+            let comparison = Comparison::read(first, second, &result).with_context(|| {
                 format!(
                     "context `{}`: `{}` vs `{}`",
                     context.id, context.candidates[first].id, context.candidates[second].id
                 )
             })?;
-            comparisons.push(Comparison {
-                first,
-                second,
-                p_a,
-                label_mass,
-            });
+            comparisons.push(comparison);
         }
         all_comparisons.push(comparisons);
     }
@@ -638,19 +712,14 @@ fn run_adaptive(
                         context.id
                     )
                 })?;
-                let (p_a, label_mass) = first_wins(&result).with_context(|| {
+                let comparison = Comparison::read(first, second, &result).with_context(|| {
                     format!(
                         "context `{}`: `{}` vs `{}`",
                         context.id, context.candidates[first].id, context.candidates[second].id
                     )
                 })?;
-                outcomes[k].push(Outcome::new(first, second, p_a));
-                comparisons[k].push(Comparison {
-                    first,
-                    second,
-                    p_a,
-                    label_mass,
-                });
+                outcomes[k].push(comparison.outcome());
+                comparisons[k].push(comparison);
             }
         }
     }
@@ -680,7 +749,7 @@ pub fn summarise(
     comparisons: Vec<Vec<Comparison>>,
     options: &CompareOptions,
 ) -> Result<CompareResult> {
-    let all_p: Vec<f64> = comparisons.iter().flatten().map(|c| c.p_a).collect();
+    let all_p: Vec<f64> = comparisons.iter().flatten().map(|c| c.a_over_b()).collect();
     let tau = match options.debias {
         Debias::None => 0.5,
         Debias::Threshold => balanced_threshold(&all_p),
@@ -723,15 +792,12 @@ pub fn summarise(
         cached: 0,
         rank: options.rank,
         diagnostics: Diagnostics::default(),
+        ties: None,
         feedbacks: Default::default(),
     };
     let all_outcomes: Vec<Vec<Outcome>> = comparisons
         .iter()
-        .map(|list| {
-            list.iter()
-                .map(|c| Outcome::new(c.first, c.second, c.p_a))
-                .collect()
-        })
+        .map(|list| list.iter().map(Comparison::outcome).collect())
         .collect();
     let (all_scores, prior) = rank_contexts(contexts, &all_outcomes, options, tau)?;
     out.prior = prior;
@@ -776,7 +842,30 @@ pub fn summarise(
     if let (Some(fallback), None) = (options.rank_fallback, &options.prior) {
         fall_back(&mut out, options, fallback)?;
     }
+    let tied = out
+        .contexts
+        .iter()
+        .flat_map(|c| &c.comparisons)
+        .any(|c| c.p_tie.is_some());
+    if tied {
+        let note = ties_note(out.rank);
+        if let Some(serde_json::Value::Object(record)) = &mut out.rubric {
+            record.insert("ties".to_string(), json!(note));
+        }
+        out.ties = Some(note);
+    }
     Ok(out)
+}
+
+/// How a run ranked by `rank` counts a judge's ties, in words (the run's `ties`, the
+/// rubric record of every output row).
+pub fn ties_note(rank: RankMethod) -> String {
+    format!(
+        "the judge may answer a tie: p_a, p_b and p_tie are its three answers' \
+         probabilities; {}; the positional bias, the order consistency, the debiasing \
+         threshold and the decisions read P(A)/(P(A)+P(B))",
+        rank.ties_note()
+    )
 }
 
 /// Every context's scores from its outcomes at threshold `tau`: the options' ranking per
@@ -851,7 +940,7 @@ fn fall_back(
         let outcomes: Vec<Outcome> = context
             .comparisons
             .iter()
-            .map(|c| Outcome::new(c.first, c.second, c.p_a))
+            .map(Comparison::outcome)
             .collect();
         scores.push(
             score_at_threshold(fallback, context.scores.len(), &outcomes, out.tau)
@@ -949,7 +1038,8 @@ pub fn write_scores(
 }
 
 /// One line per comparison, in design order: `context_id, a, b, p_a, label_mass`
-/// (p_a with 6 decimals, label mass with 6 significant digits).
+/// (p_a with 6 decimals, label mass with 6 significant digits); where the judge may call
+/// a tie, `p_b` and `p_tie` too (6 decimals; with `p_a` normalised over the three).
 pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<()> {
     for context in &result.contexts {
         for c in &context.comparisons {
@@ -975,8 +1065,14 @@ pub fn write_comparisons(result: &CompareResult, out: &mut dyn Write) -> Result<
                 .as_ref()
                 .map(|r| format!(",\"rubric\":{r}"))
                 .unwrap_or_default();
+            let tie = match (c.p_b, c.p_tie) {
+                (Some(p_b), Some(p_tie)) => {
+                    format!(",\"p_b\":{},\"p_tie\":{}", fixed(p_b, 6), fixed(p_tie, 6))
+                }
+                _ => String::new(),
+            };
             let line = format!(
-                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{},\"label_mass\":{:.5e}{feedback}{rubric}}}\n",
+                "{{\"context_id\":{},\"a\":{},\"b\":{},\"p_a\":{}{tie},\"label_mass\":{:.5e}{feedback}{rubric}}}\n",
                 json!(context.context_id),
                 json!(a),
                 json!(b),
@@ -1048,6 +1144,45 @@ pub fn show_first_prompt(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(probabilities: &[f64]) -> LabelResult {
+        LabelResult {
+            labels: probabilities
+                .iter()
+                .map(|p| crate::engine::LabelScore {
+                    tokens: vec![],
+                    logprob: p.ln(),
+                })
+                .collect(),
+            prompt_tokens: 3,
+        }
+    }
+
+    #[test]
+    fn three_labels_are_read_as_a_b_and_tie() {
+        let c = Comparison::read(0, 1, &result(&[0.2, 0.1, 0.5])).unwrap();
+        let (p_b, p_tie) = (c.p_b.unwrap(), c.p_tie.unwrap());
+        assert!((c.p_a - 0.25).abs() < 1e-12 && (p_b - 0.125).abs() < 1e-12);
+        assert!((p_tie - 0.625).abs() < 1e-12 && (c.label_mass - 0.8).abs() < 1e-12);
+        assert!((c.a_over_b() - 2.0 / 3.0).abs() < 1e-12 && c.tie_decided());
+        let o = c.outcome();
+        assert_eq!((o.first, o.second, o.tie), (0, 1, p_tie));
+        assert!((o.expected_first() - 0.5625).abs() < 1e-12 && o.tie_decided());
+        // All on the tie: A against B is even.
+        let all_tie = Comparison::read(0, 1, &result(&[0.0, 0.0, 0.3])).unwrap();
+        assert_eq!((all_tie.a_over_b(), all_tie.p_tie), (0.5, Some(1.0)));
+        assert!(Comparison::read(0, 1, &result(&[0.0, 0.0, 0.0])).is_err());
+        // Two labels: as before, bit for bit.
+        let two = result(&[0.3, 0.1]);
+        let c = Comparison::read(1, 0, &two).unwrap();
+        let (p_a, mass) = first_wins(&two).unwrap();
+        assert_eq!(
+            (c.p_a, c.label_mass, c.p_b, c.p_tie),
+            (p_a, mass, None, None)
+        );
+        assert_eq!((c.a_over_b(), c.outcome()), (p_a, Outcome::new(1, 0, p_a)));
+        assert!(!c.tie_decided());
+    }
 
     #[test]
     fn fixed_formatting_has_no_negative_zero() {

@@ -1,7 +1,8 @@
 //! Relative rubric grading: two responses to one input, put to the judge in its own
 //! pairwise format; the judge writes a feedback comparing them, then which is better, and
 //! P(A) is read as the model's distribution over `A` and `B` at the position right after
-//! the result marker (as absolute grading reads the score). `compare --rubric` runs it;
+//! the result marker (as absolute grading reads the score); a protocol with a tie label
+//! reads the distribution over `A`, `B` and the tie (see `pairwise::run::Comparison`). `compare --rubric` runs it;
 //! every ordered pair is one comparison of the design, so a full design of N candidates
 //! costs N(N-1) feedback generations (`--no-feedback` reads the choice right after the
 //! prompt and the marker instead, through the prefix trie).
@@ -244,6 +245,8 @@ impl RelativeGrading {
 
     /// The label request reading P(A) against P(B) on `pair` of `context`: after its
     /// feedback and the marker, or right after the prompt and the marker without feedback.
+    /// A form with a tie label reads three labels, A, B and the tie, in that order (a
+    /// form without one reads A and B, as it always did).
     pub fn choice_request(
         &self,
         scorer: &dyn Scorer,
@@ -273,13 +276,8 @@ impl RelativeGrading {
             .choices
             .as_ref()
             .context("a relative form has choices")?;
-        let labels = text_label_tokens_after(
-            scorer,
-            &text,
-            chat,
-            &[choices.a.as_str(), choices.b.as_str()],
-            &written_before,
-        )?;
+        let labels =
+            text_label_tokens_after(scorer, &text, chat, &choices.labels(), &written_before)?;
         Ok(LabelRequest {
             prompt: wrap(text, chat),
             labels: labels.into_iter().map(Label::Tokens).collect(),
