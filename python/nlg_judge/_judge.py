@@ -44,9 +44,11 @@ class Judge:
             ``f32`` or ``quantized`` (``--weights``).
         max_batch_tokens: most tokens one forward pass computes (``--max-batch-tokens``).
         max_batch_rows: most sequences one forward pass computes (``--max-batch-rows``).
-        max_arena_mib: most memory, in MiB, the level plan keeps for the keys and values
-            of shared prefixes (bf16 on a GPU); a run that needs more goes in waves of
-            documents, with the same probabilities within rounding (``--max-arena-mib``).
+        max_arena_mib: most memory, in MiB, for keys and values: generation's rows and
+            prefix cache together, and the level plan's shared prefixes (bf16 on a GPU); a
+            run that needs more goes in waves, with the same results within rounding
+            (``--max-arena-mib``). The default is lowered at load to what fits beside the
+            weights (said on stderr).
         strategy: ``tree`` (shared prefixes computed once) or ``naive`` (every prompt on
             its own; same results) (``--strategy``).
         backend: a model served by an engine instead of loaded here (``--backend``; see

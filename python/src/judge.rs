@@ -115,6 +115,10 @@ impl NativeJudge {
             let precision = choice::<PrecisionArg>("precision", precision)?;
             options.precision = precision.into();
             options.memory.adapt_precision = precision == PrecisionArg::Auto;
+            // The package passes the default budget when none is asked: the plan may lower
+            // that one (and says so), as for the command line.
+            options.memory.adapt_arena =
+                max_arena_mib == BatchBudget::default().max_arena_bytes >> 20;
             options.decoder = DecoderSettings {
                 strategy: choice::<Strategy>("strategy", strategy)?,
                 budget: BatchBudget {

@@ -51,13 +51,14 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = BatchBudget::default().max_batch_rows)]
     pub max_batch_rows: usize,
 
-    /// Most memory, in MiB, the level plan (bf16 on a GPU, and the level plan of `bench
-    /// pairwise`) keeps for the keys and values of shared prefixes: a run that needs more
-    /// (e.g. every document of a large set at once) goes in waves of documents, whose
-    /// probabilities equal one wave's within rounding (1e-6). Bounds device memory on
-    /// large runs.
-    #[arg(long, value_name = "MIB", default_value_t = BatchBudget::default().max_arena_bytes >> 20)]
-    pub max_arena_mib: usize,
+    /// Most memory, in MiB, for keys and values: generation's rows and its prefix cache
+    /// together (rows wait for memory, the results are the same), and the level plan's
+    /// prefixes (bf16 on a GPU, `bench pairwise`: a run that needs more goes in waves of
+    /// documents, probabilities equal within rounding, 1e-6). The memory plan counts it
+    /// (CPU). Default 4096, lowered at load to what fits beside the weights (said on
+    /// stderr); an explicit value is kept (an error says the value that would fit).
+    #[arg(long, value_name = "MIB")]
+    pub max_arena_mib: Option<usize>,
 
     /// How prompts are evaluated: tree shares every common prefix once; naive runs each
     /// prompt on its own (a baseline, same results).
@@ -357,13 +358,18 @@ impl ModelArgs {
         options.precision = self.precision.into();
         warn_if_slower(options.precision);
         options.memory.adapt_precision = self.precision == PrecisionArg::Auto;
+        options.memory.adapt_arena = self.max_arena_mib.is_none();
         options.progress = super::progress::bars("loading");
         options.decoder = DecoderSettings {
             strategy: self.strategy,
             budget: BatchBudget {
                 max_batch_tokens: self.max_batch_tokens,
                 max_batch_rows: self.max_batch_rows,
-                max_arena_bytes: self.max_arena_mib.saturating_mul(1 << 20),
+                max_arena_bytes: self
+                    .max_arena_mib
+                    .map_or(BatchBudget::default().max_arena_bytes, |mib| {
+                        mib.saturating_mul(1 << 20)
+                    }),
             },
         };
         Ok(options)

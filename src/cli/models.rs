@@ -199,6 +199,11 @@ fn show(card: &ModelCard) {
                 bytes as f64 / (1u64 << 30) as f64
             );
         }
+        println!(
+            "keys/values up to {} MiB on top (--max-arena-mib: generating rows and their \
+             prefix cache; the default is lowered at load to what fits beside the weights)",
+            crate::engine::BatchBudget::default().max_arena_bytes >> 20
+        );
     }
     println!("chat template {:?}", card.chat.template);
     match &card.judge {

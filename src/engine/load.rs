@@ -113,6 +113,11 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
     if let Some(note) = &plan.note {
         options.progress.note(&format!("note: {note}"));
     }
+    // The decoder holds what the plan counted: the budget it planned (the default lowered
+    // where that did not fit).
+    let mut settings = options.decoder;
+    settings.budget.max_arena_bytes = usize::try_from(plan.max_arena_bytes)
+        .context("the key/value budget does not fit in this machine's address space")?;
     // On a GPU, bf16 means bf16 activations through candle's products and our level
     // kernels (the CPU's bf16 kernels have no GPU twin): loaded in f32, then converted.
     let gpu_bf16 = !device.is_cpu() && plan.precision == Precision::Bf16;
@@ -167,7 +172,7 @@ pub fn load_decoder(resolved: &ResolvedModel, options: &LoadOptions) -> Result<D
         tokenizer,
         resolved.chat_template.clone(),
         info,
-        options.decoder,
+        settings,
     )
 }
 

@@ -9,11 +9,16 @@
 //! [`available_memory`] (`MemAvailable` of `/proc/meminfo`), with a note when it is not
 //! the first; when none fits it stops with an error naming the need and the options.
 //!
-//! The estimate: weights as they will be held (decoder-block matrices in the chosen
-//! layout; embeddings, norms and an f32 output head as the loaders keep them), plus one
-//! block's matrices in f32 (the loaders convert block by block), plus a key/value cache
-//! of [`KV_TOKENS`] tokens, activations of one forward pass of `max_batch_tokens`, and a
-//! fixed [`OVERHEAD`]. GPUs are not checked (their memory is not `MemAvailable`).
+//! The estimate ([`Need`]): weights as they will be held (decoder-block matrices in the
+//! chosen layout; embeddings, norms and an f32 output head as the loaders keep them), a
+//! fixed [`OVERHEAD`], and the larger of what loading holds beside them (one block's
+//! matrices in f32: the loaders convert block by block) and what a run holds: keys and
+//! values up to the decoder's budget (`--max-arena-mib`, which bounds generating rows
+//! and their prefix cache together, and the level plan's arena; at least [`KV_TOKENS`]
+//! positions) and activations of one forward pass of `max_batch_tokens`.
+//! [`generation_kv_bytes`] says what budget a generation workload needs; where the
+//! default budget does not fit beside the weights, the plan lowers it and says so. GPUs
+//! are not checked (their memory is not `MemAvailable`).
 
 use std::fmt;
 use std::fs::File;
@@ -27,8 +32,9 @@ use super::load::LoadOptions;
 use crate::arch::{Precision, WeightPolicy};
 use crate::runtime::{ResolvedModel, WeightFormat};
 
-/// Tokens of key/value cache counted in the estimate (a long judge prompt and its
-/// shared prefixes; the context window when it is shorter).
+/// Tokens of key/value cache counted at least (a long judge prompt scored along its own
+/// path; the context window when it is shorter), and the least key/value budget a plan
+/// lowers the default to.
 pub const KV_TOKENS: u64 = 4096;
 
 /// Bytes counted for everything else (tokeniser, code, allocator slack, buffers).
@@ -38,6 +44,152 @@ pub const OVERHEAD: u64 = 512 << 20;
 const USABLE_SHARE: f64 = 0.95;
 
 const GIB: f64 = (1u64 << 30) as f64;
+
+/// What one position of keys and values costs a model, all layers together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// Decoder blocks.
+    pub layers: u64,
+    /// Width of one block's keys (and values): `kv_heads * head_dim`.
+    pub kv_dim: u64,
+    /// Bytes of one element: the activations' type ([`kv_dtype_bytes`]).
+    pub dtype_bytes: u64,
+}
+
+impl KvShape {
+    /// The shape of `layers` blocks of `kv_heads` key/value heads of `head_dim`.
+    pub fn new(layers: u64, kv_heads: u64, head_dim: u64, dtype_bytes: u64) -> Self {
+        Self {
+            layers,
+            kv_dim: kv_heads * head_dim,
+            dtype_bytes,
+        }
+    }
+
+    /// Bytes of the keys and values of one position, every layer.
+    pub fn position_bytes(&self) -> u64 {
+        2 * self.layers * self.kv_dim * self.dtype_bytes
+    }
+}
+
+/// Bytes of one key/value element for a model run at `precision`: the activations' type.
+/// On the CPU the activations are f32 at every precision (bf16 and int8 are the weights'
+/// types); on a GPU `--precision bf16` runs bf16 activations.
+pub fn kv_dtype_bytes(precision: Precision, cpu: bool) -> u64 {
+    match precision {
+        Precision::Bf16 if !cpu => 2,
+        _ => 4,
+    }
+}
+
+/// One generating row as the decoder counts it: its prompt, the start of it that the row
+/// before it (in prompt order, prefilled through the same trie) already holds, and its
+/// token bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowExtent {
+    pub prompt: u64,
+    pub shared_with_previous: u64,
+    pub max_tokens: u64,
+}
+
+/// Key/value positions that rows hold at most: each row its prompt past what it shares
+/// with the row before it, and its whole token bound. The decoder's admission
+/// (`engine/decoder/generate.rs`) counts its rows with this, and [`generation_kv_bytes`]
+/// a workload, so the two cannot disagree.
+pub fn held_positions(rows: impl IntoIterator<Item = RowExtent>) -> u64 {
+    rows.into_iter()
+        .map(|row| row.prompt.saturating_sub(row.shared_with_previous) + row.max_tokens)
+        .sum()
+}
+
+/// A generation workload: `rows` generations of at most `max_tokens` tokens after prompts
+/// of `prompt_tokens` tokens whose first `shared_tokens` are the same for every row (a
+/// document's article before its candidates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerationLoad {
+    pub rows: u64,
+    pub prompt_tokens: u64,
+    pub shared_tokens: u64,
+    pub max_tokens: u64,
+}
+
+/// Bytes of keys and values that generating `load` at once holds at most on a model of
+/// `shape`: the shared prefix once, each row's own part of its prompt, and each row's
+/// whole token bound (`shared + rows * (prompt - shared + max_tokens)` positions). The
+/// key/value budget (`--max-arena-mib`) that runs every row of `load` together.
+pub fn generation_kv_bytes(shape: &KvShape, load: &GenerationLoad) -> u64 {
+    let shared = load.shared_tokens.min(load.prompt_tokens);
+    let rows = (0..load.rows).map(|row| RowExtent {
+        prompt: load.prompt_tokens,
+        shared_with_previous: if row == 0 { 0 } else { shared },
+        max_tokens: load.max_tokens,
+    });
+    shape.position_bytes() * held_positions(rows)
+}
+
+/// Capacity of the prefix cache a generating call keeps for itself when its caller gives
+/// none: half the key/value budget. The decoder counts the cache's bytes inside the budget
+/// (rows are admitted while the rows and the cache together fit), so the budget bounds
+/// both.
+pub fn own_prefix_cache_bytes(max_arena_bytes: usize) -> usize {
+    max_arena_bytes / 2
+}
+
+/// The run a plan sizes its runtime memory for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunBudget {
+    /// The model's context window (tokens).
+    pub context: u64,
+    /// Tokens of one forward pass (`--max-batch-tokens`).
+    pub batch_tokens: u64,
+    /// Bytes of one key/value element ([`kv_dtype_bytes`]).
+    pub kv_dtype_bytes: u64,
+    /// The decoder's key/value budget (`--max-arena-mib`): what generating rows and their
+    /// prefix cache, or the level plan's arena, may hold.
+    pub max_arena_bytes: u64,
+    /// Whether the budget is the default, which the plan may lower to what fits (with a
+    /// note); an explicit `--max-arena-mib` is kept, and an error says what would fit.
+    pub adjustable_arena: bool,
+}
+
+/// The parts of a plan's estimate, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Need {
+    /// The weights as they will be held.
+    pub weights: u64,
+    /// Bytes held beside the weights while loading only: one decoder block's matrices in
+    /// f32 while the loaders convert it (the whole f32 model less the weights where a GGUF
+    /// file is dequantised before converting).
+    pub loading: u64,
+    /// Keys and values: the decoder's budget, or [`KV_TOKENS`] positions where larger.
+    pub kv: u64,
+    /// Activations of one forward pass and logits of 64 rows.
+    pub activations: u64,
+    /// [`OVERHEAD`].
+    pub overhead: u64,
+}
+
+impl Need {
+    /// Peak bytes: the weights and the overhead, and the larger of what loading adds and
+    /// the keys, values and activations of a run (never held at the same time).
+    pub fn total(&self) -> u64 {
+        self.weights + self.overhead + self.loading.max(self.kv + self.activations)
+    }
+
+    /// "18.8 GiB: 16.9 GiB weights, 1.4 GiB keys/values, ..." for notes and errors.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {} weights, {} keys/values, {} activations, {} other ({} more while \
+             loading, before any keys/values)",
+            gib(self.total()),
+            gib(self.weights),
+            gib(self.kv),
+            gib(self.activations),
+            gib(self.overhead),
+            gib(self.loading)
+        )
+    }
+}
 
 /// What a checkpoint's tensors amount to, from its headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -206,21 +358,40 @@ impl WeightSummary {
         blocks + head + 4 * (self.embedding_params + self.other_params)
     }
 
-    /// Bytes of the key/value cache, activations and the rest, for forward passes of at
-    /// most `batch_tokens` tokens and a context of `context` tokens.
-    pub fn runtime_bytes(&self, context: u64, batch_tokens: u64) -> u64 {
-        let kv = 2 * self.layers * self.kv_dim * 4 * context.min(KV_TOKENS);
-        // Hidden states and the attention and MLP intermediates (~16 widths of the
-        // hidden size per token), and logits for up to 64 rows.
-        let activations = (batch_tokens * 16 * self.hidden + 64 * self.vocab) * 4;
-        kv + activations + OVERHEAD
+    /// The shape of one position of keys and values, in elements of `dtype_bytes`.
+    pub fn kv_shape(&self, dtype_bytes: u64) -> KvShape {
+        KvShape {
+            layers: self.layers,
+            kv_dim: self.kv_dim,
+            dtype_bytes,
+        }
     }
 
-    /// Peak bytes of loading and running in `layout`: the held weights, one block's
-    /// matrices in f32 while it is converted, and [`Self::runtime_bytes`].
-    pub fn need(&self, layout: Layout, context: u64, batch_tokens: u64) -> u64 {
-        let one_block_f32 = 4 * self.block_params / self.layers.max(1);
-        self.weight_bytes(layout) + one_block_f32 + self.runtime_bytes(context, batch_tokens)
+    /// Bytes of [`KV_TOKENS`] positions of keys and values (the context window where
+    /// shorter): a long prompt scored along its own path, the least a run holds.
+    pub fn kv_estimate_bytes(&self, run: &RunBudget) -> u64 {
+        self.kv_shape(run.kv_dtype_bytes).position_bytes() * run.context.min(KV_TOKENS)
+    }
+
+    /// Bytes of the activations of one forward pass of `batch_tokens` tokens: hidden
+    /// states and the attention and MLP intermediates (~16 widths of the hidden size per
+    /// token), and logits for up to 64 rows.
+    pub fn activation_bytes(&self, batch_tokens: u64) -> u64 {
+        (batch_tokens * 16 * self.hidden + 64 * self.vocab) * 4
+    }
+
+    /// The estimate's parts for loading in `layout` and running `run` with a key/value
+    /// budget of `arena` bytes: the held weights, one block's matrices in f32 while it is
+    /// converted, keys and values (the budget, or [`Self::kv_estimate_bytes`] where that is
+    /// more), activations and [`OVERHEAD`].
+    pub fn need(&self, layout: Layout, run: &RunBudget, arena: u64) -> Need {
+        Need {
+            weights: self.weight_bytes(layout),
+            loading: 4 * self.block_params / self.layers.max(1),
+            kv: arena.max(self.kv_estimate_bytes(run)),
+            activations: self.activation_bytes(run.batch_tokens),
+            overhead: OVERHEAD,
+        }
     }
 }
 
@@ -302,6 +473,9 @@ pub struct MemoryOptions {
     pub adapt_precision: bool,
     /// Bytes to plan for instead of [`available_memory`].
     pub available: Option<u64>,
+    /// The key/value budget (`--max-arena-mib`) is the default: the plan may lower it to
+    /// what fits, and says so.
+    pub adapt_arena: bool,
 }
 
 /// The plan for loading a resolved decoder-only model on `cpu` (GPUs: as asked).
@@ -311,12 +485,15 @@ pub fn plan_decoder(
     cpu: bool,
 ) -> Result<LoadPlan> {
     let gguf = resolved.format == WeightFormat::Gguf;
+    let max_arena_bytes = options.decoder.budget.max_arena_bytes as u64;
     if !cpu {
         return Ok(LoadPlan {
             weights: options.weights,
             precision: options.precision,
             layout: if gguf { Layout::Stored } else { Layout::F32 },
             need: 0,
+            parts: Need::default(),
+            max_arena_bytes,
             note: None,
         });
     }
@@ -337,13 +514,19 @@ pub fn plan_decoder(
         adapt_precision: options.memory.adapt_precision,
         gguf,
     };
+    let run = RunBudget {
+        context: resolved.context_window as u64,
+        batch_tokens: options.decoder.budget.max_batch_tokens as u64,
+        kv_dtype_bytes: kv_dtype_bytes(options.precision, cpu),
+        max_arena_bytes,
+        adjustable_arena: options.memory.adapt_arena,
+    };
     plan_load(
         &resolved.name,
         &summary,
         &request,
         options.memory.available.or_else(available_memory),
-        resolved.context_window as u64,
-        options.decoder.budget.max_batch_tokens as u64,
+        &run,
     )
 }
 
@@ -365,8 +548,14 @@ pub struct LoadPlan {
     pub weights: WeightPolicy,
     pub precision: Precision,
     pub layout: Layout,
-    /// Estimated peak bytes.
+    /// Estimated peak bytes ([`Need::total`] of `parts`).
     pub need: u64,
+    /// The estimate's parts.
+    pub parts: Need,
+    /// The decoder's key/value budget to run with (`BatchBudget::max_arena_bytes`): the
+    /// one asked for, or the default lowered to what fits (said in `note`). The plan counts
+    /// exactly this in `parts.kv` (or [`KV_TOKENS`] positions where more).
+    pub max_arena_bytes: u64,
     /// Said to the user when the plan is not what the defaults would load.
     pub note: Option<String>,
 }
@@ -414,99 +603,150 @@ fn candidates(request: &LoadRequest) -> Vec<(Layout, WeightPolicy, Precision)> {
 }
 
 /// Choose how to load a model described by `summary` so that it fits in `available`
-/// bytes (`None`: unknown, load as asked). `context` and `batch_tokens` size the
-/// runtime part of the estimate.
+/// bytes (`None`: unknown, load as asked), for runs of `run`. Layouts are tried most exact
+/// first, each with the decoder's key/value budget as given and then, where that budget is
+/// the default, lowered to what fits (not below [`KV_TOKENS`] positions): a narrower batch
+/// gives the same results, another precision does not.
 pub fn plan_load(
     name: &str,
     summary: &WeightSummary,
     request: &LoadRequest,
     available: Option<u64>,
-    context: u64,
-    batch_tokens: u64,
+    run: &RunBudget,
 ) -> Result<LoadPlan> {
     let options = candidates(request);
-    let needs: Vec<u64> = options
-        .iter()
-        .map(|(layout, weights, _)| {
-            let mut need = summary.need(*layout, context, batch_tokens);
-            if *weights == WeightPolicy::F32 && *layout != Layout::F32 {
-                // Dequantised to f32 first, converted after: the f32 model is the peak.
-                need = need.max(summary.need(Layout::F32, context, batch_tokens));
-            }
-            need
-        })
-        .collect();
-    let Some(available) = available else {
-        let (layout, weights, precision) = options[0];
-        let weights = if weights == WeightPolicy::F32 {
-            request.weights
-        } else {
-            weights
-        };
-        return Ok(LoadPlan {
+    let need_of = |option: usize, arena: u64| -> Need {
+        let (layout, weights, _) = options[option];
+        let mut need = summary.need(layout, run, arena);
+        if weights == WeightPolicy::F32 && layout != Layout::F32 {
+            // Dequantised to f32 first, converted after: the f32 model is the peak of
+            // loading.
+            need.loading = summary.weight_bytes(Layout::F32) + need.loading - need.weights;
+        }
+        need
+    };
+    let full = run.max_arena_bytes;
+    let plan = |option: usize, arena: u64, note: Option<String>| {
+        let (layout, weights, precision) = options[option];
+        let parts = need_of(option, arena);
+        LoadPlan {
             weights,
             precision,
             layout,
-            need: needs[0],
-            note: None,
-        });
+            need: parts.total(),
+            parts,
+            max_arena_bytes: arena,
+            note,
+        }
+    };
+    let Some(available) = available else {
+        let mut chosen = plan(0, full, None);
+        if chosen.weights == WeightPolicy::F32 {
+            chosen.weights = request.weights;
+        }
+        return Ok(chosen);
     };
     let usable = (available as f64 * USABLE_SHARE) as u64;
-    let chosen = needs.iter().position(|&need| need <= usable);
-    let Some(index) = chosen else {
-        let tried: Vec<String> = options
-            .iter()
-            .zip(&needs)
-            .map(|((layout, _, _), need)| format!("{} with {layout}", gib(*need)))
-            .collect();
-        bail!(
-            "model '{name}' ({:.1}B parameters) needs more memory than is available: about \
-             {}, but {} is available (MemAvailable; {:.0}% of it may be used). Options: --precision bf16 (~{}) or \
-             int8 (~{}) for the decoder blocks; --weights quantized to keep a GGUF file's \
-             blocks as stored{}; a quantized GGUF of the model; or free memory",
-            summary.params() as f64 / 1e9,
-            tried.join(", "),
-            gib(available),
-            USABLE_SHARE * 100.0,
-            gib(summary.need(Layout::Bf16, context, batch_tokens)),
-            gib(summary.need(Layout::Int8, context, batch_tokens)),
-            if summary.quantized {
-                format!(
-                    " (~{})",
-                    gib(summary.need(Layout::Stored, context, batch_tokens))
-                )
-            } else {
-                String::new()
-            }
-        );
+    // The largest budget (whole MiB, at most `full`) with which `option` fits, if that is
+    // at least the least one worth running.
+    let fitting_arena = |option: usize| -> Option<u64> {
+        let least = summary.kv_estimate_bytes(run);
+        if need_of(option, least).total() > usable {
+            return None;
+        }
+        let fixed = need_of(option, 0);
+        let room = usable.checked_sub(fixed.weights + fixed.overhead + fixed.activations)?;
+        let arena = (room.min(full) >> 20) << 20;
+        (arena >= least).then_some(arena)
     };
-    let (layout, weights, precision) = options[index];
-    let note = (index > 0).then(|| {
-        let first = if options[0].0 == layout {
-            format!("dequantising to f32 before converting to {layout}")
+    for option in 0..options.len() {
+        let layout = options[option].0;
+        let layout_note = (option > 0).then(|| {
+            let first = if options[0].0 == layout {
+                format!("dequantising to f32 before converting to {layout}")
+            } else {
+                options[0].0.to_string()
+            };
+            let chosen = if options[0].0 == layout {
+                format!("{layout} converted block by block from the GGUF blocks")
+            } else {
+                layout.to_string()
+            };
+            format!(
+                "model '{name}': {first} would need about {}, {} is available: loading {chosen}",
+                gib(need_of(0, full).total()),
+                gib(available),
+            )
+        });
+        let need = need_of(option, full);
+        if need.total() <= usable {
+            let note = layout_note.map(|n| format!("{n} (about {})", gib(need.total())));
+            return Ok(plan(option, full, note));
+        }
+        if !run.adjustable_arena {
+            continue;
+        }
+        if let Some(arena) = fitting_arena(option) {
+            let lowered = need_of(option, arena);
+            let arena_note = format!(
+                "model '{name}' with {layout} and the default key/value budget \
+                 (--max-arena-mib {}) would need about {}, {} is available: generating with \
+                 --max-arena-mib {} (about {}; rows wait for memory, the results are the same)",
+                full >> 20,
+                gib(need.total()),
+                gib(available),
+                arena >> 20,
+                lowered.describe()
+            );
+            let note = match layout_note {
+                Some(first) => format!("{first}; {arena_note}"),
+                None => arena_note,
+            };
+            return Ok(plan(option, arena, Some(note)));
+        }
+    }
+    let tried: Vec<String> = options
+        .iter()
+        .enumerate()
+        .map(|(option, (layout, _, _))| {
+            format!("{} with {layout}", gib(need_of(option, full).total()))
+        })
+        .collect();
+    // An explicit budget that is what does not fit: the budget that would.
+    let smaller_budget = if run.adjustable_arena {
+        None
+    } else {
+        (0..options.len()).find_map(|option| {
+            fitting_arena(option).map(|arena| {
+                format!(
+                    "; --max-arena-mib {} (the key/value budget; {} fits with it)",
+                    arena >> 20,
+                    options[option].0
+                )
+            })
+        })
+    };
+    let other = |layout: Layout| gib(summary.need(layout, run, full).total());
+    bail!(
+        "model '{name}' ({:.1}B parameters) needs more memory than is available: about \
+         {}, but {} is available (MemAvailable; {:.0}% of it may be used); the first: {}. \
+         Options: --precision bf16 (~{}) or int8 (~{}) for the decoder blocks; --weights \
+         quantized to keep a GGUF file's blocks as stored{}{}; a quantized GGUF of the model; \
+         or free memory",
+        summary.params() as f64 / 1e9,
+        tried.join(", "),
+        gib(available),
+        USABLE_SHARE * 100.0,
+        need_of(0, full).describe(),
+        other(Layout::Bf16),
+        other(Layout::Int8),
+        if summary.quantized {
+            format!(" (~{})", other(Layout::Stored))
         } else {
-            options[0].0.to_string()
-        };
-        let chosen = if options[0].0 == layout {
-            format!("{layout} converted block by block from the GGUF blocks")
-        } else {
-            layout.to_string()
-        };
-        format!(
-            "model '{name}': {first} would need about {}, {} is available: loading {chosen} \
-             (about {})",
-            gib(needs[0]),
-            gib(available),
-            gib(needs[index])
-        )
-    });
-    Ok(LoadPlan {
-        weights,
-        precision,
-        layout,
-        need: needs[index],
-        note,
-    })
+            String::new()
+        },
+        smaller_budget.unwrap_or_default()
+    );
 }
 
 /// What the weights of a model need at each precision, from its parameter counts alone
@@ -515,7 +755,8 @@ pub fn plan_load(
 /// stored, plus those held in f32, plus the copy candle makes of the blocks at the first
 /// product ([`repacked_bytes`], counted at the block type's ratio over the file's share of
 /// block parameters): for model listings, before anything is downloaded. Runtime memory
-/// ([`WeightSummary::runtime_bytes`]) comes on top.
+/// (keys and values up to the decoder's budget, activations: [`WeightSummary::need`])
+/// comes on top.
 pub fn weight_memory_by_precision(
     parameters: u64,
     embedding: u64,
@@ -629,6 +870,17 @@ mod tests {
         summary
     }
 
+    /// A run with the default key/value budget (4 GiB, adjustable), f32 keys and values.
+    fn run(context: u64, batch_tokens: u64) -> RunBudget {
+        RunBudget {
+            context,
+            batch_tokens,
+            kv_dtype_bytes: 4,
+            max_arena_bytes: 4 * G,
+            adjustable_arena: true,
+        }
+    }
+
     fn request(gguf: bool, weights: WeightPolicy, precision: Precision) -> LoadRequest {
         LoadRequest {
             weights,
@@ -660,14 +912,209 @@ mod tests {
         // bf16 blocks (13 GiB) with f32 embedding and a head kept as stored.
         let bf16 = s.weight_bytes(Layout::Bf16);
         assert!(bf16 > s.weight_bytes(Layout::Stored) && bf16 < s.weight_bytes(Layout::F32));
-        // Key/value cache: 2 * 32 * 1024 * 4 bytes per token, 4096 tokens = 1 GiB.
-        // Plus 64 rows of logits, whatever the batch.
+        // Key/value cache: 2 * 32 * 1024 * 4 bytes per token, 4096 tokens = 1 GiB, at
+        // least (a shorter context window: less).
+        assert_eq!(s.kv_estimate_bytes(&run(131072, 0)), G);
+        assert_eq!(s.kv_estimate_bytes(&run(1024, 0)), G / 4);
+        // Activations: 16 widths of the hidden size per token of a pass, plus 64 rows of
+        // logits whatever the batch.
         let logits = 64 * 128256 * 4;
-        assert_eq!(s.runtime_bytes(131072, 0) - OVERHEAD - logits, G);
-        assert_eq!(s.runtime_bytes(1024, 0) - OVERHEAD - logits, G / 4);
-        // Activations: 16 widths of the hidden size per token of a pass.
-        let pass = s.runtime_bytes(1024, 2048) - s.runtime_bytes(1024, 0);
-        assert_eq!(pass, 2048 * 16 * 4096 * 4);
+        assert_eq!(s.activation_bytes(0), logits);
+        assert_eq!(s.activation_bytes(2048) - logits, 2048 * 16 * 4096 * 4);
+        // The decoder's budget counts where it is more than the least.
+        let need = s.need(Layout::Bf16, &run(8192, 2048), 4 * G);
+        assert_eq!(need.kv, 4 * G);
+        assert_eq!(s.need(Layout::Bf16, &run(8192, 2048), G / 2).kv, G);
+        // Loading (one block in f32, 0.8 GiB) and running are not at the same time.
+        assert_eq!(need.loading, 4 * s.block_params / 32);
+        assert_eq!(
+            need.total(),
+            need.weights + OVERHEAD + 4 * G + s.activation_bytes(2048)
+        );
+    }
+
+    /// Llama-3-8B's keys and values: 32 layers, 8 heads of 128.
+    fn llama3_8b_kv(dtype_bytes: u64) -> KvShape {
+        KvShape::new(32, 8, 128, dtype_bytes)
+    }
+
+    /// 16 candidates' 512-token feedbacks after 1,000-token prompts that share an
+    /// 800-token article.
+    const SIXTEEN_FEEDBACKS: GenerationLoad = GenerationLoad {
+        rows: 16,
+        prompt_tokens: 1000,
+        shared_tokens: 800,
+        max_tokens: 512,
+    };
+
+    #[test]
+    fn key_value_bytes_of_a_generation_workload() {
+        // One position, every layer: keys and values of 8 * 128 elements in 32 layers.
+        let f32 = llama3_8b_kv(4);
+        let bf16 = llama3_8b_kv(2);
+        assert_eq!(f32.position_bytes(), 2 * 32 * 1024 * 4);
+        assert_eq!(f32.position_bytes(), 256 << 10);
+        assert_eq!(bf16.position_bytes(), 128 << 10);
+        // The article once (800), each candidate's own 200 prompt tokens and 512 generated:
+        // 800 + 16 * 712 = 12,192 positions, 2.98 GiB in f32, 1.49 GiB in bf16.
+        assert_eq!(generation_kv_bytes(&f32, &SIXTEEN_FEEDBACKS), 3_196_059_648);
+        assert_eq!(
+            generation_kv_bytes(&bf16, &SIXTEEN_FEEDBACKS),
+            1_598_029_824
+        );
+        // Nothing shared: 16 * 1,512 positions, 5.9 GiB in f32.
+        let alone = GenerationLoad {
+            shared_tokens: 0,
+            ..SIXTEEN_FEEDBACKS
+        };
+        assert_eq!(generation_kv_bytes(&f32, &alone), 6_341_787_648);
+        // One row holds its prompt and its bound; a share longer than the prompt is the
+        // prompt; no rows hold nothing.
+        let one = GenerationLoad {
+            rows: 1,
+            ..SIXTEEN_FEEDBACKS
+        };
+        assert_eq!(generation_kv_bytes(&bf16, &one), 1512 * 131_072);
+        let whole = GenerationLoad {
+            shared_tokens: 5000,
+            ..SIXTEEN_FEEDBACKS
+        };
+        assert_eq!(
+            generation_kv_bytes(&f32, &whole),
+            (1000 + 16 * 512) * 262_144
+        );
+        let none = GenerationLoad {
+            rows: 0,
+            ..SIXTEEN_FEEDBACKS
+        };
+        assert_eq!(generation_kv_bytes(&f32, &none), 0);
+        // The decoder's count of rows (`held_positions`) is the same arithmetic.
+        let rows = [
+            RowExtent {
+                prompt: 1000,
+                shared_with_previous: 0,
+                max_tokens: 512,
+            },
+            RowExtent {
+                prompt: 1000,
+                shared_with_previous: 800,
+                max_tokens: 512,
+            },
+        ];
+        assert_eq!(held_positions(rows), 1512 + 712);
+        // Keys and values are the activations' type: f32 on the CPU at every precision.
+        assert_eq!(kv_dtype_bytes(Precision::Bf16, true), 4);
+        assert_eq!(kv_dtype_bytes(Precision::Int8, true), 4);
+        assert_eq!(kv_dtype_bytes(Precision::Bf16, false), 2);
+        assert_eq!(kv_dtype_bytes(Precision::F32, false), 4);
+    }
+
+    #[test]
+    fn an_8b_judge_grading_16_candidates_fits_24_gb_with_int8_or_bf16_weights() {
+        let s = llama3_8b(None);
+        // The budget that runs all 16 feedbacks at once, f32 keys and values (CPU).
+        let kv = generation_kv_bytes(&s.kv_shape(4), &SIXTEEN_FEEDBACKS);
+        assert_eq!(kv, 3_196_059_648);
+        let run = RunBudget {
+            max_arena_bytes: kv,
+            adjustable_arena: false,
+            ..run(8192, 2048)
+        };
+        // Activations of a 2,048-token pass and 64 rows of logits; 0.5 GiB overhead.
+        let activations = (2048 * 16 * 4096 + 64 * 128_256) * 4;
+        let weights = |layout| s.weight_bytes(layout);
+        // bf16 blocks (2 bytes a weight) with the embedding and head in f32: 16.9 GiB.
+        assert_eq!(weights(Layout::Bf16), 18_162_401_280);
+        // int8 blocks (a byte a weight and an f32 scale a row): 10.4 GiB.
+        assert_eq!(weights(Layout::Int8), 11_210_342_400);
+        assert_eq!(weights(Layout::F32), 32_121_044_992);
+        // A 24 GiB machine with 23 GiB available (95% of it usable: 21.85 GiB).
+        let available = 23 * G;
+        for (precision, layout, need) in [
+            (Precision::Int8, Layout::Int8, 15_512_977_408u64), // 14.4 GiB
+            (Precision::Bf16, Layout::Bf16, 22_465_036_288),    // 20.9 GiB
+        ] {
+            let asked = request(false, WeightPolicy::Auto, precision);
+            let plan = plan_load("8b", &s, &asked, Some(available), &run).unwrap();
+            assert_eq!(plan.layout, layout);
+            assert_eq!(plan.need, weights(layout) + OVERHEAD + kv + activations);
+            assert_eq!(plan.need, need);
+            // The plan counts the decoder's budget, unchanged.
+            assert_eq!((plan.parts.kv, plan.max_arena_bytes), (kv, kv));
+            assert_eq!(plan.note, None);
+        }
+        // f32 weights alone are 29.9 GiB.
+        let f32 = request(false, WeightPolicy::Auto, Precision::F32);
+        let error = plan_load("8b", &s, &f32, Some(available), &run)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("33.9 GiB with f32 weights"), "{error}");
+        // bf16 needs 22.02 GiB available: with 22 GiB, 2,048-token passes leave 24 MiB too
+        // little; 1,024-token passes fit.
+        let bf16 = request(false, WeightPolicy::Auto, Precision::Bf16);
+        let error = plan_load("8b", &s, &bf16, Some(22 * G), &run)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--max-arena-mib 3025"), "{error}");
+        let shorter = RunBudget {
+            batch_tokens: 1024,
+            ..run
+        };
+        assert!(plan_load("8b", &s, &bf16, Some(22 * G), &shorter).is_ok());
+        // int8 fits 16 GiB available.
+        let int8 = request(false, WeightPolicy::Auto, Precision::Int8);
+        assert!(plan_load("8b", &s, &int8, Some(16 * G), &run).is_ok());
+    }
+
+    #[test]
+    fn the_default_key_value_budget_is_lowered_to_what_fits_and_said() {
+        let s = llama3_8b(None);
+        let bf16 = request(false, WeightPolicy::Auto, Precision::Bf16);
+        // 22 GiB available: the default 4 GiB does not fit beside bf16 weights; 95% of
+        // 22 GiB less the weights, overhead and activations leaves 3,025 MiB.
+        let plan = plan_load("8b", &s, &bf16, Some(22 * G), &run(8192, 2048)).unwrap();
+        assert_eq!(plan.layout, Layout::Bf16);
+        assert_eq!(plan.max_arena_bytes, 3025 << 20);
+        assert_eq!(plan.parts.kv, plan.max_arena_bytes);
+        assert!(plan.need <= (22.0 * 0.95 * G as f64) as u64);
+        let note = plan.note.unwrap();
+        assert!(note.contains("--max-arena-mib 3025"), "{note}");
+        assert!(note.contains("--max-arena-mib 4096"), "{note}");
+        assert!(note.contains("keys/values"), "{note}");
+        // 3,025 MiB runs 15 of the 16 feedbacks at once (1,512 positions for the first,
+        // 712 for each after it, 256 KiB each).
+        let positions = plan.max_arena_bytes / s.kv_shape(4).position_bytes();
+        assert_eq!(1 + (positions - 1512) / 712, 15);
+        // Where 4 GiB fits, it stays and nothing is said.
+        let plan = plan_load("8b", &s, &bf16, Some(24 * G), &run(8192, 2048)).unwrap();
+        assert_eq!((plan.max_arena_bytes, plan.note), (4 * G, None));
+        // Not below 4,096 positions (1 GiB here): then the layout does not fit.
+        let error = plan_load("8b", &s, &bf16, Some(19 * G), &run(8192, 2048))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("keys/values"), "{error}");
+        // An explicit budget is kept: the error names the one that fits.
+        let explicit = RunBudget {
+            adjustable_arena: false,
+            ..run(8192, 2048)
+        };
+        let error = plan_load("8b", &s, &bf16, Some(22 * G), &explicit)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--max-arena-mib 3025"), "{error}");
+        // With --precision auto, f32 is not traded for a budget: bf16 with it lowered.
+        let mut auto = request(false, WeightPolicy::Auto, Precision::F32);
+        auto.adapt_precision = true;
+        let plan = plan_load("8b", &s, &auto, Some(22 * G), &run(8192, 2048)).unwrap();
+        assert_eq!(
+            (plan.layout, plan.max_arena_bytes),
+            (Layout::Bf16, 3025 << 20)
+        );
+        let note = plan.note.unwrap();
+        assert!(
+            note.contains("loading bf16") && note.contains("3025"),
+            "{note}"
+        );
     }
 
     #[test]
@@ -698,14 +1145,14 @@ mod tests {
         let s = llama3_8b(Some(4.5 / 8.0));
         let auto = request(true, WeightPolicy::Auto, Precision::F32);
         // 24 GB machine, 22 GiB available: f32 does not fit, the stored blocks do.
-        let plan = plan_load("m", &s, &auto, Some(22 * G), 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &auto, Some(22 * G), &run(8192, 2048)).unwrap();
         assert_eq!(plan.layout, Layout::Stored);
         assert_eq!(plan.weights, WeightPolicy::Quantized);
         assert_eq!(plan.precision, Precision::F32);
         let note = plan.note.unwrap();
         assert!(note.contains("kept quantized"), "{note}");
         // A big machine dequantises as before.
-        let plan = plan_load("m", &s, &auto, Some(64 * G), 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &auto, Some(64 * G), &run(8192, 2048)).unwrap();
         assert_eq!(plan.layout, Layout::F32);
         assert_eq!(plan.weights, WeightPolicy::F32);
         assert_eq!(plan.note, None);
@@ -715,7 +1162,7 @@ mod tests {
     fn explicit_f32_that_does_not_fit_is_an_error_naming_need_and_options() {
         let s = llama3_8b(Some(4.5 / 8.0));
         let forced = request(true, WeightPolicy::F32, Precision::F32);
-        let error = plan_load("big", &s, &forced, Some(22 * G), 8192, 2048)
+        let error = plan_load("big", &s, &forced, Some(22 * G), &run(8192, 2048))
             .unwrap_err()
             .to_string();
         assert!(error.contains("'big'"), "{error}");
@@ -725,7 +1172,7 @@ mod tests {
         assert!(error.contains("--weights quantized"), "{error}");
         // Nothing fits in 4 GiB, even kept quantized.
         let auto = request(true, WeightPolicy::Auto, Precision::F32);
-        let error = plan_load("big", &s, &auto, Some(4 * G), 8192, 2048)
+        let error = plan_load("big", &s, &auto, Some(4 * G), &run(8192, 2048))
             .unwrap_err()
             .to_string();
         assert!(error.contains("kept quantized"), "{error}");
@@ -737,7 +1184,7 @@ mod tests {
         assert!(!s.quantized);
         let mut auto = request(false, WeightPolicy::Auto, Precision::F32);
         auto.adapt_precision = true;
-        let plan = plan_load("m", &s, &auto, Some(22 * G), 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &auto, Some(22 * G), &run(8192, 2048)).unwrap();
         assert_eq!(plan.layout, Layout::Bf16);
         assert_eq!(plan.precision, Precision::Bf16);
         assert!(
@@ -748,12 +1195,12 @@ mod tests {
         assert!(plan.note.unwrap().contains("bf16"));
         // Explicit f32: no silent change.
         let explicit = request(false, WeightPolicy::Auto, Precision::F32);
-        assert!(plan_load("m", &s, &explicit, Some(22 * G), 8192, 2048).is_err());
+        assert!(plan_load("m", &s, &explicit, Some(22 * G), &run(8192, 2048)).is_err());
         // Small models load as before.
         let mut small = WeightSummary::default();
         small.add("model.embed_tokens.weight", &[1000, 64], None);
         small.add("model.layers.0.self_attn.k_proj.weight", &[64, 64], None);
-        let plan = plan_load("s", &small, &auto, Some(22 * G), 8192, 2048).unwrap();
+        let plan = plan_load("s", &small, &auto, Some(22 * G), &run(8192, 2048)).unwrap();
         assert_eq!((plan.layout, plan.note), (Layout::F32, None));
     }
 
@@ -761,25 +1208,25 @@ mod tests {
     fn gguf_bf16_converts_from_kept_blocks_unless_f32_is_forced() {
         let s = llama3_8b(Some(4.5 / 8.0));
         let bf16 = request(true, WeightPolicy::Auto, Precision::Bf16);
-        let plan = plan_load("m", &s, &bf16, Some(22 * G), 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &bf16, Some(22 * G), &run(8192, 2048)).unwrap();
         assert_eq!(
             (plan.weights, plan.precision),
             (WeightPolicy::Quantized, Precision::Bf16)
         );
         assert!(plan.note.unwrap().contains("block by block"));
         // Where the f32 model fits, as before: dequantised, then converted.
-        let plan = plan_load("m", &s, &bf16, Some(64 * G), 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &bf16, Some(64 * G), &run(8192, 2048)).unwrap();
         assert_eq!((plan.weights, plan.note), (WeightPolicy::F32, None));
         // Dequantising everything to f32 first peaks at the f32 size.
         let forced = request(true, WeightPolicy::F32, Precision::Bf16);
-        assert!(plan_load("m", &s, &forced, Some(22 * G), 8192, 2048).is_err());
+        assert!(plan_load("m", &s, &forced, Some(22 * G), &run(8192, 2048)).is_err());
     }
 
     #[test]
     fn unknown_memory_loads_as_asked() {
         let s = llama3_8b(Some(4.5 / 8.0));
         let auto = request(true, WeightPolicy::Auto, Precision::F32);
-        let plan = plan_load("m", &s, &auto, None, 8192, 2048).unwrap();
+        let plan = plan_load("m", &s, &auto, None, &run(8192, 2048)).unwrap();
         assert_eq!(
             (plan.weights, plan.precision),
             (auto.weights, Precision::F32)

@@ -1,7 +1,9 @@
 //! The one generation route (issue 58) on the real SmolLM2 and SummEval summaries:
 //!
-//! - rubric feedbacks generated together (one call, admitted in waves when the row budget
-//!   is small) are the feedbacks each generates alone, token for token;
+//! - rubric feedbacks generated together (one call, admitted in waves when the row or the
+//!   key/value budget is small) are the feedbacks each generates alone, token for token;
+//!   the rows admitted hold what the memory plan's arithmetic counts (`held_positions`),
+//!   never more than the budget;
 //! - the score read as a follow-up from a feedback's own keys and values equals the same
 //!   label request read on its own through the prefix trie, within 1e-5;
 //! - `score --method rubric` killed midway (some feedbacks stored) and started again
@@ -13,6 +15,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::Result;
 use nlg_judge::data::{group_contexts, summeval, Context};
+use nlg_judge::engine::memory::{held_positions, KvShape, RowExtent};
 use nlg_judge::engine::{
     BatchBudget, CompletionResult, DecoderSettings, Generate, GenerationRequest, GenerationSink,
     LabelRequest, LabelResult, PrefixCache, Scorer,
@@ -75,11 +78,56 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
         ..DecoderSettings::default()
     });
     let in_waves = narrow.generate_batch(&requests)?;
-    // A key/value budget of about two rows (SmolLM2 keeps 46 KB a position; a row here
-    // is some 850 positions): rows wait for memory, not for slots.
+    // Key/value budgets counted as the memory plan counts a workload (`held_positions`,
+    // the arithmetic of `generation_kv_bytes`): rows in prompt order, each at its prompt
+    // past the start it shares with the row before it and at its whole token bound.
+    let config = scorer.model().config();
+    let position_bytes = KvShape::new(
+        config.num_layers as u64,
+        config.num_kv_heads as u64,
+        config.head_dim as u64,
+        4,
+    )
+    .position_bytes() as usize;
+    let mut prompts: Vec<(Vec<u32>, usize)> = requests
+        .iter()
+        .map(|r| Ok((scorer.encode_prompt(&r.prompt)?.input, r.max_tokens)))
+        .collect::<Result<_>>()?;
+    prompts.sort();
+    let extents: Vec<RowExtent> = prompts
+        .iter()
+        .enumerate()
+        .map(|(k, (ids, max_tokens))| RowExtent {
+            prompt: ids.len() as u64,
+            shared_with_previous: k.checked_sub(1).map_or(0, |p| {
+                ids.iter()
+                    .zip(&prompts[p].0)
+                    .take_while(|(a, b)| a == b)
+                    .count() as u64
+            }),
+            max_tokens: *max_tokens as u64,
+        })
+        .collect();
+    let bytes =
+        |rows: usize| position_bytes * held_positions(extents[..rows].iter().copied()) as usize;
+    // The article is shared: five rows hold far less than five prompts.
+    assert!(bytes(5) < 5 * bytes(1) / 2, "{} of {}", bytes(5), bytes(1));
+    // The budget of all five: admitted together, holding exactly what the plan counts.
+    let mut exact = common::smollm2_scorer(DecoderSettings {
+        budget: BatchBudget {
+            max_arena_bytes: bytes(5),
+            ..BatchBudget::default()
+        },
+        ..DecoderSettings::default()
+    });
+    let all_at_once = exact.generate_batch(&requests)?;
+    assert_eq!(exact.generation_stats().peak_kv_bytes, bytes(5));
+    // Between two rows and three: rows wait for memory, not for slots, and the rows and
+    // the prefix cache never hold more than the budget.
+    let budget = (bytes(2) + bytes(3)) / 2;
     let mut bounded = common::smollm2_scorer(DecoderSettings {
         budget: BatchBudget {
-            max_arena_bytes: 90 << 20,
+            max_arena_bytes: budget,
             ..BatchBudget::default()
         },
         ..DecoderSettings::default()
@@ -92,6 +140,11 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
         stats.decode_rows,
         stats.decode_steps
     );
+    assert!(
+        stats.peak_kv_bytes <= budget && stats.peak_kv_bytes >= bytes(2),
+        "{} counted, budget {budget}",
+        stats.peak_kv_bytes
+    );
     for (index, one) in alone.iter().enumerate() {
         assert!(!one.tokens.is_empty(), "feedback {index} is empty");
         assert_eq!(one, &together[index], "feedback {index}, all rows at once");
@@ -102,6 +155,10 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
         assert_eq!(
             one, &within_memory[index],
             "feedback {index}, a memory bound"
+        );
+        assert_eq!(
+            one, &all_at_once[index],
+            "feedback {index}, the budget of all rows"
         );
     }
     Ok(())

@@ -4,10 +4,12 @@
 //! 1. **Admission in prefix order.** Generating requests wait sorted by their prompt's
 //!    tokens, so neighbours share their longest prefixes. Up to `max_batch_rows` rows run
 //!    at once, and no more than the key/value budget (`max_arena_bytes`, 4 GiB by
-//!    default) holds with every row at its prompt and whole token bound; when a quarter
-//!    of the slots are free (or none run), the next waiting prompts are admitted together.
-//!    The prefix cache a call keeps for itself (when its caller gives none) holds at
-//!    most half that budget.
+//!    default, the figure the memory plan counts) holds with every row at its prompt
+//!    (a start shared with the row before it in the same wave counted once) and whole
+//!    token bound, beside the prefix cache's bytes; when a quarter of the slots are free
+//!    (or none run), the next waiting prompts are admitted together. The prefix cache a
+//!    call keeps for itself (when its caller gives none) holds at most half that budget.
+//!    `engine::memory::generation_kv_bytes` counts a workload the same way.
 //! 2. **Prompts through the prefix trie.** The admitted prompts (and, in the first wave,
 //!    every request that only scores its prompt) form one trie, cut where the prefix
 //!    cache already holds their start: shared prefixes (a document's article for all its
@@ -45,6 +47,7 @@ use crate::engine::completion::{
     CompletionRequest, CompletionResult, ScoredToken, TokenLogprob, MAX_TOP_LOGPROBS,
 };
 use crate::engine::generation::{unscored, GenerationSink};
+use crate::engine::memory::{held_positions, own_prefix_cache_bytes, RowExtent};
 use crate::engine::request::{FinishReason, LabelRequest, LabelResult, LabelScore};
 use crate::engine::sampling::TokenSampler;
 use crate::engine::scorer::Scorer;
@@ -62,6 +65,10 @@ pub struct GenerationStats {
     /// Decoding passes, and the rows they carried (their mean is the batch a step used).
     pub decode_steps: usize,
     pub decode_rows: usize,
+    /// The most key/value bytes the admission counted at once (rows at their prompts and
+    /// token bounds, the prefix cache at its bytes): at most the budget, `max_arena_bytes`,
+    /// unless one row alone exceeds it.
+    pub peak_kv_bytes: usize,
     /// Follow-up label reads, and the tokens they ran (what the rows' own state lacked).
     pub follow_ups: usize,
     pub follow_up_tokens: usize,
@@ -79,6 +86,7 @@ impl GenerationStats {
         self.generated_tokens += other.generated_tokens;
         self.decode_steps += other.decode_steps;
         self.decode_rows += other.decode_rows;
+        self.peak_kv_bytes = self.peak_kv_bytes.max(other.peak_kv_bytes);
         self.follow_ups += other.follow_ups;
         self.follow_up_tokens += other.follow_up_tokens;
         self.prefill_seconds += other.prefill_seconds;
@@ -175,6 +183,11 @@ impl KvBlocks {
     }
 }
 
+/// How many tokens `a` and `b` start with alike.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// The first `len` positions of key/value pieces (whole pieces shared, the last one cut).
 fn truncate<'a>(pieces: impl Iterator<Item = &'a KvCache>, len: usize) -> Result<Vec<KvCache>> {
     let mut out = Vec::new();
@@ -238,6 +251,8 @@ struct Prefilled {
 /// One generating request on its way.
 struct Row {
     index: usize,
+    /// The admission wave (prompts of a wave share their starts through one trie).
+    wave: usize,
     prompt: Prefilled,
     own: KvBlocks,
     /// Tokens fed after the prompt (their keys/values are in `own`).
@@ -352,7 +367,8 @@ impl DecoderScorer {
         // of its caller's keeps one of its own.
         let mut own_cache;
         let cache = if given_cache.capacity() == 0 {
-            own_cache = PrefixCache::new(self.settings.budget.max_arena_bytes / 2);
+            own_cache =
+                PrefixCache::new(own_prefix_cache_bytes(self.settings.budget.max_arena_bytes));
             &mut own_cache
         } else {
             given_cache
@@ -369,9 +385,18 @@ impl DecoderScorer {
             * config.head_dim
             * self.model.activation_dtype().size_in_bytes();
         let kv_budget = self.settings.budget.max_arena_bytes;
-        let row_bytes = |index: usize| {
-            position_bytes * (call.prompts[index].len() + call.requests[index].max_tokens)
+        // Prompts admitted together go through one trie: a row holds its prompt past what
+        // it shares with the row before it in the same wave (rows stay in prompt order).
+        // Prompts run alone (activations other than f32) share nothing.
+        let sharing = self.model.activation_dtype() == DType::F32;
+        let extent = |index: usize, previous: Option<usize>| RowExtent {
+            prompt: call.prompts[index].len() as u64,
+            shared_with_previous: previous.filter(|_| sharing).map_or(0, |p| {
+                common_prefix(&call.prompts[p], &call.prompts[index]) as u64
+            }),
+            max_tokens: call.requests[index].max_tokens as u64,
         };
+        let bytes_of = |positions: u64| position_bytes.saturating_mul(positions as usize);
         let scoring: Vec<usize> = (0..requests.len())
             .filter(|&i| requests[i].max_tokens == 0)
             .collect();
@@ -384,26 +409,48 @@ impl DecoderScorer {
         let mut rows: Vec<Row> = Vec::new();
         let mut follow_ups: Vec<FollowUp> = Vec::new();
         let mut first_wave = true;
+        let mut wave = 0;
 
         loop {
-            // Admission: within the row budget and the key/value budget (each row counted
-            // at its prompt and whole token bound, as if nothing were shared).
+            // Admission: within the row budget and the key/value budget. The running rows
+            // count at their prompts (shared starts once within a wave) and whole token
+            // bounds ([`held_positions`], as the memory plan counts a workload), and the
+            // prefix cache at its bytes: at each admission they fit the budget together.
+            // (The cache's entries for running rows' prompts are those rows' own keys and
+            // values, counted twice: what the call holds stays within the count.)
             let free = rows_at_once.saturating_sub(rows.len());
-            let held: usize = rows.iter().map(|row| row_bytes(row.index)).sum();
+            let held = bytes_of(held_positions(rows.iter().enumerate().map(|(k, row)| {
+                let previous = k
+                    .checked_sub(1)
+                    .map(|p| &rows[p])
+                    .filter(|p| p.wave == row.wave);
+                extent(row.index, previous.map(|p| p.index))
+            })));
             let admit = if waiting.is_empty() || free == 0 {
                 0
             } else if rows.is_empty() || free >= (rows_at_once / 4).max(1) {
-                // The next rows in prompt order while they fit (one at least when none
-                // runs, however large).
+                // The next rows in prompt order while they fit beside the running ones (one
+                // at least when none runs, however large); the prefix cache gives up its
+                // least recently used prefixes where it leaves an admitted row no room.
                 let mut admit = 0;
                 let mut bytes = held;
+                let mut previous = None;
                 for &index in waiting.iter().rev().take(free) {
                     let alone = rows.is_empty() && admit == 0;
-                    if bytes + row_bytes(index) > kv_budget && !alone {
+                    let row = bytes_of(held_positions([extent(index, previous)]));
+                    if bytes + row > kv_budget && !alone {
                         break;
                     }
-                    bytes += row_bytes(index);
+                    bytes += row;
+                    if bytes + cache.stats().bytes > kv_budget {
+                        cache.shrink_to(kv_budget.saturating_sub(bytes));
+                    }
                     admit += 1;
+                    previous = Some(index);
+                }
+                if admit > 0 {
+                    let counted = bytes + cache.stats().bytes;
+                    figures.peak_kv_bytes = figures.peak_kv_bytes.max(counted);
                 }
                 admit
             } else {
@@ -442,6 +489,7 @@ impl DecoderScorer {
                     }
                     rows.push(Row {
                         index,
+                        wave,
                         logits: prompt
                             .first_logits
                             .clone()
@@ -457,6 +505,7 @@ impl DecoderScorer {
                     });
                 }
                 first_wave = false;
+                wave += 1;
             }
             if rows.is_empty() && follow_ups.is_empty() {
                 if waiting.is_empty() {

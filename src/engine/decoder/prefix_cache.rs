@@ -362,9 +362,20 @@ impl PrefixCache {
         Ok(())
     }
 
+    /// Drop least recently used leaves until the cache holds at most `bytes` (its bound
+    /// stays): room for what a caller must hold beside it (generation's rows within its
+    /// key/value budget).
+    pub fn shrink_to(&mut self, bytes: usize) {
+        self.evict_to(bytes.min(self.capacity));
+    }
+
     /// Drop least recently used leaves until the cache is within its bound.
     fn evict(&mut self) {
-        while self.stats.bytes > self.capacity {
+        self.evict_to(self.capacity);
+    }
+
+    fn evict_to(&mut self, bound: usize) {
+        while self.stats.bytes > bound {
             let victim = self
                 .entries
                 .iter()
