@@ -51,13 +51,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = BatchBudget::default().max_batch_rows)]
     pub max_batch_rows: usize,
 
-    /// Most memory, in MiB, for keys and values: generation's rows and its prefix cache
-    /// together (rows wait for memory, the results are the same), and the level plan's
-    /// prefixes (bf16 on a GPU, `bench pairwise`: a run that needs more goes in waves of
-    /// documents, probabilities equal within rounding, 1e-6). The memory plan counts it
-    /// (CPU). Default 4096, lowered at load to what fits beside the weights (said on
-    /// stderr); an explicit value is kept (an error says the value that would fit).
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", help = arena_help())]
     pub max_arena_mib: Option<usize>,
 
     /// How prompts are evaluated: tree shares every common prefix once; naive runs each
@@ -447,6 +441,21 @@ impl ModelArgs {
         let options = config.options(self.spec()?, super::progress::bars("backend"))?;
         remote::connect(options)
     }
+}
+
+/// The help of `--max-arena-mib`: its default is lowered at load where it does not fit,
+/// so clap cannot show it as a plain default; the text says it, in clap's words.
+fn arena_help() -> String {
+    format!(
+        "Most memory, in MiB, for keys and values: generation's rows and its prefix cache \
+         together (rows wait for memory, the results are the same), and the level plan's \
+         prefixes (bf16 on a GPU, `bench pairwise`: a run that needs more goes in waves of \
+         documents, probabilities equal within rounding, 1e-6). The memory plan counts it \
+         (CPU). The default is lowered at load to what fits beside the weights (said on \
+         stderr); an explicit value is kept (an error says the value that would fit) \
+         [default: {}]",
+        BatchBudget::default().max_arena_bytes >> 20
+    )
 }
 
 #[cfg(test)]
