@@ -45,6 +45,7 @@ mod reproduce;
 mod resolve;
 mod rubric;
 mod rubric_parity;
+mod rubric_parity_chat;
 mod rubric_relative;
 mod score_cli;
 mod score_mock;

@@ -31,7 +31,7 @@ use serde_json::Value;
 /// Agreement asked of every probability (f32 model arithmetic against transformers' f32).
 const TOLERANCE: f64 = 1e-4;
 
-fn fixture_dir() -> PathBuf {
+pub(crate) fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rubric")
 }
 
@@ -40,7 +40,7 @@ fn reference() -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-fn case<'a>(reference: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn case<'a>(reference: &'a Value, name: &str) -> &'a Value {
     reference["cases"]
         .as_array()
         .unwrap()
@@ -49,7 +49,7 @@ fn case<'a>(reference: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no case {name} in parity.json"))
 }
 
-fn numbers(value: &Value) -> Vec<f64> {
+pub(crate) fn numbers(value: &Value) -> Vec<f64> {
     value
         .as_array()
         .unwrap()
@@ -58,7 +58,7 @@ fn numbers(value: &Value) -> Vec<f64> {
         .collect()
 }
 
-fn ids(value: &Value) -> Vec<u32> {
+pub(crate) fn ids(value: &Value) -> Vec<u32> {
     value
         .as_array()
         .unwrap()
@@ -68,6 +68,12 @@ fn ids(value: &Value) -> Vec<u32> {
 }
 
 fn judge() -> DecoderScorer {
+    load_judge("tiny_mistral").1
+}
+
+/// The fixture checkpoint directory `name` loaded as a user's: the chat template family
+/// nlg-judge recognised in it, and the judge.
+pub(crate) fn load_judge(name: &str) -> (&'static str, DecoderScorer) {
     let cache = tempfile::tempdir().unwrap();
     let options = LoadOptions {
         resolve: common::resolve_options_in(cache.path()),
@@ -78,9 +84,10 @@ fn judge() -> DecoderScorer {
         memory: Default::default(),
         progress: Default::default(),
     };
-    let dir = fixture_dir().join("tiny_mistral");
+    let dir = fixture_dir().join(name);
     let resolved = resolve_model(dir.to_str().unwrap(), &options.resolve).unwrap();
-    load_decoder(&resolved, &options).unwrap()
+    let family = resolved.chat_template.family();
+    (family, load_decoder(&resolved, &options).unwrap())
 }
 
 fn candidate(id: &str, text: &str, reference: &str) -> Candidate {
@@ -96,7 +103,7 @@ fn candidate(id: &str, text: &str, reference: &str) -> Candidate {
 }
 
 /// The example as one context: the response (and, for relative grading, response B).
-fn example_context(both: bool) -> Context {
+pub(crate) fn example_context(both: bool) -> Context {
     let (_, inputs) = example();
     let text = |key: &str| inputs[key].as_str().unwrap().to_string();
     let mut candidates = vec![candidate("a", &text("response"), &text("reference"))];
@@ -110,7 +117,7 @@ fn example_context(both: bool) -> Context {
     }
 }
 
-fn assert_close(ours: &[f64], theirs: &[f64], what: &str) {
+pub(crate) fn assert_close(ours: &[f64], theirs: &[f64], what: &str) {
     assert_eq!(ours.len(), theirs.len(), "{what}");
     for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
         assert!(
@@ -121,7 +128,7 @@ fn assert_close(ours: &[f64], theirs: &[f64], what: &str) {
 }
 
 /// Raw probabilities are tiny for a random model: compare them relative to their size.
-fn assert_close_relative(ours: &[f64], theirs: &[f64], what: &str) {
+pub(crate) fn assert_close_relative(ours: &[f64], theirs: &[f64], what: &str) {
     assert_eq!(ours.len(), theirs.len(), "{what}");
     for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
         assert!(

@@ -1,0 +1,182 @@
+//! Rubric grading against transformers where the base family's chat template matters
+//! (issue 59): tiny random-weight judges of the new families, each a checkpoint directory
+//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`), grade the
+//! example of `inputs.json`, and everything the run reads must equal what
+//! `make_parity_llama31.py` / `make_parity_qwen3.py` computed with transformers: the
+//! prompt's token ids (transformers' `apply_chat_template`), the greedy feedback (token for
+//! token as text), its format outcome, and the score distribution read after the last
+//! result marker, within 1e-4 (normalised; raw relative to its size).
+//!
+//! - Llama 3.1 (`llama3.1`: the dated system header) in Selene Mini's protocol, with and
+//!   without a reference, and without feedback.
+//! - Qwen3 (ChatML, Qwen3-0.6B's template) in `plain-thinking` with thinking off: the
+//!   answer opens with the empty reasoning `<think>\n\n</think>\n\n` that
+//!   `enable_thinking=False` writes, then `Feedback:`; with feedback and without.
+
+use crate::rubric::example;
+use crate::rubric_parity::{
+    assert_close, assert_close_relative, case, example_context, fixture_dir, ids, load_judge,
+    numbers,
+};
+use nlg_judge::engine::{DecoderScorer, Scorer};
+use nlg_judge::judge::rubric::protocol::Start;
+use nlg_judge::judge::rubric::run::RubricMethod;
+use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
+use nlg_judge::judge::{run_scoring, ResolvedMethod};
+use nlg_judge::progress::Progress;
+use serde_json::Value;
+
+fn reference(file: &str) -> Value {
+    let path = fixture_dir().join(file);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// One grading of the example, as a case of `reference` expects it.
+struct Grading<'a> {
+    reference: &'a Value,
+    name: &'a str,
+    protocol: &'a str,
+    with_reference: bool,
+    feedback: bool,
+    thinking_off: bool,
+}
+
+fn grade(scorer: &mut DecoderScorer, grading: Grading) {
+    let Grading {
+        reference,
+        name,
+        protocol,
+        with_reference,
+        feedback,
+        thinking_off,
+    } = grading;
+    let expected = case(reference, name);
+    let max_tokens = reference["max_feedback_tokens"].as_u64().unwrap() as usize;
+    let (rubric, _) = example();
+    let mut method = RubricMethod::new(
+        scorer,
+        rubric,
+        Some(RubricProtocol::named(protocol).unwrap()),
+        feedback.then_some(max_tokens),
+        with_reference,
+    )
+    .unwrap();
+    if thinking_off {
+        method = method.with_thinking(None, true).unwrap();
+    }
+    let context = example_context(false);
+    if feedback {
+        // The prompt's tokens, the answer's opening included: our chat wrapping and
+        // tokenisation against transformers' apply_chat_template.
+        let request = method
+            .feedback_request(
+                scorer,
+                &context,
+                &context.candidates[0],
+                Start::Feedback(""),
+                max_tokens,
+            )
+            .unwrap();
+        let ours = scorer.encode_prompt(&request.prompt).unwrap().input;
+        assert_eq!(ours, ids(&expected["prompt_ids"]), "{name}: prompt tokens");
+        if let Some(template) = expected.get("template_ids") {
+            let template = ids(template);
+            assert!(
+                ours.starts_with(&template),
+                "{name}: apply_chat_template's tokens {template:?} open the prompt {ours:?}"
+            );
+        }
+    }
+    let run = run_scoring(
+        scorer,
+        std::slice::from_ref(&context),
+        &ResolvedMethod::Rubric(method),
+        &Progress::none(),
+        None,
+    )
+    .unwrap();
+    let entry = &run.candidates[0];
+    if feedback {
+        assert_eq!(
+            entry.feedback.as_deref(),
+            Some(expected["feedback"].as_str().unwrap()),
+            "{name}: the greedy feedback"
+        );
+        let format: FormatOutcome = serde_json::from_value(expected["format"].clone()).unwrap();
+        assert_eq!(entry.format, Some(format), "{name}: format");
+        assert_eq!(
+            entry.reasoning, None,
+            "{name}: no reasoning with thinking off"
+        );
+        assert!(!entry.reasoning_cut, "{name}");
+    } else {
+        assert!(entry.feedback.is_none(), "{name}");
+    }
+    let distribution = entry.distribution.as_ref().expect("a distribution");
+    assert_eq!(distribution.scores, [1, 2, 3, 4, 5]);
+    assert_close(
+        &distribution.normalised,
+        &numbers(&expected["normalised"]),
+        &format!("{name}: normalised"),
+    );
+    assert_close_relative(
+        &distribution.raw,
+        &numbers(&expected["raw"]),
+        &format!("{name}: raw"),
+    );
+}
+
+#[test]
+fn selene_on_llama_3_1_reads_what_transformers_reads() {
+    let reference = reference("parity_llama31.json");
+    let (family, mut scorer) = load_judge("tiny_llama31");
+    assert_eq!(
+        family, "llama3.1",
+        "the template recognised in tokenizer_config.json"
+    );
+    assert!(scorer.info().conventions.chat);
+    for (name, with_reference, feedback) in [
+        ("absolute", true, true),
+        ("absolute_no_reference", false, true),
+        ("absolute_direct", true, false),
+    ] {
+        grade(
+            &mut scorer,
+            Grading {
+                reference: &reference,
+                name,
+                protocol: "selene",
+                with_reference,
+                feedback,
+                thinking_off: false,
+            },
+        );
+    }
+}
+
+#[test]
+fn plain_thinking_on_qwen3_with_thinking_off_reads_what_transformers_reads() {
+    let reference = reference("parity_qwen3.json");
+    let (family, mut scorer) = load_judge("tiny_qwen3");
+    assert_eq!(
+        family, "chatml",
+        "the template recognised in tokenizer_config.json"
+    );
+    assert!(scorer.info().conventions.chat);
+    for (name, feedback) in [
+        ("absolute_no_thinking", true),
+        ("absolute_direct_no_thinking", false),
+    ] {
+        grade(
+            &mut scorer,
+            Grading {
+                reference: &reference,
+                name,
+                protocol: "plain-thinking",
+                with_reference: true,
+                feedback,
+                thinking_off: true,
+            },
+        );
+    }
+}
