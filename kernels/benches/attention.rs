@@ -2,6 +2,11 @@
 //! 3 key/value, width 64) and a Llama-style shape (32/8/128); 15 sibling rows of 80
 //! tokens after a 600-token prefix in two segments. Reports the best and the portable
 //! instruction path; `cargo bench -p nlg-judge-kernels --bench attention`.
+//!
+//! `segment_attention/decode_step`: one decoding step of a document's rubric feedbacks
+//! (issue 58), SmolLM2's heads: 16 rows of one token, each after the article its rows
+//! share (522 positions) and a prompt tail and feedback of its own (344), every row its
+//! own group as the generation route passes them.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nlg_judge_kernels::attention::{
@@ -90,5 +95,69 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+fn decode_step(c: &mut Criterion) {
+    let dims = AttentionDims {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+    };
+    let (rows, article, own) = (16, 522, 344);
+    let width = dims.kv_heads * dims.head_dim;
+    let shared = (filled(article * width, 1), filled(article * width, 2));
+    let tails: Vec<(Vec<f32>, Vec<f32>)> = (0..rows as u32)
+        .map(|r| {
+            (
+                filled(own * width, 10 + 2 * r),
+                filled(own * width, 11 + 2 * r),
+            )
+        })
+        .collect();
+    let prefixes: Vec<[Segment; 2]> = tails
+        .iter()
+        .map(|(k, v)| {
+            [
+                Segment {
+                    keys: &shared.0,
+                    values: &shared.1,
+                    len: article,
+                },
+                Segment {
+                    keys: k,
+                    values: v,
+                    len: own,
+                },
+            ]
+        })
+        .collect();
+    let (keys, values) = (filled(rows * width, 3), filled(rows * width, 4));
+    let one = [1usize];
+    let groups: Vec<RowGroup> = prefixes
+        .iter()
+        .enumerate()
+        .map(|(r, prefix)| RowGroup {
+            prefix,
+            lengths: &one,
+            first_token: r,
+            keys: &keys[r * width..(r + 1) * width],
+            values: &values[r * width..(r + 1) * width],
+            stride: 1,
+        })
+        .collect();
+    let queries = filled(rows * dims.heads * dims.head_dim, 5);
+    let mut out = vec![0f32; queries.len()];
+    let mut g = c.benchmark_group("segment_attention/decode_step");
+    g.throughput(Throughput::Bytes(
+        // Keys and values read: each row's whole prefix, in f32.
+        (rows * (article + own + 1) * width * 2 * 4) as u64,
+    ));
+    g.sample_size(20);
+    for path in [SimdPath::best(), SimdPath::Portable] {
+        g.bench_function(format!("{path:?}"), |b| {
+            b.iter(|| segment_attention_on(path, dims, 0.125, &groups, &queries, &mut out).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, decode_step);
 criterion_main!(benches);

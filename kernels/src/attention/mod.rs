@@ -33,6 +33,7 @@ pub(crate) mod exp;
 mod rope;
 mod tile;
 pub mod tile_softmax;
+mod transpose;
 
 pub use amx::{segment_attention_tiles, segment_attention_tiles_on, tiles_available};
 pub use rope::{split_rotate, RopeTables};
@@ -42,9 +43,10 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 
 use tile::{
-    transpose_tile, ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK,
-    SCORE_BLOCK_NARROW, SCORE_BLOCK_WIDE,
+    ChunkState, Fused, MulAdd, Separate, KEY_TILE, LANES, QUERY_CHUNK, SCORE_BLOCK_NARROW,
+    SCORE_BLOCK_WIDE,
 };
+use transpose::transpose_tile_on;
 
 /// Head counts and width of an attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,8 +260,8 @@ fn run_job(
     prefix_buffer: &mut Vec<f32>,
     own_buffer: &mut Vec<f32>,
 ) {
-    let offsets = transpose_prefixes(dims, groups, prefix_buffer);
-    let own_offsets = transpose_own_keys(dims, groups, own_buffer);
+    let offsets = transpose_prefixes(path, dims, groups, prefix_buffer);
+    let own_offsets = transpose_own_keys(path, dims, groups, own_buffer);
     let (transposed, own_transposed) = (&prefix_buffer[..], &own_buffer[..]);
     let job = Job {
         dims,
@@ -276,6 +278,7 @@ fn run_job(
         offsets: &offsets,
         own_transposed,
         own_offsets: &own_offsets,
+        path,
     };
     // Head width in lane arrays => value-block queries on wide and on narrow registers.
     macro_rules! run {
@@ -361,23 +364,35 @@ fn validate(
     Ok(())
 }
 
-/// Every distinct prefix segment's keys transposed once, tile by tile, per key/value
-/// head (`(kv_heads, tiles, head_dim, KEY_TILE)`), so that the many chunks reading a
-/// shared prefix copy tiles instead of transposing them again; and where each segment
-/// (by the address and length of its keys) starts in that buffer.
+/// Every distinct prefix segment that more than one chunk reads (per key/value head),
+/// its keys transposed once, tile by tile, per key/value head (`(kv_heads, tiles,
+/// head_dim, KEY_TILE)`), so that the many chunks reading a shared prefix copy tiles
+/// instead of transposing them again; and where each such segment (by the address and
+/// length of its keys) starts in that buffer. A segment only one chunk reads (a decoding
+/// row's own prompt and generated keys) is transposed tile by tile in that chunk
+/// instead: a pass over it here would double the memory it costs.
 fn transpose_prefixes(
+    path: SimdPath,
     dims: AttentionDims,
     groups: &[RowGroup],
     buffer: &mut Vec<f32>,
 ) -> HashMap<(usize, usize), usize> {
     let hd = dims.head_dim;
+    let mut readers: HashMap<(usize, usize), usize> = HashMap::new();
+    for group in groups {
+        for segment in group.prefix {
+            *readers
+                .entry((segment.keys.as_ptr() as usize, segment.len))
+                .or_default() += query_chunks(dims, group);
+        }
+    }
     let mut offsets = HashMap::new();
     let mut total = 0;
     let mut distinct = Vec::new();
     for group in groups {
         for segment in group.prefix {
             let key = (segment.keys.as_ptr() as usize, segment.len);
-            if segment.len > 0 && !offsets.contains_key(&key) {
+            if segment.len > 0 && readers[&key] > 1 && !offsets.contains_key(&key) {
                 offsets.insert(key, total);
                 distinct.push((*segment, total));
                 total += dims.kv_heads * segment.len.div_ceil(KEY_TILE) * hd * KEY_TILE;
@@ -401,7 +416,7 @@ fn transpose_prefixes(
                 let len = KEY_TILE.min(segment.len - start);
                 let at = base + start * hd;
                 let out = &mut piece[(kv_head * tiles + t) * hd * KEY_TILE..];
-                transpose_tile(&segment.keys[at..at + len * hd], hd, len, out);
+                transpose_tile_on(path, &segment.keys[at..at + len * hd], hd, len, out);
             }
         }
     });
@@ -411,29 +426,40 @@ fn transpose_prefixes(
 /// Every group's own keys transposed once, tile by tile (`(rows, kv_heads, tiles,
 /// head_dim, KEY_TILE)` per group, [`own_tiles`] tiles per row, only its real positions
 /// filled), so that the chunks of a row read them instead of transposing
-/// them again; and where each group's part starts.
+/// them again; and where each group's part starts, or `None` for a group of one chunk
+/// per key/value head (a decoding step's row), whose chunk transposes its own keys.
 fn transpose_own_keys(
+    path: SimdPath,
     dims: AttentionDims,
     groups: &[RowGroup],
     buffer: &mut Vec<f32>,
-) -> Vec<usize> {
+) -> Vec<Option<usize>> {
     let hd = dims.head_dim;
     let tile = hd * KEY_TILE;
+    let shared = |g: &RowGroup| query_chunks(dims, g) > 1;
     let sizes: Vec<usize> = groups
         .iter()
-        .map(|g| g.lengths.len() * dims.kv_heads * own_tiles(g) * tile)
+        .map(|g| {
+            if shared(g) {
+                g.lengths.len() * dims.kv_heads * own_tiles(g) * tile
+            } else {
+                0
+            }
+        })
         .collect();
     let mut offsets = Vec::with_capacity(groups.len());
     let mut total = 0;
-    for size in &sizes {
-        offsets.push(total);
+    for (group, size) in groups.iter().zip(&sizes) {
+        offsets.push(shared(group).then_some(total));
         total += size;
     }
     let mut rest: &mut [f32] = at_least(buffer, total);
     let mut pieces = Vec::with_capacity(groups.len());
     for (group, &size) in groups.iter().zip(&sizes) {
         let (piece, tail) = rest.split_at_mut(size);
-        pieces.push((group, piece));
+        if size > 0 {
+            pieces.push((group, piece));
+        }
         rest = tail;
     }
     pieces.into_par_iter().for_each(|(group, piece)| {
@@ -446,7 +472,8 @@ fn transpose_own_keys(
                     let start = t * KEY_TILE;
                     let len = KEY_TILE.min(length - start);
                     let at = base + start * hd;
-                    transpose_tile(
+                    transpose_tile_on(
+                        path,
                         &group.keys[at..at + len * hd],
                         hd,
                         len,
@@ -493,7 +520,9 @@ struct Job<'a> {
     /// Each group's own keys, transposed ([`transpose_own_keys`]), and where each
     /// group's part starts.
     own_transposed: &'a [f32],
-    own_offsets: &'a [usize],
+    own_offsets: &'a [Option<usize>],
+    /// The instruction path (for transpositions done inside a chunk).
+    path: SimdPath,
 }
 
 /// Work items of [`QUERY_CHUNK`] query vectors for one key/value head of `group` (its
@@ -560,9 +589,16 @@ impl Job<'_> {
         &self,
         mut item: usize,
     ) {
+        // Key/value head first, then group and chunk: the items of one head run one
+        // after the other, so a prefix that many groups share (a document's article,
+        // under every decoding row) is read for one head while it is still in cache,
+        // rather than for all heads and again for the next group.
+        let per_head: usize = self.groups.iter().map(|g| self.chunks(g)).sum();
+        let kv_head = item / per_head;
+        item %= per_head;
         let mut group_index = 0;
         loop {
-            let n = self.chunks(&self.groups[group_index]) * self.dims.kv_heads;
+            let n = self.chunks(&self.groups[group_index]);
             if item < n {
                 break;
             }
@@ -570,9 +606,8 @@ impl Job<'_> {
             group_index += 1;
         }
         let group = &self.groups[group_index];
-        let chunks = self.chunks(group);
-        let (kv_head, chunk) = (item / chunks, item % chunks);
-        let own_keys_t = &self.own_transposed[self.own_offsets[group_index]..];
+        let chunk = item;
+        let own_keys_t = self.own_offsets[group_index].map(|at| &self.own_transposed[at..]);
         self.chunk::<M, NV, PV, SB, SLICED>(group, own_keys_t, kv_head, chunk);
     }
 
@@ -580,7 +615,7 @@ impl Job<'_> {
     fn chunk<M: MulAdd, const NV: usize, const PV: usize, const SB: usize, const SLICED: bool>(
         &self,
         group: &RowGroup,
-        own_keys_t: &[f32],
+        own_keys_t: Option<&[f32]>,
         kv_head: usize,
         chunk: usize,
     ) {
@@ -634,9 +669,10 @@ impl Job<'_> {
             }
             let base = kv_head * segment.len * hd;
             let tiles = segment.len.div_ceil(KEY_TILE);
-            let transposed = &self.transposed[self.offsets
-                [&(segment.keys.as_ptr() as usize, segment.len)]
-                + kv_head * tiles * hd * KEY_TILE..];
+            let transposed = self
+                .offsets
+                .get(&(segment.keys.as_ptr() as usize, segment.len))
+                .map(|&at| &self.transposed[at + kv_head * tiles * hd * KEY_TILE..]);
             for t in 0..tiles {
                 let start = t * KEY_TILE;
                 let len = KEY_TILE.min(segment.len - start);
@@ -654,13 +690,24 @@ impl Job<'_> {
                     }
                 }
                 let at = base + start * hd;
-                st.tile::<M, PV, SB, SLICED>(
-                    0,
-                    n,
-                    &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
-                    &segment.values[at..at + len * hd],
-                    len,
-                );
+                let values = &segment.values[at..at + len * hd];
+                match transposed {
+                    Some(transposed) => st.tile::<M, PV, SB, SLICED>(
+                        0,
+                        n,
+                        &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
+                        values,
+                        len,
+                    ),
+                    None => st.tile_from_rows::<M, PV, SB, SLICED>(
+                        self.path,
+                        0,
+                        n,
+                        &segment.keys[at..at + len * hd],
+                        values,
+                        len,
+                    ),
+                }
             }
         }
 
@@ -697,14 +744,27 @@ impl Job<'_> {
                     }
                 }
                 let at = base + start * hd;
-                let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;
-                st.tile::<M, PV, SB, SLICED>(
-                    from,
-                    end,
-                    &own_keys_t[at_t..at_t + hd * KEY_TILE],
-                    &group.values[at..at + len * hd],
-                    len,
-                );
+                let values = &group.values[at..at + len * hd];
+                match own_keys_t {
+                    Some(own_keys_t) => {
+                        let at_t = base_t + (start / KEY_TILE) * hd * KEY_TILE;
+                        st.tile::<M, PV, SB, SLICED>(
+                            from,
+                            end,
+                            &own_keys_t[at_t..at_t + hd * KEY_TILE],
+                            values,
+                            len,
+                        )
+                    }
+                    None => st.tile_from_rows::<M, PV, SB, SLICED>(
+                        self.path,
+                        from,
+                        end,
+                        &group.keys[at..at + len * hd],
+                        values,
+                        len,
+                    ),
+                }
                 start += KEY_TILE;
             }
             first = end;

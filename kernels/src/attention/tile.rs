@@ -9,6 +9,8 @@
 //! only on that query and the key tiles it sees, never on its neighbours in a chunk.
 
 use super::exp::exp2_non_positive;
+use super::transpose::transpose_tile_on;
+use super::SimdPath;
 
 pub(crate) use super::exp::{Fused, MulAdd, Separate};
 
@@ -27,18 +29,6 @@ pub(crate) const SCORE_BLOCK_WIDE: usize = 4;
 pub(crate) const SCORE_BLOCK_NARROW: usize = 2;
 
 pub(crate) type Lane = [f32; LANES];
-
-/// Transpose up to [`KEY_TILE`] keys of width `dim` (`len` rows) into `out`
-/// (`dim * KEY_TILE` floats, dimension-major, zero past `len`), the layout
-/// [`ChunkState::tile`] reads.
-pub(crate) fn transpose_tile(keys: &[f32], dim: usize, len: usize, out: &mut [f32]) {
-    out[..dim * KEY_TILE].fill(0.0);
-    for (j, key) in keys.chunks_exact(dim).take(len).enumerate() {
-        for (d, &x) in key.iter().enumerate() {
-            out[d * KEY_TILE + j] = x;
-        }
-    }
-}
 
 /// The running state of a chunk of queries with `NV * 16`-dimensional heads.
 pub(crate) struct ChunkState<const NV: usize> {
@@ -83,7 +73,7 @@ impl<const NV: usize> ChunkState<NV> {
     }
 
     /// Queries `first..end` of the chunk attend to `len <= KEY_TILE` keys, transposed by
-    /// [`transpose_tile`] (`keys_t`: `HEAD_DIM * KEY_TILE` floats), and their values
+    /// [`transpose_tile_on`](super::transpose::transpose_tile_on) (`keys_t`: `HEAD_DIM * KEY_TILE` floats), and their values
     /// (`len` rows of `HEAD_DIM` floats); query `i` sees the first `visible[i]` of them.
     /// `PV_BLOCK` queries share each load of a value row, `SCORE_BLOCK` each load of a
     /// key column (blocking changes speed only: every score and output is summed in the
@@ -103,14 +93,64 @@ impl<const NV: usize> ChunkState<NV> {
         len: usize,
     ) {
         let dim = Self::HEAD_DIM;
-        assert!(end <= QUERY_CHUNK && first <= end);
-        assert!(len <= KEY_TILE && keys_t.len() >= dim * KEY_TILE && values.len() >= len * dim);
+        assert!(keys_t.len() >= dim * KEY_TILE);
         for (v, block) in self.keys_t.iter_mut().enumerate() {
             for (lane, column) in block.iter_mut().enumerate() {
                 let at = (v * LANES + lane) * KEY_TILE;
                 column.copy_from_slice(&keys_t[at..at + KEY_TILE]);
             }
         }
+        self.attend_loaded::<M, PV_BLOCK, SCORE_BLOCK, SLICED>(first, end, values, len);
+    }
+
+    /// [`Self::tile`] for keys as they lie (`len` rows of `HEAD_DIM` floats), transposed
+    /// here on `path`: for keys that only this chunk reads (a decoding row's own prompt
+    /// and generated keys), where transposing them once for all chunks would only add a
+    /// pass over memory.
+    #[inline(always)]
+    pub fn tile_from_rows<
+        M: MulAdd,
+        const PV_BLOCK: usize,
+        const SCORE_BLOCK: usize,
+        const SLICED: bool,
+    >(
+        &mut self,
+        path: SimdPath,
+        first: usize,
+        end: usize,
+        keys: &[f32],
+        values: &[f32],
+        len: usize,
+    ) {
+        let dim = Self::HEAD_DIM;
+        transpose_tile_on(
+            path,
+            keys,
+            dim,
+            len,
+            self.keys_t.as_flattened_mut().as_flattened_mut(),
+        );
+        self.attend_loaded::<M, PV_BLOCK, SCORE_BLOCK, SLICED>(first, end, values, len);
+    }
+
+    /// Scores, softmax update and values of queries `first..end` against the tile in
+    /// `keys_t`.
+    #[inline(always)]
+    fn attend_loaded<
+        M: MulAdd,
+        const PV_BLOCK: usize,
+        const SCORE_BLOCK: usize,
+        const SLICED: bool,
+    >(
+        &mut self,
+        first: usize,
+        end: usize,
+        values: &[f32],
+        len: usize,
+    ) {
+        let dim = Self::HEAD_DIM;
+        assert!(end <= QUERY_CHUNK && first <= end);
+        assert!(len <= KEY_TILE && values.len() >= len * dim);
         let mut i = first;
         while i + SCORE_BLOCK <= end {
             self.score_block::<M, SCORE_BLOCK>(i);
