@@ -363,7 +363,7 @@ fn report_facts(
             relative.feedback_tokens,
             relative.marker(),
             "ordered pair",
-            "A or B",
+            &relative.choices_named(),
         ));
     }
     if let Some(fit) = &result.prior {
@@ -753,11 +753,16 @@ pub fn run(args: CompareArgs) -> Result<()> {
             relative.protocol_source.describe(),
             match relative.feedback_tokens {
                 Some(tokens) => format!(
-                    "a feedback of at most {tokens} tokens per ordered pair, then A or B read \
+                    "a feedback of at most {tokens} tokens per ordered pair, then {} read \
                      after `{}`",
+                    relative.choices_named(),
                     relative.marker()
                 ),
-                None => format!("A or B read right after `{}`", relative.marker()),
+                None => format!(
+                    "{} read right after `{}`",
+                    relative.choices_named(),
+                    relative.marker()
+                ),
             }
         );
         options.relative = Some(Box::new(relative));

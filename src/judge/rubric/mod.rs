@@ -152,7 +152,7 @@ pub fn rubric_record(
 
 /// The same for a report's run panel: `(what, value)` facts. `per` names what one
 /// feedback is written for ("candidate", "ordered pair"), `read` what is read after the
-/// marker ("the score", "A or B").
+/// marker ("the score", "A or B", "Response 1, Response 2 or Tie").
 pub fn rubric_facts(
     rubric: &Rubric,
     protocol: &RubricProtocol,

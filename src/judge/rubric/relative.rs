@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::protocol::{reading_point, wrap, Form, Reasoning, Start};
+use super::protocol::{reading_point, wrap, Choices, Form, Reasoning, Start};
 use super::reading::{read_answer, Reading};
 use super::rounds::{write_answers, Answers, RoundNames};
 use super::run::ProtocolSource;
@@ -176,6 +176,15 @@ impl RelativeGrading {
                 "direct"
             }
         )
+    }
+
+    /// The choices as a sentence names them ("A or B", "Response 1, Response 2 or Tie").
+    pub fn choices_named(&self) -> String {
+        self.protocol
+            .relative()
+            .ok()
+            .and_then(|f| f.choices.as_ref())
+            .map_or_else(|| "A or B".to_string(), Choices::named)
     }
 
     /// The marker after which the choice is read.
@@ -315,9 +324,10 @@ pub fn write_feedbacks(
     progress.note(&format!(
         "relative rubric grading ({} format, {}): writing {total} feedback(s) in one batch \
          (pairs that share a context and a first response share their computation), each \
-         choice of A or B read after `{}` as its feedback ends",
+         choice of {} read after `{}` as its feedback ends",
         grading.protocol,
         grading.protocol_source.describe(),
+        grading.choices_named(),
         grading.marker()
     ));
     let mut at = Vec::with_capacity(total);
