@@ -339,6 +339,15 @@ fn report_facts(
             },
         ),
         ("scores".to_string(), scores_name(args, result)),
+    ];
+    // A judge that may call a tie: how the ranking counted the ties.
+    facts.extend(
+        result
+            .ties
+            .iter()
+            .map(|ties| ("ties".to_string(), ties.clone())),
+    );
+    facts.extend([
         (
             "debiasing".to_string(),
             match options.debias {
@@ -354,7 +363,7 @@ fn report_facts(
                 result.computed, result.cached
             ),
         ),
-    ];
+    ]);
     if let Some(relative) = &options.relative {
         facts.extend(rubric_facts(
             &relative.rubric,
