@@ -117,14 +117,24 @@ for (const spec of specs) {
       }
       if (context.overflow > 0) fail(`${name} @${width}px: the context page is ${context.overflow}px wider than the window`);
       for (const problem of await page.evaluate(layoutProblems)) fail(`${name} @${width}px context: ${problem}`);
-      if (name === "relative") {
+      if (name.startsWith("relative")) {
         // Relative rubric grading: every comparison's feedback, in a card and with the
-        // pair's texts.
+        // pair's texts; with a tie label (relative-tie) P(tie) in the card's table and
+        // the pair's line, without one no P(tie) anywhere.
         const card = await page.$("text=The judge's feedback on each comparison");
         const beside = await page.$$(".pair-feedback");
         line += `, feedback card ${card ? "shown" : "missing"}, ${beside.length} feedbacks with the pair`;
         if (!card) fail(`${name} @${width}px: no card of the comparisons' feedback`);
         if (beside.length < 1) fail(`${name} @${width}px: the pair panel shows no feedback`);
+        const ties = await page.evaluate(() => ({
+          column: [...document.querySelectorAll("main th")].some((th) => th.textContent === "P(tie)"),
+          pair: /P\(tie\) = \d/.test(document.querySelector(".pair .probs")?.textContent || ""),
+          anywhere: document.querySelector("main").textContent.includes("P(tie)"),
+        }));
+        const tied = name === "relative-tie";
+        line += tied ? `, P(tie) column ${ties.column ? "shown" : "missing"}, in the pair's line ${ties.pair ? "shown" : "missing"}` : "";
+        if (tied && !(ties.column && ties.pair)) fail(`${name} @${width}px: P(tie) missing (column ${ties.column}, pair ${ties.pair})`);
+        if (!tied && ties.anywhere) fail(`${name} @${width}px: a run without a tie label shows P(tie)`);
       }
       if (n < 2) fail(`${name}: the ranking has ${n} rows`);
       await page.screenshot({ path: `${outDir}/${name}-context-${width}.png`, fullPage: true });

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The HTML reports in a real browser (headless Chromium, Debian's package): builds the
-# demo's compare, G-Eval, relative rubric grading and jury reports (with the default
-# model, fetched and cached like the README's first command), a DHP report from the
-# committed analyses and a synthetic run of 300 contexts x 32 candidates; opens each at
-# 1400 and 420 px (a jury's judges' pages too); fails on any console error, page error
-# or request that leaves the file, and on what a page draws over itself (a y title over
-# tick labels, a marker label over bars, a dangling sentence); prints sizes and load
-# times; leaves the screenshots in OUT (default target/report-check).
+# demo's compare, G-Eval, relative rubric grading (without and with a tie label) and jury
+# reports (with the default model, fetched and cached like the README's first command), a
+# DHP report from the committed analyses and a synthetic run of 300 contexts x 32
+# candidates; opens each at 1400 and 420 px (a jury's judges' pages too); fails on any
+# console error, page error or request that leaves the file, on what a page draws over
+# itself (a y title over tick labels, a marker label over bars, a dangling sentence), and
+# on P(tie) missing from the tie run's feedback table and pair line or shown without a
+# tie label; prints sizes and load times; leaves the screenshots in OUT (default
+# target/report-check).
 #
 #   scripts/check_report_in_browser.sh [OUT]     (PROFILE=release for the release binary)
 #
@@ -44,6 +46,10 @@ $bin score --input examples/data/library.jsonl --attribute coherence --method ge
 # (each judge's page has the per-context histograms with the run's marker).
 $bin compare --input examples/data/library.jsonl --rubric coherence --max-feedback-tokens 24 \
   --output "$out/relative-scores.jsonl" --report "$out/relative.html" 2>&1 | grep '^results: report'
+# A judge that may call a tie (Auto-J's protocol): each comparison's P(tie) beside P(A).
+$bin compare --input examples/data/library.jsonl --rubric coherence --protocol auto-j \
+  --max-feedback-tokens 24 --output "$out/relative-tie-scores.jsonl" \
+  --report "$out/relative-tie.html" 2>&1 | grep '^results: report'
 $bin compare --input examples/data/stories.jsonl --attribute coherence --task custom --item Story \
   --context-label Prompt --rank poe --model smollm2-135m-instruct --model mock \
   --output "$out/jury-scores.jsonl" --report "$out/jury.html" 2>&1 | grep '^results: report'
@@ -60,5 +66,5 @@ gzip -c "$out/large.html" | wc -c | awk '{printf "large.html gzipped: %d bytes\n
 echo "== browser ($("$chromium" --version 2>/dev/null | head -1)); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 CHROMIUM="$chromium" node "$tools/check_report_in_browser.mjs" "$out" \
   demo="$out/demo.html" geval="$out/geval.html" relative="$out/relative.html" \
-  jury="$out/jury.html" dhp="$out/dhp.html" large="$out/large.html"
+  relative-tie="$out/relative-tie.html" jury="$out/jury.html" dhp="$out/dhp.html" large="$out/large.html"
 echo "screenshots: $out/*.png"

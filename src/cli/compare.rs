@@ -339,6 +339,15 @@ fn report_facts(
             },
         ),
         ("scores".to_string(), scores_name(args, result)),
+    ];
+    // A judge that may call a tie: how the ranking counted the ties.
+    facts.extend(
+        result
+            .ties
+            .iter()
+            .map(|ties| ("ties".to_string(), ties.clone())),
+    );
+    facts.extend([
         (
             "debiasing".to_string(),
             match options.debias {
@@ -354,7 +363,7 @@ fn report_facts(
                 result.computed, result.cached
             ),
         ),
-    ];
+    ]);
     if let Some(relative) = &options.relative {
         facts.extend(rubric_facts(
             &relative.rubric,
@@ -363,7 +372,7 @@ fn report_facts(
             relative.feedback_tokens,
             relative.marker(),
             "ordered pair",
-            "A or B",
+            &relative.choices_named(),
         ));
     }
     if let Some(fit) = &result.prior {
@@ -753,11 +762,16 @@ pub fn run(args: CompareArgs) -> Result<()> {
             relative.protocol_source.describe(),
             match relative.feedback_tokens {
                 Some(tokens) => format!(
-                    "a feedback of at most {tokens} tokens per ordered pair, then A or B read \
+                    "a feedback of at most {tokens} tokens per ordered pair, then {} read \
                      after `{}`",
+                    relative.choices_named(),
                     relative.marker()
                 ),
-                None => format!("A or B read right after `{}`", relative.marker()),
+                None => format!(
+                    "{} read right after `{}`",
+                    relative.choices_named(),
+                    relative.marker()
+                ),
             }
         );
         options.relative = Some(Box::new(relative));

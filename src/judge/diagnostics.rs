@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::pairwise::{CompareOptions, CompareResult, Debias, Design};
+use super::rubric::protocol::Choices;
 use super::rubric::FormatCounts;
 use super::scoring::{ResolvedMethod, ScoreRun};
 use crate::rank::hybrid::SIGN_EVIDENCE;
@@ -741,12 +742,13 @@ pub fn steps(text: &str, audience: Audience) -> Check {
 }
 
 /// The format of a rubric judge's feedbacks: the share that wrote `marker` once and then
-/// a result (a score of the scale; with `relative`, relative grading's A or B), the other
+/// a result (a score of the scale; with relative grading's `choices`, one of them, named
+/// as the protocol writes them: "A or B", "Response 1, Response 2 or Tie"), the other
 /// outcomes counted in the message.
 pub fn rubric_format(
     counts: &FormatCounts,
     marker: &str,
-    relative: bool,
+    choices: Option<&Choices>,
     audience: Audience,
 ) -> Option<Check> {
     let total = counts.total();
@@ -758,10 +760,15 @@ pub fn rubric_format(
         actions.push(Action::MoreFeedbackTokens);
     }
     actions.extend([Action::NoFeedback, Action::LargerModel]);
-    let (result, missing) = if relative {
-        ("A or B", "without A or B")
-    } else {
-        ("a score of the scale", "without a score")
+    let (result, missing) = match choices {
+        Some(choices) => {
+            let named = choices.named();
+            (named.clone(), format!("without {named}"))
+        }
+        None => (
+            "a score of the scale".to_string(),
+            "without a score".to_string(),
+        ),
     };
     Some(
         Check::new(
@@ -989,7 +996,7 @@ pub fn for_scores(run: &ScoreRun, audience: Audience) -> Diagnostics {
     if let ResolvedMethod::Rubric(rubric) = &run.method {
         let mut counts = FormatCounts::of(run.candidates.iter().filter_map(|c| c.format));
         counts.unclosed_reasoning = run.candidates.iter().filter(|c| c.reasoning_cut).count();
-        checks.extend(rubric_format(&counts, rubric.marker(), false, audience));
+        checks.extend(rubric_format(&counts, rubric.marker(), None, audience));
     }
     if !matches!(run.method, ResolvedMethod::Gptscore { .. }) {
         let masses: Vec<f64> = run
@@ -1448,7 +1455,7 @@ mod tests {
     fn the_format_check_counts_every_outcome_and_offers_tokens_only_when_cut() {
         use crate::judge::rubric::FormatOutcome::*;
         let counts = FormatCounts::of([Kept, Kept, Kept, Missing, Cut]);
-        let check = rubric_format(&counts, "[RESULT] ", false, Audience::CommandLine).unwrap();
+        let check = rubric_format(&counts, "[RESULT] ", None, Audience::CommandLine).unwrap();
         assert!((check.value - 0.6).abs() < 1e-12);
         assert!(check.is_warning());
         assert!(
@@ -1469,34 +1476,50 @@ mod tests {
             "{}",
             check.message
         );
-        let relative = rubric_format(&counts, "[RESULT] ", true, Audience::CommandLine).unwrap();
-        assert!(
-            relative
+        let choices = |a: &str, b: &str, tie: Option<&str>| Choices {
+            a: a.into(),
+            b: b.into(),
+            tie: tie.map(str::to_string),
+        };
+        let relative = |choices: &Choices| {
+            rubric_format(&counts, "[RESULT] ", Some(choices), Audience::CommandLine)
+                .unwrap()
                 .message
-                .contains("once, then A or B); the marker without A or B 0")
-                && !relative.message.contains("score"),
-            "{}",
-            relative.message
+        };
+        let plain = relative(&choices("A", "B", None));
+        assert!(
+            plain.contains("once, then A or B); the marker without A or B 0")
+                && !plain.contains("score"),
+            "{plain}"
         );
+        // A protocol's own labels, its tie among them, as the judge must write them.
+        let tied = relative(&choices("Response 1", "Response 2", Some("Tie")));
+        assert!(
+            tied.contains(
+                "once, then Response 1, Response 2 or Tie); the marker without Response 1, \
+                 Response 2 or Tie 0"
+            ),
+            "{tied}"
+        );
+        let j1 = relative(&choices("[[A]]", "[[B]]", None));
+        assert!(j1.contains("once, then [[A]] or [[B]]);"), "{j1}");
         let remedy = check.remedy.unwrap();
         assert!(
             remedy.contains("--max-feedback-tokens") && remedy.contains("--no-feedback"),
             "{remedy}"
         );
         let uncut = FormatCounts::of([Kept, Missing, Repeated, NoScore]);
-        let remedy = rubric_format(&uncut, "Score:", false, Audience::CommandLine)
+        let remedy = rubric_format(&uncut, "Score:", None, Audience::CommandLine)
             .unwrap()
             .remedy
             .unwrap();
         assert!(!remedy.contains("--max-feedback-tokens"), "{remedy}");
         let fine = FormatCounts::of([Kept; 9].into_iter().chain([Missing]));
-        assert!(
-            !rubric_format(&fine, "Score:", false, Audience::CommandLine)
-                .unwrap()
-                .is_warning()
-        );
+        assert!(!rubric_format(&fine, "Score:", None, Audience::CommandLine)
+            .unwrap()
+            .is_warning());
         // The service and Python name their own fields and keywords.
-        let served = rubric_format(&counts, "Score:", false, Audience::Service).unwrap();
+        let served = rubric_format(&counts, "Score:", None, Audience::Service).unwrap();
         let remedy = served.remedy.unwrap();
         assert!(
             remedy.contains("a larger \"max_feedback_tokens\"")
@@ -1504,7 +1527,7 @@ mod tests {
                 && !remedy.contains("--max-feedback-tokens"),
             "{remedy}"
         );
-        let python = rubric_format(&counts, "Score:", false, Audience::Python).unwrap();
+        let python = rubric_format(&counts, "Score:", None, Audience::Python).unwrap();
         let remedy = python.remedy.unwrap();
         assert!(
             remedy.contains("max_feedback_tokens=") && remedy.contains("feedback=False"),
@@ -1513,7 +1536,7 @@ mod tests {
         assert!(rubric_format(
             &FormatCounts::default(),
             "Score:",
-            false,
+            None,
             Audience::CommandLine
         )
         .is_none());

@@ -176,6 +176,11 @@ pub struct RunContext {
     /// millionths (the comparisons file's 6 decimals), -1 where not compared; for a judge
     /// that may call a tie, P(A) renormalised over A and B (the tie left out).
     pub matrix: Option<Vec<i32>>,
+    /// Pairwise with a judge that may call a tie: `p_tie[i * n + j]` = P(tie) (over A, B
+    /// and the tie) of candidate i shown first against j, in millionths, -1 where not
+    /// compared; absent without a tie label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_tie: Option<Vec<i32>>,
     pub first_position: Option<Fraction>,
     pub consistency: Option<Fraction>,
     pub accuracy: Option<Fraction>,
@@ -352,6 +357,7 @@ impl RunContext {
             scores,
             human: None,
             matrix: None,
+            p_tie: None,
             first_position: None,
             consistency: None,
             accuracy: None,
@@ -384,8 +390,14 @@ pub fn compare_run(result: &CompareResult, contexts: &[Context], score: &str) ->
     for (scored, input) in result.contexts.iter().zip(contexts) {
         let n = scored.scores.len();
         let mut matrix = vec![-1; n * n];
+        let mut p_tie = vec![-1; n * n];
+        let mut tied = false;
         for c in &scored.comparisons {
             matrix[c.first * n + c.second] = millionths(c.a_over_b());
+            if let Some(p) = c.p_tie {
+                p_tie[c.first * n + c.second] = millionths(p);
+                tied = true;
+            }
         }
         let scores: Vec<f64> = scored.scores.iter().map(|&s| six(s)).collect();
         let human = human_of(input, key);
@@ -412,6 +424,7 @@ pub fn compare_run(result: &CompareResult, contexts: &[Context], score: &str) ->
             ranks: scored.ranks.clone(),
             human,
             matrix: Some(matrix),
+            p_tie: tied.then_some(p_tie),
             first_position: Some(scored.first_position.into()),
             consistency: Some(scored.consistency.into()),
             accuracy: scored.accuracy.map(Fraction::from),

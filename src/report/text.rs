@@ -225,19 +225,27 @@ fn run_section(out: &mut String, report: &Report, run: &RunView) {
             out.push('\n');
         }
         if let Some(pairs) = &results.pair_feedback {
-            out.push_str("Feedback on each comparison (A shown first):\n\n");
+            out.push_str(if results.p_tie.is_some() {
+                "Feedback on each comparison (A shown first; P(A better) over A and B, the tie \
+                 left out; P(tie) over all three):\n\n"
+            } else {
+                "Feedback on each comparison (A shown first):\n\n"
+            });
             let n = context.candidates.len();
             for pair in pairs {
-                let p_a = results
-                    .matrix
-                    .as_ref()
-                    .and_then(|m| m.get(pair.first * n + pair.second))
-                    .filter(|&&p| p >= 0)
-                    .map(|&p| format!(", P(A better) {:.3}", f64::from(p) / 1e6))
-                    .unwrap_or_default();
+                let cell = |matrix: &Option<Vec<i32>>, what: &str| {
+                    matrix
+                        .as_ref()
+                        .and_then(|m| m.get(pair.first * n + pair.second))
+                        .filter(|&&p| p >= 0)
+                        .map(|&p| format!(", {what} {:.3}", f64::from(p) / 1e6))
+                        .unwrap_or_default()
+                };
+                let p_a = cell(&results.matrix, "P(A better)");
+                let p_tie = cell(&results.p_tie, "P(tie)");
                 let _ = writeln!(
                     out,
-                    "- A {} vs B {}{p_a}, format {}: {}",
+                    "- A {} vs B {}{p_a}{p_tie}, format {}: {}",
                     escape(&context.candidates[pair.first].id),
                     escape(&context.candidates[pair.second].id),
                     pair.format.name(),

@@ -7,7 +7,8 @@
 //! each refused by name; an engine that dies mid-run loses nothing and a rerun asks only
 //! for the rest. Against our own service on loopback (a real HTTP engine): the tiny
 //! llama fixture served equals the same model in process, through the library and
-//! through the command line.
+//! through the command line; SmolLM2's rubric feedbacks, absolute and relative, equal
+//! the local run's.
 
 use crate::common;
 use crate::common::engine::{models, ok, FakeEngine, Reply, Script};
@@ -506,16 +507,29 @@ fn serve_model(
     Ok((serve, said, url))
 }
 
-/// Rubric grading with feedback through `--backend` (our own service in front of
-/// SmolLM2): the feedbacks go to the engine concurrently and come back as the
-/// local run writes them; the scores read after them agree.
-#[test]
-fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
+/// Candidates short enough for quick feedbacks.
+const SHORT_TEXTS: [&str; 5] = [
+    "A cat sat.",
+    "The mat was red.",
+    "Rain fell all day.",
+    "Birds sang.",
+    "Ok.",
+];
+
+/// Rubric grading of `texts` (one context's candidates, a terse rubric: a quick run) by
+/// the command line's `command` (its flags, without the rubric, input and outputs) with
+/// SmolLM2, locally and through `--backend` (our own service in front of the same model,
+/// three requests at a time): the rows the run writes (`--output`, or `rows` where given:
+/// `--comparisons-out`), local then served.
+fn local_and_served(
+    command: &[&str],
+    rows: Option<&str>,
+    texts: &[&str],
+) -> Result<(Vec<Value>, Vec<Value>)> {
     let bin = env!("CARGO_BIN_EXE_nlg-judge");
     let dir = tempfile::tempdir()?;
     common::card_file("smollm2-135m-instruct");
     let (mut serve, said, url) = serve_model("smollm2-135m-instruct".as_ref(), dir.path())?;
-    // Short texts and a terse rubric: a quick run.
     let rubric = dir.path().join("terse.toml");
     std::fs::write(
         &rubric,
@@ -523,14 +537,7 @@ fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
          \"barely\", \"partly\", \"mostly\", \"yes\"]\n",
     )?;
     let input = dir.path().join("short.jsonl");
-    let texts = [
-        "A cat sat.",
-        "The mat was red.",
-        "Rain fell all day.",
-        "Birds sang.",
-        "Ok.",
-    ];
-    let rows: Vec<String> = texts
+    let lines: Vec<String> = texts
         .iter()
         .enumerate()
         .map(|(i, text)| {
@@ -539,18 +546,13 @@ fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
             .to_string()
         })
         .collect();
-    std::fs::write(&input, rows.join("\n") + "\n")?;
+    std::fs::write(&input, lines.join("\n") + "\n")?;
     let run = |extra: &[&str], name: &str| -> Result<Vec<Value>> {
         let out = dir.path().join(format!("{name}.jsonl"));
-        let output = Command::new(bin)
-            .args([
-                "score",
-                "--method",
-                "rubric",
-                "--max-feedback-tokens",
-                "12",
-                "--rubric",
-            ])
+        let written = dir.path().join(format!("{name}-rows.jsonl"));
+        let mut cli = Command::new(bin);
+        cli.args(command)
+            .arg("--rubric")
             .arg(&rubric)
             .arg("--input")
             .arg(&input)
@@ -559,19 +561,24 @@ fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
             .arg("--cache")
             .arg(dir.path().join(format!("{name}.sqlite")))
             .args(extra)
-            .env("NLG_JUDGE_CACHE", dir.path())
-            .output()?;
+            .env("NLG_JUDGE_CACHE", dir.path());
+        if let Some(flag) = rows {
+            cli.arg(flag).arg(&written);
+        }
+        let output = cli.output()?;
         assert!(
             output.status.success(),
             "{name}: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        Ok(std::fs::read_to_string(&out)?
-            .lines()
-            .map(serde_json::from_str)
-            .collect::<Result<Vec<Value>, _>>()?)
+        Ok(
+            std::fs::read_to_string(if rows.is_some() { &written } else { &out })?
+                .lines()
+                .map(serde_json::from_str)
+                .collect::<Result<Vec<Value>, _>>()?,
+        )
     };
-    let local = run(&["--model", "smollm2-135m-instruct"], "local")?;
+    let local = run(&["--model", "smollm2-135m-instruct"], "local");
     let backend = format!("{url}/v1");
     let served = run(
         &[
@@ -583,10 +590,20 @@ fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
             "3",
         ],
         "served",
-    )?;
+    );
     let _ = serve.kill();
     let _ = serve.wait();
     drop(said);
+    Ok((local?, served?))
+}
+
+/// Rubric grading with feedback through `--backend` (our own service in front of
+/// SmolLM2): the feedbacks go to the engine concurrently and come back as the
+/// local run writes them; the scores read after them agree.
+#[test]
+fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
+    let command = ["score", "--method", "rubric", "--max-feedback-tokens", "12"];
+    let (local, served) = local_and_served(&command, None, &SHORT_TEXTS)?;
     assert_eq!(local.len(), 5);
     assert_eq!(local.len(), served.len());
     for (a, b) in local.iter().zip(&served) {
@@ -596,6 +613,41 @@ fn rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
         let (x, y) = (a["score"].as_f64().unwrap(), b["score"].as_f64().unwrap());
         assert!((x - y).abs() < 1e-4, "{}: {x} vs {y}", a["candidate"]);
     }
+    Ok(())
+}
+
+/// Relative rubric grading with feedback through `--backend` (issue 58: "a `--backend`
+/// run against our own `serve` giving the same feedbacks"): every ordered pair's
+/// feedback is the local run's, token for token, and so is its format; P(A), read after
+/// the feedback and the marker, agrees within 1e-4. The local run reads it from the
+/// feedback's own keys and values, in a batch; the service from its own forward pass over
+/// the prompt and the feedback, sent as token ids: the same f32 arithmetic summed in
+/// other orders (2e-6 apart when measured, the rows' sixth decimal), where a different
+/// prompt, answer or label token would move P(A) by far more than 1e-4.
+#[test]
+fn relative_rubric_feedback_with_backend_equals_the_local_run() -> Result<()> {
+    let command = [
+        "compare",
+        "--rank",
+        "win-ratio",
+        "--max-feedback-tokens",
+        "12",
+    ];
+    let (local, served) = local_and_served(&command, Some("--comparisons-out"), &SHORT_TEXTS[..4])?;
+    assert_eq!(local.len(), 12, "every ordered pair of four");
+    assert_eq!(local.len(), served.len());
+    let mut largest: f64 = 0.0;
+    for (a, b) in local.iter().zip(&served) {
+        let pair = format!("{} vs {}", a["a"], a["b"]);
+        assert_eq!((&a["a"], &a["b"]), (&b["a"], &b["b"]));
+        assert!(a["feedback"].is_string(), "{pair}: {a}");
+        assert_eq!(a["feedback"], b["feedback"], "{pair}");
+        assert_eq!(a["format"], b["format"], "{pair}");
+        let (x, y) = (a["p_a"].as_f64().unwrap(), b["p_a"].as_f64().unwrap());
+        largest = largest.max((x - y).abs());
+        assert!((x - y).abs() < 1e-4, "{pair}: P(A) {x} vs {y}");
+    }
+    eprintln!("relative grading, served vs local: largest |delta P(A)| = {largest:e}");
     Ok(())
 }
 

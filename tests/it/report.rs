@@ -463,6 +463,43 @@ fn the_command_line_writes_rubric_and_jury_reports_in_html_and_markdown() {
         .iter()
         .any(|c| c["name"] == "format" && c["status"] == "warn"));
 
+    // Relative grading with a judge that may call a tie (Auto-J's protocol): the run panel
+    // says how the ranking counted the ties and the data carry each comparison's P(tie);
+    // without a tie label (plain) neither.
+    for (protocol, tied) in [("auto-j", true), ("plain", false)] {
+        let (output, report) = (format!("{protocol}.jsonl"), format!("{protocol}.html"));
+        run(&[
+            "compare",
+            "--model",
+            "mock",
+            "--rubric",
+            "coherence",
+            "--protocol",
+            protocol,
+            "--max-feedback-tokens",
+            "8",
+            "--output",
+            &output,
+            "--report",
+            &report,
+        ]);
+        let data = data_of(&std::fs::read_to_string(dir.path().join(&report)).unwrap());
+        let ties = data["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f[0] == "ties");
+        assert_eq!(ties.is_some(), tied, "{protocol}: {:?}", data["facts"]);
+        if let Some(ties) = ties {
+            assert!(
+                ties[1].as_str().unwrap().contains("half a win for each"),
+                "{ties}"
+            );
+        }
+        let context = &data["runs"][0]["contexts"][0];
+        assert_eq!(context.get("p_tie").is_some(), tied, "{protocol}");
+    }
+
     let stdout = run(&[
         "compare",
         "--model",

@@ -1,8 +1,10 @@
 //! Ties (issue 59, item 4): a relative protocol with a tie label reads P(A), P(B) and
 //! P(tie); the win ratio and Bradley-Terry count a tie as half a win for each side, Product
 //! of Experts reads P(A) renormalised over A and B, each stated in the run's `ties` and
-//! the rubric record of every row; the tie rate is a diagnostic. A protocol without a tie
-//! reads A and B as before. The judge is a scripted mock; the protocols are inline.
+//! the rubric record of every row; the tie rate is a diagnostic; the format check names
+//! the tie among the labels and the report shows each comparison's P(tie). A protocol
+//! without a tie reads A and B as before. The judge is a scripted mock; the protocols are
+//! inline.
 
 use nlg_judge::data::{Candidate, Context};
 use nlg_judge::engine::MockScorer;
@@ -15,6 +17,7 @@ use nlg_judge::judge::rubric::protocol::Origin;
 use nlg_judge::judge::rubric::relative::RelativeGrading;
 use nlg_judge::judge::rubric::{Rubric, RubricProtocol};
 use nlg_judge::rank::{poe_gaussian, BradleyTerry, Outcome, RankMethod};
+use nlg_judge::report::Report;
 use serde_json::Value;
 
 /// An inline protocol: the verdict after `Verdict:`, `A`, `B` and (with `tie`) `Tie`.
@@ -104,6 +107,17 @@ fn judge(tie: bool) -> MockScorer {
 }
 
 fn run(tie: bool, rank: RankMethod) -> CompareResult {
+    run_with(judge(tie), tie, rank, None)
+}
+
+/// A full design of [`contexts`] put to `judge` with the inline protocol, a feedback of at
+/// most `feedback_tokens` before each verdict (none: the verdict at once).
+fn run_with(
+    mut judge: MockScorer,
+    tie: bool,
+    rank: RankMethod,
+    feedback_tokens: Option<usize>,
+) -> CompareResult {
     let task = Task::Summary;
     let mut options = CompareOptions::new(
         task,
@@ -112,9 +126,9 @@ fn run(tie: bool, rank: RankMethod) -> CompareResult {
     );
     options.design = Design::Full;
     options.rank = rank;
-    let mut judge = judge(tie);
     let rubric = Rubric::builtin("coherence", task).unwrap();
-    let relative = RelativeGrading::new(&judge, rubric, Some(protocol(tie)), None, false).unwrap();
+    let relative =
+        RelativeGrading::new(&judge, rubric, Some(protocol(tie)), feedback_tokens, false).unwrap();
     options.relative = Some(Box::new(relative));
     run_compare(&mut judge, &contexts(), &options, None).unwrap()
 }
@@ -127,6 +141,18 @@ fn lines(write: impl Fn(&mut Vec<u8>)) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(object: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = object
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
 }
 
 fn close(got: &[f64], want: &[f64]) {
@@ -295,25 +321,121 @@ fn without_a_tie_label_the_comparisons_read_a_and_b_as_before() {
     assert_eq!(result.contexts[0].scores, [0.0, 0.5, 1.0]);
     let rows = lines(|out| write_comparisons(&result, out).unwrap());
     for row in &rows {
-        let mut keys: Vec<&str> = row
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        keys.sort_unstable();
         assert_eq!(
-            keys,
+            keys(row),
             ["a", "b", "context_id", "label_mass", "p_a", "rubric"]
         );
         assert!(row["rubric"].get("ties").is_none());
     }
     let json = serde_json::to_value(&result).unwrap();
     assert!(json.get("ties").is_none());
-    let comparison = json["contexts"][0]["comparisons"][0].as_object().unwrap();
-    let mut keys: Vec<&str> = comparison.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(keys, ["first", "label_mass", "p_a", "second"]);
+    assert_eq!(
+        keys(&json["contexts"][0]["comparisons"][0]),
+        ["first", "label_mass", "p_a", "second"]
+    );
+}
+
+/// [`run`] with feedback: the judge writes `feedback` before its verdict on every pair.
+fn run_with_feedback(tie: bool, feedback: &'static str) -> CompareResult {
+    let judge = judge(tie).with_generation(move |_| Ok(feedback.to_string()));
+    run_with(judge, tie, RankMethod::WinRatio, Some(64))
+}
+
+/// The report of a run: its HTML page's data (the run's one context) and its Markdown.
+fn report(result: &CompareResult) -> (Value, String) {
+    let report = Report::from_compare("ties", vec![], result, &contexts(), "win ratio").unwrap();
+    let html = report.to_html().unwrap();
+    let open = "<script type=\"application/json\" id=\"report-data\">";
+    let start = html.find(open).unwrap() + open.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let data: Value = serde_json::from_str(&html[start..end]).unwrap();
+    (data["runs"][0]["contexts"][0].clone(), report.to_markdown())
+}
+
+#[test]
+fn the_format_check_and_the_report_name_the_tie() {
+    let result = run_with_feedback(true, " They are about as good. Verdict: Tie");
+    // The format check names the protocol's own labels, the tie among them.
+    let format = result.diagnostics.get("format").expect("a format check");
+    assert!(
+        format.message.starts_with(
+            "6 of 6 feedbacks kept to the format (`Verdict:` once, then A, B or Tie); the \
+             marker without A, B or Tie 0,"
+        ),
+        "{}",
+        format.message
+    );
+    // The report's data: each comparison's P(tie) beside the matrix's P(A)/(P(A)+P(B)),
+    // in millionths as the comparisons file writes them; -1 where not compared.
+    let (context, markdown) = report(&result);
+    let p_tie: Vec<i64> = context["p_tie"]
+        .as_array()
+        .expect("the report's P(tie)")
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(p_tie.len(), 9);
+    for c in &result.contexts[0].comparisons {
+        let want = (c.p_tie.unwrap() * 1e6).round() as i64;
+        assert_eq!(p_tie[c.first * 3 + c.second], want, "{c:?}");
+    }
+    for i in 0..3 {
+        assert_eq!(p_tie[i * 3 + i], -1);
+    }
+    // x vs y: P(A), P(B), P(tie) .125, .375, .5 (the table at `raw`): P(A better) .25.
+    assert_eq!(p_tie[1], 500_000);
+    assert_eq!(context["matrix"][1], 250_000);
+    // The Markdown's feedback lines carry P(tie) after P(A better), and say over what.
+    assert!(
+        markdown.contains(
+            "Feedback on each comparison (A shown first; P(A better) over A and B, the tie \
+             left out; P(tie) over all three):\n\n- A x vs B y, P(A better) 0.250, P(tie) \
+             0.500, format kept: They are about as good.\n"
+        ),
+        "{markdown}"
+    );
+}
+
+#[test]
+fn without_a_tie_label_the_format_check_and_the_report_are_as_before() {
+    let result = run_with_feedback(false, " A reads better. Verdict: A");
+    let format = result.diagnostics.get("format").unwrap();
+    assert!(
+        format.message.starts_with(
+            "6 of 6 feedbacks kept to the format (`Verdict:` once, then A or B); the marker \
+             without A or B 0,"
+        ),
+        "{}",
+        format.message
+    );
+    let (context, markdown) = report(&result);
+    // No P(tie) in the page's data: the context's keys are the ones it always had.
+    assert_eq!(
+        keys(&context),
+        [
+            "accuracy",
+            "consistency",
+            "distributions",
+            "first_position",
+            "human",
+            "kendall",
+            "matrix",
+            "note",
+            "pair_feedback",
+            "ranks",
+            "scores",
+            "spearman"
+        ]
+    );
+    // x vs y: P(A) = .1/(.1 + .3) over A and B.
+    assert!(
+        markdown.contains(
+            "Feedback on each comparison (A shown first):\n\n- A x vs B y, P(A better) 0.250, \
+             format kept: A reads better.\n"
+        ),
+        "{markdown}"
+    );
+    assert!(!markdown.contains("P(tie)"), "{markdown}");
 }
 
 /// `/v1/compare` with an inline protocol that has a tie label: each comparison's

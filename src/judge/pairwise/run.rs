@@ -612,6 +612,7 @@ fn run_relative_with_feedback(
         Some(cache),
     )?;
     let marker = relative.marker().to_string();
+    let choices = relative.protocol.relative()?.choices.clone();
     let mut with_feedbacks = options.clone();
     with_feedbacks.relative = Some(relative);
     let mut result = run_compare(scorer, contexts, &with_feedbacks, Some(cache))?;
@@ -628,7 +629,7 @@ fn run_relative_with_feedback(
     result.diagnostics.checks.extend(diagnostics::rubric_format(
         &counts,
         &marker,
-        true,
+        choices.as_ref(),
         options.audience,
     ));
     result.feedbacks = feedbacks;

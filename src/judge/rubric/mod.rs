@@ -17,11 +17,14 @@
 //!   appended), and whether the model kept to its format;
 //! - [`run`]: the decided method and its feedback step (one generation per candidate, a
 //!   run's in one batch, each score read from its feedback's state);
-//! - [`relative`]: relative grading of two responses (`compare --rubric`).
+//! - [`relative`]: relative grading of two responses (`compare --rubric`);
+//! - [`rounds`]: the one route both write their answers by (a thinking judge's
+//!   reasoning round, then the feedback round; [`thinking`]).
 
 pub mod protocol;
 pub mod reading;
 pub mod relative;
+pub mod rounds;
 pub mod run;
 pub mod thinking;
 
@@ -149,7 +152,7 @@ pub fn rubric_record(
 
 /// The same for a report's run panel: `(what, value)` facts. `per` names what one
 /// feedback is written for ("candidate", "ordered pair"), `read` what is read after the
-/// marker ("the score", "A or B").
+/// marker ("the score", "A or B", "Response 1, Response 2 or Tie").
 pub fn rubric_facts(
     rubric: &Rubric,
     protocol: &RubricProtocol,

@@ -45,16 +45,16 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::protocol::{reading_point, wrap, Form, Reasoning, Start};
+use super::protocol::{reading_point, wrap, Choices, Form, Reasoning, Start};
 use super::reading::{read_answer, Reading};
+use super::rounds::{write_answers, Answers, RoundNames};
 use super::run::ProtocolSource;
-use super::thinking::{after_thought, reason, Thinking, Thought};
+use super::thinking::Thinking;
 use super::{Rubric, RubricProtocol};
 use crate::data::Context;
 use crate::engine::{
-    generate_cached_all, plan_label, GeneratedCounts, Generation, GenerationReader,
-    GenerationRequest, Label, LabelRequest, PlannedLabel, ResultCache, Sampling, Scorer,
-    TextPrompt,
+    plan_label, GeneratedCounts, Generation, GenerationRequest, Label, LabelRequest, PlannedLabel,
+    ResultCache, Sampling, Scorer, TextPrompt,
 };
 use crate::judge::scale::text_label_tokens_after;
 use crate::judge::scoring::required_reference;
@@ -176,6 +176,15 @@ impl RelativeGrading {
                 "direct"
             }
         )
+    }
+
+    /// The choices as a sentence names them ("A or B", "Response 1, Response 2 or Tie").
+    pub fn choices_named(&self) -> String {
+        self.protocol
+            .relative()
+            .ok()
+            .and_then(|f| f.choices.as_ref())
+            .map_or_else(|| "A or B".to_string(), Choices::named)
     }
 
     /// The marker after which the choice is read.
@@ -315,9 +324,10 @@ pub fn write_feedbacks(
     progress.note(&format!(
         "relative rubric grading ({} format, {}): writing {total} feedback(s) in one batch \
          (pairs that share a context and a first response share their computation), each \
-         choice of A or B read after `{}` as its feedback ends",
+         choice of {} read after `{}` as its feedback ends",
         grading.protocol,
         grading.protocol_source.describe(),
+        grading.choices_named(),
         grading.marker()
     ));
     let mut at = Vec::with_capacity(total);
@@ -326,123 +336,96 @@ pub fn write_feedbacks(
             at.push((c, pair));
         }
     }
-    let request_of = |scorer: &dyn Scorer,
-                      grading: &RelativeGrading,
-                      (c, pair): (usize, (usize, usize)),
-                      start: Start,
-                      tokens: usize| {
-        let context = &contexts[c];
-        let key = pair_key(context, pair);
-        grading
-            .feedback_request(scorer, context, pair, start, tokens)
-            .with_context(|| format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2))
-    };
-    // A thinking judge reasons first, within its own budget.
-    let thoughts: Vec<Thought> = match (grading.reasoning_budget(), grading.protocol.reasoning()) {
-        (Some(budget), Some(reasoning)) => {
-            let requests = at
-                .iter()
-                .map(|&place| request_of(&*scorer, &*grading, place, Start::Reasoning, budget))
-                .collect::<Result<Vec<_>>>()?;
-            let bar = progress.task(total as u64, "pairwise reasonings written (generation)");
-            let reasoning = reasoning.clone();
-            reason(scorer, cache, &reasoning, &requests, budget, &bar)
-                .context("writing the judge's reasonings")?
-        }
-        _ => vec![Thought::default(); total],
-    };
-    let mut rows = Vec::with_capacity(total);
-    let mut requests = Vec::with_capacity(total);
-    for (index, (&place, thought)) in at.iter().zip(&thoughts).enumerate() {
-        if thought.whole.is_none() {
-            rows.push(index);
-            requests.push(request_of(
-                &*scorer,
-                &*grading,
-                place,
-                Start::Feedback(&thought.text),
-                max_tokens,
-            )?);
-        }
-    }
-    let bar = progress.task(total as u64, "pairwise feedbacks written (generation)");
-    let template = grading.template_id();
-    let form = grading.form()?;
-    let mut reader = PairFeedbackReader {
+    let budget = grading.reasoning_budget();
+    let mut answers = PairFeedbacks {
         contexts,
         at: &at,
-        rows: &rows,
-        thoughts: &thoughts,
-        form,
+        form: grading.form()?,
+        template: grading.template_id(),
         grading,
-        template,
-        bar: &bar,
     };
-    // Answers a judge gave whole in its reasoning round (it did not reason) are read as
-    // they are; their choices are read with the others' that the cache lacks.
-    for (index, thought) in thoughts.iter().enumerate() {
-        if let Some(whole) = &thought.whole {
-            reader.read(index, whole);
-            bar.step(1)?;
-        }
-    }
-    generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
-        .context("writing the pairwise feedbacks")
+    let names = RoundNames {
+        reasonings: "pairwise reasonings written (generation)",
+        feedbacks: "pairwise feedbacks written (generation)",
+        cache_kind: FEEDBACK_CACHE_KIND,
+        writing: "writing the pairwise feedbacks",
+    };
+    write_answers(
+        scorer,
+        cache,
+        &mut answers,
+        budget,
+        max_tokens,
+        &names,
+        progress,
+    )
 }
 
-/// Reads each pairwise feedback as it arrives and asks its choice right after it.
-struct PairFeedbackReader<'a> {
+/// A run's pairwise feedbacks, one per ordered pair, kept in the grading's readings, each
+/// choice asked right after its feedback.
+struct PairFeedbacks<'a> {
     contexts: &'a [Context],
+    /// The pair (context, (first, second)) of each answer.
     at: &'a [(usize, (usize, usize))],
-    /// The pair (index into `at`) of each feedback request.
-    rows: &'a [usize],
-    thoughts: &'a [Thought],
     /// The relative form as the run opens its answers.
     form: Form,
-    grading: &'a mut RelativeGrading,
     template: String,
-    bar: &'a crate::progress::ProgressTask,
+    grading: &'a mut RelativeGrading,
 }
 
-impl PairFeedbackReader<'_> {
-    /// Read pair `index`'s answer (its reasoning round's text, then `generation`) into the
-    /// grading's readings; its key.
-    fn read(&mut self, index: usize, generation: &Generation) -> (String, String, String) {
+impl PairFeedbacks<'_> {
+    /// The context and pair of answer `index`, and where errors about it say it is.
+    fn place(&self, index: usize) -> (&Context, (usize, usize), String) {
         let (c, pair) = self.at[index];
-        let key = pair_key(&self.contexts[c], pair);
-        let reasoning = self.grading.protocol.reasoning();
-        let read_in =
-            |form: &Form| read_choice(form, reasoning, &generation.text, generation.finish);
-        let reading = after_thought(&self.thoughts[index], reasoning, &self.form, read_in);
-        self.grading.readings.insert(key.clone(), reading);
-        key
+        let context = &self.contexts[c];
+        let key = pair_key(context, pair);
+        let at = format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2);
+        (context, pair, at)
     }
 }
 
-impl GenerationReader for PairFeedbackReader<'_> {
-    fn generation(
-        &mut self,
-        index: usize,
-        generation: &Generation,
-        cached: bool,
+impl Answers for PairFeedbacks<'_> {
+    fn count(&self) -> usize {
+        self.at.len()
+    }
+
+    fn reasoning(&self) -> Option<&Reasoning> {
+        self.grading.protocol.reasoning()
+    }
+
+    fn form(&self) -> &Form {
+        &self.form
+    }
+
+    fn request(
+        &self,
         scorer: &dyn Scorer,
-    ) -> Result<Option<PlannedLabel>> {
-        let index = self.rows[index];
-        let key = self.read(index, generation);
+        index: usize,
+        start: Start,
+        max_tokens: usize,
+    ) -> Result<GenerationRequest> {
+        let (context, pair, at) = self.place(index);
+        self.grading
+            .feedback_request(scorer, context, pair, start, max_tokens)
+            .context(at)
+    }
+
+    fn read(&self, form: &Form, generation: &Generation) -> Reading {
+        read_choice(form, self.reasoning(), &generation.text, generation.finish)
+    }
+
+    fn keep(&mut self, index: usize, reading: Reading) {
         let (c, pair) = self.at[index];
-        let context = &self.contexts[c];
-        let at = || format!("context `{}`: `{}` vs `{}`", key.0, key.1, key.2);
-        let request = self
-            .grading
+        let key = pair_key(&self.contexts[c], pair);
+        self.grading.readings.insert(key, reading);
+    }
+
+    fn verdict(&self, scorer: &dyn Scorer, index: usize) -> Result<PlannedLabel> {
+        let (context, pair, at) = self.place(index);
+        self.grading
             .choice_request(scorer, context, pair)
             .and_then(|request| plan_label(scorer, &self.template, request, None))
-            .with_context(at)?;
-        if cached {
-            self.bar.found_in_cache(1);
-        } else {
-            self.bar.step(1)?;
-        }
-        Ok(Some(request))
+            .context(at)
     }
 }
 

@@ -14,14 +14,15 @@
 
 use anyhow::{Context as _, Result};
 
-use super::protocol::{self, Form, RubricInput, Start};
+use super::protocol::{self, Form, Reasoning, RubricInput, Start};
 use super::reading::{read, Reading};
-use super::thinking::{after_thought, reason, Thinking, Thought};
+use super::rounds::{write_answers, Answers, RoundNames};
+use super::thinking::Thinking;
 use super::{Rubric, RubricProtocol};
 use crate::data::{Candidate, Context};
 use crate::engine::{
-    generate_cached_all, plan_label, EngineError, GeneratedCounts, Generation, GenerationReader,
-    GenerationRequest, LabelRequest, PlannedLabel, ResultCache, Scorer,
+    plan_label, EngineError, GeneratedCounts, Generation, GenerationRequest, LabelRequest,
+    PlannedLabel, ResultCache, Scorer,
 };
 use crate::judge::scoring::required_reference;
 use crate::progress::Progress;
@@ -325,65 +326,34 @@ pub fn feedbacks(
             at.push((c, k));
         }
     }
-    let request_of = |scorer: &dyn Scorer, (c, k): (usize, usize), start: Start, tokens: usize| {
-        let (context, candidate) = (&contexts[c], &contexts[c].candidates[k]);
-        method
-            .feedback_request(scorer, context, candidate, start, tokens)
-            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))
-    };
-    // A thinking judge reasons first, within its own budget.
-    let thoughts: Vec<Thought> = match (method.reasoning_budget(), method.protocol.reasoning()) {
-        (Some(budget), Some(reasoning)) => {
-            let requests = at
-                .iter()
-                .map(|&place| request_of(&*scorer, place, Start::Reasoning, budget))
-                .collect::<Result<Vec<_>>>()?;
-            let bar = progress.task(total as u64, "reasonings written (generation)");
-            reason(scorer, cache, reasoning, &requests, budget, &bar)
-                .context("writing the judge's reasonings")?
-        }
-        _ => vec![Thought::default(); total],
-    };
-    let mut rows = Vec::with_capacity(total);
-    let mut requests = Vec::with_capacity(total);
-    for (index, (&place, thought)) in at.iter().zip(&thoughts).enumerate() {
-        if thought.whole.is_none() {
-            rows.push(index);
-            requests.push(request_of(
-                &*scorer,
-                place,
-                Start::Feedback(&thought.text),
-                max_tokens,
-            )?);
-        }
-    }
-    let bar = progress.task(total as u64, "feedbacks written (generation)");
-    let mut reader = FeedbackReader {
+    let mut answers = Feedbacks {
         contexts,
         method,
         form: method.form()?,
         at: &at,
-        rows: &rows,
-        thoughts: &thoughts,
         template: method.template_id(),
         readings: vec![None; total],
-        bar: &bar,
     };
-    // Answers a judge gave whole in its reasoning round (it did not reason) are read as
-    // they are; their scores are read with the others' that the cache lacks.
-    for (index, thought) in thoughts.iter().enumerate() {
-        if let Some(whole) = &thought.whole {
-            reader.readings[index] = Some(reader.read(index, whole));
-            bar.step(1)?;
-        }
-    }
-    let counts = generate_cached_all(scorer, cache, FEEDBACK_CACHE_KIND, &requests, &mut reader)
-        .context("writing the rubric feedbacks")?;
+    let names = RoundNames {
+        reasonings: "reasonings written (generation)",
+        feedbacks: "feedbacks written (generation)",
+        cache_kind: FEEDBACK_CACHE_KIND,
+        writing: "writing the rubric feedbacks",
+    };
+    let counts = write_answers(
+        scorer,
+        cache,
+        &mut answers,
+        method.reasoning_budget(),
+        max_tokens,
+        &names,
+        progress,
+    )?;
     let mut readings: Vec<Vec<Reading>> = contexts
         .iter()
         .map(|c| Vec::with_capacity(c.candidates.len()))
         .collect();
-    for ((c, k), reading) in at.iter().zip(reader.readings) {
+    for ((c, k), reading) in at.iter().zip(answers.readings) {
         let context = &contexts[*c];
         readings[*c].push(reading.with_context(|| {
             format!(
@@ -395,55 +365,69 @@ pub fn feedbacks(
     Ok((readings, counts))
 }
 
-/// Reads each feedback as it arrives and asks its score right after it.
-struct FeedbackReader<'a> {
+/// A run's feedbacks, one per candidate, each score asked right after its feedback.
+struct Feedbacks<'a> {
     contexts: &'a [Context],
     method: &'a RubricMethod,
     /// The absolute form as the run opens its answers.
     form: Form,
+    /// The candidate (context, candidate index) of each answer.
     at: &'a [(usize, usize)],
-    /// The candidate (index into `at`) of each feedback request.
-    rows: &'a [usize],
-    thoughts: &'a [Thought],
     template: String,
     readings: Vec<Option<Reading>>,
-    bar: &'a crate::progress::ProgressTask,
 }
 
-impl FeedbackReader<'_> {
-    /// Candidate `index`'s answer: its reasoning round's text, then `generation`.
-    fn read(&self, index: usize, generation: &Generation) -> Reading {
-        let reasoning = self.method.protocol.reasoning();
-        let scale = self.method.rubric.scale;
-        let read_in =
-            |form: &Form| read(form, reasoning, scale, &generation.text, generation.finish);
-        after_thought(&self.thoughts[index], reasoning, &self.form, read_in)
+impl Feedbacks<'_> {
+    /// The context and candidate of answer `index`.
+    fn place(&self, index: usize) -> (&Context, &Candidate) {
+        let (c, k) = self.at[index];
+        (&self.contexts[c], &self.contexts[c].candidates[k])
     }
 }
 
-impl GenerationReader for FeedbackReader<'_> {
-    fn generation(
-        &mut self,
-        index: usize,
-        generation: &Generation,
-        cached: bool,
+impl Answers for Feedbacks<'_> {
+    fn count(&self) -> usize {
+        self.at.len()
+    }
+
+    fn reasoning(&self) -> Option<&Reasoning> {
+        self.method.protocol.reasoning()
+    }
+
+    fn form(&self) -> &Form {
+        &self.form
+    }
+
+    fn request(
+        &self,
         scorer: &dyn Scorer,
-    ) -> Result<Option<PlannedLabel>> {
-        let index = self.rows[index];
-        let (c, k) = self.at[index];
-        let (context, candidate) = (&self.contexts[c], &self.contexts[c].candidates[k]);
-        let reading = self.read(index, generation);
-        let request = self
-            .method
+        index: usize,
+        start: Start,
+        max_tokens: usize,
+    ) -> Result<GenerationRequest> {
+        let (context, candidate) = self.place(index);
+        self.method
+            .feedback_request(scorer, context, candidate, start, max_tokens)
+            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))
+    }
+
+    fn read(&self, form: &Form, generation: &Generation) -> Reading {
+        let (reasoning, scale) = (self.reasoning(), self.method.rubric.scale);
+        read(form, reasoning, scale, &generation.text, generation.finish)
+    }
+
+    fn keep(&mut self, index: usize, reading: Reading) {
+        self.readings[index] = Some(reading);
+    }
+
+    fn verdict(&self, scorer: &dyn Scorer, index: usize) -> Result<PlannedLabel> {
+        let (context, candidate) = self.place(index);
+        let reading = self.readings[index]
+            .as_ref()
+            .with_context(|| format!("no feedback kept for candidate `{}`", candidate.id))?;
+        self.method
             .score_request(scorer, context, candidate, Some(&reading.answer))
             .and_then(|request| plan_label(scorer, &self.template, request, None))
-            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))?;
-        self.readings[index] = Some(reading);
-        if cached {
-            self.bar.found_in_cache(1);
-        } else {
-            self.bar.step(1)?;
-        }
-        Ok(Some(request))
+            .with_context(|| format!("context `{}`, candidate `{}`", context.id, candidate.id))
     }
 }

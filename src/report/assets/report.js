@@ -24,6 +24,14 @@
     missing: "never wrote the result marker (appended after the feedback; the choice is read there)",
     cut: "cut at the token limit before the marker (appended; the choice is read there)",
   });
+  // A judge that may call a tie chooses among three.
+  const TIE_FORMATS = Object.assign({}, PAIR_FORMATS, {
+    kept: "kept to the format: the result marker once, then A, B or a tie",
+    "no-score": "wrote the result marker without A, B or a tie after it",
+  });
+  const pairFormats = (r) => (r.p_tie ? TIE_FORMATS : PAIR_FORMATS);
+  // P(tie) of candidate i shown first against j in a context's results, or -1.
+  const tieAt = (r, n, i, j) => (r.p_tie ? r.p_tie[i * n + j] : -1);
   function badge(f, titles) {
     return f ? h("span", { class: "badge" + (f === "kept" ? "" : " warn"), title: (titles || FORMATS)[f] || f, text: f }) : null;
   }
@@ -368,7 +376,7 @@
       if (R.accuracy) kpis.append(kpi("Pairwise accuracy", pct(R.accuracy), `${R.accuracy[0]} of ${R.accuracy[1]} comparisons as the humans`));
     }
     const fmtCheck = R.diagnostics && R.diagnostics.checks.find((c) => c.name === "format");
-    if (fmtCheck) kpis.append(kpi("Kept to the format", fmt(fmtCheck.value, 3), `share of feedbacks with the result marker once, then ${R.kind === "pairwise" ? "A or B" : "a score"} (${fmtCheck.count} feedbacks)`, fmtCheck.status === "warn"));
+    if (fmtCheck) kpis.append(kpi("Kept to the format", fmt(fmtCheck.value, 3), `share of feedbacks with the result marker once, then ${R.kind === "pairwise" ? (R.contexts.some((c) => c.p_tie) ? "A, B or a tie" : "A or B") : "a score"} (${fmtCheck.count} feedbacks)`, fmtCheck.status === "warn"));
     const C = R.correlation;
     if (C) {
       const ci = (c) => (C.no_interval ? C.no_interval : c.ci ? `95% CI [${fmt(c.ci[0], 3)}, ${fmt(c.ci[1], 3)}]` : "no interval");
@@ -584,9 +592,10 @@
       if (!p || p[0] === p[1]) { hideTip(); c.style.cursor = ""; return; }
       const [i, j] = p, a = r.matrix[i * n + j], b = r.matrix[j * n + i];
       c.style.cursor = "pointer";
+      const ta = tieAt(r, n, i, j), tb = tieAt(r, n, j, i);
       showTip(e, [`A = ${ctx.candidates[i].id}, B = ${ctx.candidates[j].id}`,
-        `P(A better) = ${a >= 0 ? fmt(a / 1e6) : "not compared"}`,
-        `reversed (${ctx.candidates[j].id} first): ${b >= 0 ? fmt(b / 1e6) : "not compared"}`, "click: read both texts"]);
+        `P(A better) = ${a >= 0 ? fmt(a / 1e6) : "not compared"}${ta >= 0 ? `, P(tie) = ${fmt(ta / 1e6)}` : ""}`,
+        `reversed (${ctx.candidates[j].id} first): ${b >= 0 ? fmt(b / 1e6) : "not compared"}${tb >= 0 ? `, P(tie) = ${fmt(tb / 1e6)}` : ""}`, "click: read both texts"]);
     });
     c.addEventListener("mouseleave", hideTip);
     c.addEventListener("click", (e) => { const p = at(e); if (p && p[0] !== p[1]) onpick(p[0], p[1]); });
@@ -596,18 +605,20 @@
   function pairPanel(k, i, j) {
     const r = run().contexts[k], ctx = D.contexts[k], n = ctx.candidates.length;
     const a = r.matrix ? r.matrix[i * n + j] : -1, b = r.matrix ? r.matrix[j * n + i] : -1;
+    const ta = tieAt(r, n, i, j), tb = tieAt(r, n, j, i);
+    const tie = (t) => (t >= 0 ? `, P(tie) = ${fmt(t / 1e6)}` : "");
     const side = (x, label) => h("div", null,
       h("h4", null, `${label}: `, h("code", { text: ctx.candidates[x].id }), ` — rank ${r.ranks[x]}, ${run().score} ${fmt(r.scores[x])}${r.human && isNum(r.human[x]) ? `, human ${fmt(r.human[x], 2)}` : ""}`),
       h("pre", { class: "text", text: ctx.candidates[x].text }));
     const said = (x, y) => {
       const f = (r.pair_feedback || []).find((p) => p.first === x && p.second === y);
       return f ? h("div", { class: "pair-feedback" },
-        h("h4", null, "The judge's feedback with ", h("code", { text: ctx.candidates[x].id }), " shown first (A) ", badge(f.format, PAIR_FORMATS)),
+        h("h4", null, "The judge's feedback with ", h("code", { text: ctx.candidates[x].id }), " shown first (A) ", badge(f.format, pairFormats(r))),
         h("pre", { class: "text feedback", text: f.feedback.trim() ? f.feedback : "(no feedback written before the result marker)" })) : null;
     };
     return h("div", { class: "pair" },
-      h("div", { class: "probs" }, `${ctx.candidates[i].id} shown first (A): P(A better) = ${a >= 0 ? fmt(a / 1e6) : "not compared"}. `,
-        `${ctx.candidates[j].id} shown first: P(A better) = ${b >= 0 ? fmt(b / 1e6) : "not compared"}.`,
+      h("div", { class: "probs" }, `${ctx.candidates[i].id} shown first (A): P(A better) = ${a >= 0 ? fmt(a / 1e6) : "not compared"}${tie(ta)}. `,
+        `${ctx.candidates[j].id} shown first: P(A better) = ${b >= 0 ? fmt(b / 1e6) : "not compared"}${tie(tb)}.`,
         a >= 0 && b >= 0 ? ((a > 5e5) === (b > 5e5) ? ` The two orders disagree: the ${a > 5e5 ? "first" : "second"} position won both times.` : " The two orders agree.") : ""),
       said(i, j), said(j, i),
       side(i, "A"), side(j, "B"));
@@ -616,23 +627,28 @@
   // Relative rubric grading: the judge's feedback on every comparison, in design order,
   // each row opening to the whole feedback.
   function pairFeedbackCard(r, ctx) {
-    const body = h("tbody");
+    const body = h("tbody"), tied = !!r.p_tie;
     r.pair_feedback.forEach((f) => {
       const n = ctx.candidates.length, p = r.matrix ? r.matrix[f.first * n + f.second] : -1;
-      const detail = h("tr", { class: "detail", style: "display:none" }, h("td", { colspan: 5 },
+      const t = tieAt(r, n, f.first, f.second);
+      const detail = h("tr", { class: "detail", style: "display:none" }, h("td", { colspan: tied ? 6 : 5 },
         h("pre", { class: "text feedback", text: f.feedback.trim() ? f.feedback : "(no feedback written before the result marker)" })));
       const row = h("tr", { class: "row", onclick: () => { detail.style.display = detail.style.display === "none" ? "" : "none"; } },
         h("td", { class: "id", text: ctx.candidates[f.first].id }),
         h("td", { class: "id", text: ctx.candidates[f.second].id }),
         h("td", { class: "num", text: p >= 0 ? fmt(p / 1e6) : "–" }),
-        h("td", null, badge(f.format, PAIR_FORMATS)),
+        tied ? h("td", { class: "num", text: t >= 0 ? fmt(t / 1e6) : "–" }) : null,
+        h("td", null, badge(f.format, pairFormats(r))),
         h("td", { class: "fb hide-narrow" }, h("span", { class: "fb-text", text: f.feedback.replace(/\s+/g, " ").trim() || "–" })));
       body.append(row, detail);
     });
     return h("section", { class: "card" }, h("h2", { text: "The judge's feedback on each comparison" }),
-      h("p", { class: "explain", text: "Relative rubric grading: the judge wrote a feedback comparing the two candidates, then chose A or B after its result marker. Click a row to read the whole feedback." }),
+      h("p", { class: "explain", text: tied
+        ? "Relative rubric grading: the judge wrote a feedback comparing the two candidates, then chose A, B or a tie after its result marker. P(A better) is over A and B (the tie left out), P(tie) over all three. Click a row to read the whole feedback."
+        : "Relative rubric grading: the judge wrote a feedback comparing the two candidates, then chose A or B after its result marker. Click a row to read the whole feedback." }),
       h("div", { class: "table-wrap" }, h("table", null, h("thead", null, h("tr", null,
         h("th", { text: "A (shown first)" }), h("th", { text: "B" }), h("th", { class: "num", text: "P(A better)" }),
+        tied ? h("th", { class: "num", text: "P(tie)" }) : null,
         h("th", { text: "format" }), h("th", { class: "hide-narrow", text: "feedback" }))), body)));
   }
 
@@ -701,7 +717,8 @@
     main.replaceChildren(...page);
     if (r.matrix) {
       const card = h("section", { class: "card", style: "grid-column: 1 / -1" }, h("h2", { text: "Who beat whom" }),
-        h("p", { class: "explain", text: "Cell (row, column): the probability that the row's candidate, shown first as A, is better than the column's candidate shown as B. Rows and columns in rank order. Each pair appears twice, once per order: without positional bias a cell and its mirror across the diagonal add up to about 1; a matrix red on both sides of the diagonal means the first position wins. Hover for the numbers, click a cell to read both texts." }));
+        h("p", { class: "explain", text: "Cell (row, column): the probability that the row's candidate, shown first as A, is better than the column's candidate shown as B. Rows and columns in rank order. Each pair appears twice, once per order: without positional bias a cell and its mirror across the diagonal add up to about 1; a matrix red on both sides of the diagonal means the first position wins. Hover for the numbers, click a cell to read both texts." }),
+        r.p_tie ? h("p", { class: "explain", text: "The judge may call a tie: a cell is P(A)/(P(A)+P(B)), the tie left out; hover for P(tie)." }) : null);
       figures.append(card);
       const pairSlot = h("div");
       const scroll = h("div", { class: "scroll-x" });

@@ -203,6 +203,16 @@ impl Choices {
         labels.extend(self.tie.as_deref());
         labels
     }
+
+    /// The labels as a sentence names them, as they are written: "A or B", "Response 1,
+    /// Response 2 or Tie".
+    pub fn named(&self) -> String {
+        let labels = self.labels();
+        match labels.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => labels.concat(),
+        }
+    }
 }
 
 /// Which form of a protocol.
