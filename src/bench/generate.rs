@@ -28,6 +28,12 @@ pub struct GenerateBench {
     /// Seconds outside the generation route: the scores' trie reads (none when every
     /// score was read from its feedback's state), the readings, the rankings.
     pub seconds_score: f64,
+    /// Seconds of the whole run in the layers' matrix products and in the attention
+    /// kernel (the forward passes' own split, `arch::llama::time_split`; both 0 where
+    /// the passes ran through tensors): what is left is the output head, sampling and
+    /// the bookkeeping around the passes.
+    pub seconds_products: f64,
+    pub seconds_attention: f64,
     pub peak_rss_bytes: Option<u64>,
     pub feedbacks: SavedFeedbacks,
 }
@@ -131,6 +137,7 @@ pub fn bench_generate(
     scorer.set_settings(settings);
     scorer.reset_stats();
     super::pairwise::reset_peak_rss();
+    crate::arch::llama::time_split::start();
     let start = Instant::now();
     let resolved = ResolvedMethod::Rubric(method.clone());
     let run = if rows_at_once == 1 {
@@ -159,6 +166,7 @@ pub fn bench_generate(
         run_scoring(scorer, contexts, &resolved, &Progress::none(), None)?.candidates
     };
     let seconds = start.elapsed().as_secs_f64();
+    let recorded = crate::arch::llama::time_split::finish();
     let stats = scorer.generation_stats();
     let inside = stats.prefill_seconds + stats.decode_seconds + stats.step_seconds;
     let feedbacks = SavedFeedbacks {
@@ -175,6 +183,8 @@ pub fn bench_generate(
         seconds,
         stats: stats.into(),
         seconds_score: (seconds - inside).max(0.0),
+        seconds_products: recorded.products.as_secs_f64(),
+        seconds_attention: recorded.attention.as_secs_f64(),
         peak_rss_bytes: peak_rss_bytes(),
         feedbacks,
     })

@@ -253,6 +253,8 @@ fn generate(args: GenerateArgs) -> Result<()> {
             "seconds_decode": s.seconds_decode,
             "seconds_step": s.seconds_step,
             "seconds_score": result.seconds_score,
+            "seconds_products": result.seconds_products,
+            "seconds_attention": result.seconds_attention,
             "prompt_tokens": s.prompt_tokens,
             "prompt_tokens_computed": s.prompt_tokens_computed,
             "generated_tokens": s.generated_tokens,
@@ -300,6 +302,15 @@ fn generate(args: GenerateArgs) -> Result<()> {
          generation route",
         s.follow_ups, s.follow_up_tokens, result.seconds_score
     );
+    if result.seconds_products + result.seconds_attention > 0.0 {
+        println!(
+            "of the whole run: {:.2} s in the layers' matrix products, {:.2} s in attention, \
+             {:.2} s elsewhere (the output head, sampling, bookkeeping)",
+            result.seconds_products,
+            result.seconds_attention,
+            (result.seconds - result.seconds_products - result.seconds_attention).max(0.0)
+        );
+    }
     if let Some(bytes) = result.peak_rss_bytes {
         println!("peak memory: {:.0} MiB", bytes as f64 / (1 << 20) as f64);
     }

@@ -374,3 +374,53 @@ fn same_within(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
         _ => assert_eq!(a, b, "{at}"),
     }
 }
+
+/// `bench generate`'s figures describe the run they measured: a document's candidates
+/// share its article (fewer prompt tokens computed than asked), the batched run steps
+/// several rows at once and one candidate at a time at most one, both write the same
+/// feedbacks and scores, and the seconds split between the layers' products and the
+/// attention kernel lies within the run's seconds.
+#[test]
+fn bench_generate_reports_the_run_it_measured() -> Result<()> {
+    let context = document(3);
+    let mut scorer = common::smollm2_scorer(DecoderSettings::default());
+    let method = method(&scorer);
+    let together = nlg_judge::bench::generate::bench_generate(
+        &mut scorer,
+        std::slice::from_ref(&context),
+        &method,
+        64,
+    )?;
+    let alone = nlg_judge::bench::generate::bench_generate(
+        &mut scorer,
+        std::slice::from_ref(&context),
+        &method,
+        1,
+    )?;
+    for run in [&together, &alone] {
+        assert_eq!(run.candidates, 3);
+        assert_eq!(run.feedbacks.feedbacks.len(), 3);
+        assert!(run.seconds_products > 0.0 && run.seconds_attention > 0.0);
+        assert!(run.seconds_products + run.seconds_attention <= run.seconds);
+        assert!(run.stats.generated_tokens > 0 && run.stats.follow_ups == 3);
+    }
+    assert!(
+        together.stats.prompt_tokens_computed < together.stats.prompt_tokens,
+        "the article is computed once: {:?}",
+        together.stats
+    );
+    assert!(together.stats.rows_per_step > 1.0, "{:?}", together.stats);
+    // One at a time: a step carries one row, or none (a pass that only reads a finished
+    // row's score).
+    assert!(alone.stats.rows_per_step <= 1.0, "{:?}", alone.stats);
+    assert_eq!(together.feedbacks.feedbacks, alone.feedbacks.feedbacks);
+    for (a, b) in together
+        .feedbacks
+        .scores
+        .iter()
+        .zip(&alone.feedbacks.scores)
+    {
+        assert!((a - b).abs() <= FOLLOW_UP_TOLERANCE, "{a} vs {b}");
+    }
+    Ok(())
+}
