@@ -1,17 +1,22 @@
 //! Rubric grading against transformers where the base family's chat template matters
 //! (issue 59): tiny random-weight judges of the new families, each a checkpoint directory
-//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`), grade the
-//! example of `inputs.json`, and everything the run reads must equal what
-//! `make_parity_llama31.py` / `make_parity_qwen3.py` computed with transformers: the
-//! prompt's token ids (transformers' `apply_chat_template`), the greedy feedback (token for
-//! token as text), its format outcome, and the score distribution read after the last
-//! result marker, within 1e-4 (normalised; raw relative to its size).
+//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`, `tiny_phi35`),
+//! grade the example of `inputs.json`, and everything the run reads must equal what
+//! `make_parity_llama31.py` / `make_parity_qwen3.py` / `make_parity_phi35.py` computed
+//! with transformers: the prompt's token ids (transformers' `apply_chat_template`), the
+//! greedy feedback (token for token as text), its format outcome, and the score
+//! distribution read after the last result marker, within 1e-4 (normalised; raw relative
+//! to its size).
 //!
 //! - Llama 3.1 (`llama3.1`: the dated system header) in Selene Mini's protocol, with and
 //!   without a reference, and without feedback.
 //! - Qwen3 (ChatML, Qwen3-0.6B's template) in `plain-thinking` with thinking off: the
 //!   answer opens with the empty reasoning `<think>\n\n</think>\n\n` that
 //!   `enable_thinking=False` writes, then `Feedback:`; with feedback and without.
+//! - Phi-3.5 (`phi3`; Llama 2's tokenizer with byte fallback, role tokens that take the
+//!   newline after them) in GLIDER's protocol, each score read on its own line after
+//!   `<score>`; with feedback, which the model ends with `<|end|>` (not the checkpoint's
+//!   eos: the run stops at the chat template's end of turn), and without.
 
 use crate::rubric::example;
 use crate::rubric_parity::{
@@ -176,6 +181,33 @@ fn plain_thinking_on_qwen3_with_thinking_off_reads_what_transformers_reads() {
                 with_reference: true,
                 feedback,
                 thinking_off: true,
+            },
+        );
+    }
+}
+
+#[test]
+fn glider_on_phi_3_5_reads_what_transformers_reads() {
+    let reference = reference("parity_phi35.json");
+    let (family, mut scorer) = load_judge("tiny_phi35");
+    assert_eq!(
+        family, "phi3",
+        "the template recognised in tokenizer_config.json"
+    );
+    assert!(scorer.info().conventions.chat);
+    // The greedy feedback ends where the model writes `<|end|>`, which the checkpoint's
+    // tokenizer_config.json does not call its eos (`<|endoftext|>`).
+    assert_eq!(case(&reference, "absolute")["finish"], "eos");
+    for (name, feedback) in [("absolute", true), ("absolute_direct", false)] {
+        grade(
+            &mut scorer,
+            Grading {
+                reference: &reference,
+                name,
+                protocol: "glider",
+                with_reference: false,
+                feedback,
+                thinking_off: false,
             },
         );
     }
