@@ -1,12 +1,12 @@
 //! Rubric grading against transformers where the base family's chat template matters
 //! (issue 59): tiny random-weight judges of the new families, each a checkpoint directory
-//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`, `tiny_phi35`),
-//! grade the example of `inputs.json`, and everything the run reads must equal what
-//! `make_parity_llama31.py` / `make_parity_qwen3.py` / `make_parity_phi35.py` computed
-//! with transformers: the prompt's token ids (transformers' `apply_chat_template`), the
-//! greedy feedback (token for token as text), its format outcome, and the score
-//! distribution read after the last result marker, within 1e-4 (normalised; raw relative
-//! to its size).
+//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`, `tiny_phi35`,
+//! `tiny_qwen25`), grade the example of `inputs.json`, and everything the run reads must
+//! equal what `make_parity_llama31.py` / `make_parity_qwen3.py` / `make_parity_phi35.py` /
+//! `make_parity_qwen25.py` computed with transformers: the prompt's token ids
+//! (transformers' `apply_chat_template`), the greedy feedback (token for token as text),
+//! its format outcome, and the distribution read after the last result marker, within
+//! 1e-4 (scores: normalised, and raw relative to its size; relative grading: P(A)).
 //!
 //! - Llama 3.1 (`llama3.1`: the dated system header) in Selene Mini's protocol, with and
 //!   without a reference, and without feedback.
@@ -17,6 +17,10 @@
 //!   newline after them) in GLIDER's protocol, each score read on its own line after
 //!   `<score>`; with feedback, which the model ends with `<|end|>` (not the checkpoint's
 //!   eos: the run stops at the chat template's end of turn), and without.
+//! - Qwen2.5 (ChatML, Qwen2.5-Instruct's template with its default system message, which
+//!   Prometheus's own system messages replace) in Prometheus 2's protocol, as M-Prometheus
+//!   is prompted: absolute with and without a reference, without feedback, and relative
+//!   grading's P(A) with feedback.
 
 use crate::rubric::example;
 use crate::rubric_parity::{
@@ -24,11 +28,16 @@ use crate::rubric_parity::{
     numbers,
 };
 use nlg_judge::engine::{DecoderScorer, Scorer};
+use nlg_judge::judge::attribute::{Attribute, Task};
+use nlg_judge::judge::pairwise::run::{run_compare, CompareOptions};
+use nlg_judge::judge::pairwise::{Design, PairwiseTemplate};
 use nlg_judge::judge::rubric::protocol::Start;
+use nlg_judge::judge::rubric::relative::RelativeGrading;
 use nlg_judge::judge::rubric::run::RubricMethod;
 use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
 use nlg_judge::judge::{run_scoring, ResolvedMethod};
 use nlg_judge::progress::Progress;
+use nlg_judge::rank::RankMethod;
 use serde_json::Value;
 
 fn reference(file: &str) -> Value {
@@ -131,12 +140,69 @@ fn grade(scorer: &mut DecoderScorer, grading: Grading) {
     );
 }
 
+/// Relative grading of the example's response (shown first, as A) against its
+/// `response_b` in `protocol`, with the reference answer, as case `name` of `reference`
+/// expects it: the prompt's token ids, the greedy feedback and its format outcome, and
+/// P(A) read after the last marker, within 1e-4.
+fn compare(scorer: &mut DecoderScorer, reference: &Value, name: &str, protocol: &str) {
+    let expected = case(reference, name);
+    let max_tokens = reference["max_feedback_tokens"].as_u64().unwrap() as usize;
+    let (rubric, _) = example();
+    let task = Task::Summary;
+    let mut options = CompareOptions::new(
+        task,
+        Attribute::named("coherence").unwrap(),
+        PairwiseTemplate::builtin("c1", task).unwrap(),
+    );
+    options.design = Design::Full;
+    options.rank = RankMethod::WinRatio;
+    let relative = RelativeGrading::new(
+        &*scorer,
+        rubric,
+        Some(RubricProtocol::named(protocol).unwrap()),
+        Some(max_tokens),
+        true,
+    )
+    .unwrap();
+    let context = example_context(true);
+    let request = relative
+        .feedback_request(&*scorer, &context, (0, 1), Start::Feedback(""), max_tokens)
+        .unwrap();
+    assert_eq!(
+        scorer.encode_prompt(&request.prompt).unwrap().input,
+        ids(&expected["prompt_ids"]),
+        "{name}: prompt tokens"
+    );
+    options.relative = Some(Box::new(relative));
+    let result = run_compare(scorer, &[context], &options, None).unwrap();
+    let context = &result.contexts[0];
+    let forward = context
+        .comparisons
+        .iter()
+        .find(|c| context.candidate_ids[c.first] == "a" && context.candidate_ids[c.second] == "b")
+        .expect("the response shown first against response B");
+    let reading = &result.feedbacks[&("example".to_string(), "a".to_string(), "b".to_string())];
+    assert_eq!(
+        reading.feedback,
+        expected["feedback"].as_str().unwrap(),
+        "{name}: the greedy feedback"
+    );
+    let format: FormatOutcome = serde_json::from_value(expected["format"].clone()).unwrap();
+    assert_eq!(reading.format, format, "{name}: format");
+    assert_close(
+        &[forward.p_a],
+        &numbers(&expected["normalised"])[..1],
+        &format!("{name}: P(A)"),
+    );
+}
+
 #[test]
 fn selene_on_llama_3_1_reads_what_transformers_reads() {
     let reference = reference("parity_llama31.json");
-    let (family, mut scorer) = load_judge("tiny_llama31");
+    let (template, mut scorer) = load_judge("tiny_llama31");
     assert_eq!(
-        family, "llama3.1",
+        template.family(),
+        "llama3.1",
         "the template recognised in tokenizer_config.json"
     );
     assert!(scorer.info().conventions.chat);
@@ -162,9 +228,10 @@ fn selene_on_llama_3_1_reads_what_transformers_reads() {
 #[test]
 fn plain_thinking_on_qwen3_with_thinking_off_reads_what_transformers_reads() {
     let reference = reference("parity_qwen3.json");
-    let (family, mut scorer) = load_judge("tiny_qwen3");
+    let (template, mut scorer) = load_judge("tiny_qwen3");
     assert_eq!(
-        family, "chatml",
+        template.family(),
+        "chatml",
         "the template recognised in tokenizer_config.json"
     );
     assert!(scorer.info().conventions.chat);
@@ -189,9 +256,10 @@ fn plain_thinking_on_qwen3_with_thinking_off_reads_what_transformers_reads() {
 #[test]
 fn glider_on_phi_3_5_reads_what_transformers_reads() {
     let reference = reference("parity_phi35.json");
-    let (family, mut scorer) = load_judge("tiny_phi35");
+    let (template, mut scorer) = load_judge("tiny_phi35");
     assert_eq!(
-        family, "phi3",
+        template.family(),
+        "phi3",
         "the template recognised in tokenizer_config.json"
     );
     assert!(scorer.info().conventions.chat);
@@ -211,4 +279,40 @@ fn glider_on_phi_3_5_reads_what_transformers_reads() {
             },
         );
     }
+}
+
+#[test]
+fn prometheus_on_qwen_2_5_reads_what_transformers_reads() {
+    let reference = reference("parity_qwen25.json");
+    let (template, mut scorer) = load_judge("tiny_qwen25");
+    assert_eq!(
+        template.family(),
+        "chatml",
+        "the template recognised in tokenizer_config.json"
+    );
+    // Qwen2.5's default system message, read from the template's tool-free branch
+    // (Prometheus gives its own, so it is not written in these prompts).
+    assert_eq!(
+        template.default_system(),
+        reference["default_system"].as_str()
+    );
+    assert!(scorer.info().conventions.chat);
+    for (name, with_reference, feedback) in [
+        ("absolute", true, true),
+        ("absolute_no_reference", false, true),
+        ("absolute_direct", true, false),
+    ] {
+        grade(
+            &mut scorer,
+            Grading {
+                reference: &reference,
+                name,
+                protocol: "prometheus",
+                with_reference,
+                feedback,
+                thinking_off: false,
+            },
+        );
+    }
+    compare(&mut scorer, &reference, "relative", "prometheus");
 }
