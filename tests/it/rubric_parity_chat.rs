@@ -1,15 +1,18 @@
 //! Rubric grading against transformers where the base family's chat template matters
 //! (issue 59): tiny random-weight judges of the new families, each a checkpoint directory
-//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_qwen3`, `tiny_phi35`,
-//! `tiny_qwen25`), grade the example of `inputs.json`, and everything the run reads must
-//! equal what `make_parity_llama31.py` / `make_parity_qwen3.py` / `make_parity_phi35.py` /
-//! `make_parity_qwen25.py` computed with transformers: the prompt's token ids
-//! (transformers' `apply_chat_template`), the greedy feedback (token for token as text),
-//! its format outcome, and the distribution read after the last result marker, within
-//! 1e-4 (scores: normalised, and raw relative to its size; relative grading: P(A)).
+//! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_llama31_pairwise`,
+//! `tiny_qwen3`, `tiny_phi35`, `tiny_qwen25`), grade the example of `inputs.json`, and
+//! everything the run reads must equal what `make_parity_llama31.py` /
+//! `make_parity_qwen3.py` / `make_parity_phi35.py` / `make_parity_qwen25.py` computed with
+//! transformers: the prompt's token ids (transformers' `apply_chat_template`), the greedy
+//! feedback (token for token as text), its format outcome, and the distribution read after
+//! the last result marker, within 1e-4 (scores: normalised, and raw relative to its size;
+//! relative grading: P(A)).
 //!
 //! - Llama 3.1 (`llama3.1`: the dated system header) in Selene Mini's protocol, with and
-//!   without a reference, and without feedback.
+//!   without a reference, and without feedback; its relative grading's P(A) with feedback
+//!   and without (`tiny_llama31_pairwise`, the same model on a tokenizer trained on the
+//!   pairwise prompt).
 //! - Qwen3 (ChatML, Qwen3-0.6B's template) in `plain-thinking` with thinking off: the
 //!   answer opens with the empty reasoning `<think>\n\n</think>\n\n` that
 //!   `enable_thinking=False` writes, then `Feedback:`; with feedback and without.
@@ -141,10 +144,17 @@ fn grade(scorer: &mut DecoderScorer, grading: Grading) {
 }
 
 /// Relative grading of the example's response (shown first, as A) against its
-/// `response_b` in `protocol`, with the reference answer, as case `name` of `reference`
-/// expects it: the prompt's token ids, the greedy feedback and its format outcome, and
-/// P(A) read after the last marker, within 1e-4.
-fn compare(scorer: &mut DecoderScorer, reference: &Value, name: &str, protocol: &str) {
+/// `response_b` in `protocol`, as case `name` of `reference` expects it: the prompt's token
+/// ids, the greedy feedback and its format outcome, and P(A) read after the last marker
+/// (right after the prompt and the marker without feedback), within 1e-4.
+fn compare(
+    scorer: &mut DecoderScorer,
+    reference: &Value,
+    name: &str,
+    protocol: &str,
+    with_reference: bool,
+    feedback: bool,
+) {
     let expected = case(reference, name);
     let max_tokens = reference["max_feedback_tokens"].as_u64().unwrap() as usize;
     let (rubric, _) = example();
@@ -160,19 +170,21 @@ fn compare(scorer: &mut DecoderScorer, reference: &Value, name: &str, protocol: 
         &*scorer,
         rubric,
         Some(RubricProtocol::named(protocol).unwrap()),
-        Some(max_tokens),
-        true,
+        feedback.then_some(max_tokens),
+        with_reference,
     )
     .unwrap();
     let context = example_context(true);
-    let request = relative
-        .feedback_request(&*scorer, &context, (0, 1), Start::Feedback(""), max_tokens)
-        .unwrap();
-    assert_eq!(
-        scorer.encode_prompt(&request.prompt).unwrap().input,
-        ids(&expected["prompt_ids"]),
-        "{name}: prompt tokens"
-    );
+    if feedback {
+        let request = relative
+            .feedback_request(&*scorer, &context, (0, 1), Start::Feedback(""), max_tokens)
+            .unwrap();
+        assert_eq!(
+            scorer.encode_prompt(&request.prompt).unwrap().input,
+            ids(&expected["prompt_ids"]),
+            "{name}: prompt tokens"
+        );
+    }
     options.relative = Some(Box::new(relative));
     let result = run_compare(scorer, &[context], &options, None).unwrap();
     let context = &result.contexts[0];
@@ -181,14 +193,19 @@ fn compare(scorer: &mut DecoderScorer, reference: &Value, name: &str, protocol: 
         .iter()
         .find(|c| context.candidate_ids[c.first] == "a" && context.candidate_ids[c.second] == "b")
         .expect("the response shown first against response B");
-    let reading = &result.feedbacks[&("example".to_string(), "a".to_string(), "b".to_string())];
-    assert_eq!(
-        reading.feedback,
-        expected["feedback"].as_str().unwrap(),
-        "{name}: the greedy feedback"
-    );
-    let format: FormatOutcome = serde_json::from_value(expected["format"].clone()).unwrap();
-    assert_eq!(reading.format, format, "{name}: format");
+    let key = ("example".to_string(), "a".to_string(), "b".to_string());
+    if feedback {
+        let reading = &result.feedbacks[&key];
+        assert_eq!(
+            reading.feedback,
+            expected["feedback"].as_str().unwrap(),
+            "{name}: the greedy feedback"
+        );
+        let format: FormatOutcome = serde_json::from_value(expected["format"].clone()).unwrap();
+        assert_eq!(reading.format, format, "{name}: format");
+    } else {
+        assert!(!result.feedbacks.contains_key(&key), "{name}");
+    }
     assert_close(
         &[forward.p_a],
         &numbers(&expected["normalised"])[..1],
@@ -223,6 +240,23 @@ fn selene_on_llama_3_1_reads_what_transformers_reads() {
             },
         );
     }
+}
+
+#[test]
+fn selene_relative_grading_on_llama_3_1_reads_p_a_as_transformers_does() {
+    let reference = reference("parity_llama31_pairwise.json");
+    let (template, mut scorer) = load_judge("tiny_llama31_pairwise");
+    assert_eq!(template.family(), "llama3.1");
+    // Selene's pairwise prompt has no place for a reference answer.
+    compare(&mut scorer, &reference, "relative", "selene", false, true);
+    compare(
+        &mut scorer,
+        &reference,
+        "relative_direct",
+        "selene",
+        false,
+        false,
+    );
 }
 
 #[test]
@@ -314,5 +348,12 @@ fn prometheus_on_qwen_2_5_reads_what_transformers_reads() {
             },
         );
     }
-    compare(&mut scorer, &reference, "relative", "prometheus");
+    compare(
+        &mut scorer,
+        &reference,
+        "relative",
+        "prometheus",
+        true,
+        true,
+    );
 }
