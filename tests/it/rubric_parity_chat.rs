@@ -1,10 +1,10 @@
 //! Rubric grading against transformers where the base family's chat template matters
 //! (issue 59): tiny random-weight judges of the new families, each a checkpoint directory
 //! loaded as a user's (`tests/fixtures/rubric/tiny_llama31`, `tiny_llama31_pairwise`,
-//! `tiny_qwen3`, `tiny_phi35`, `tiny_qwen25`), grade the example of `inputs.json`, and
-//! everything the run reads must equal what `make_parity_llama31.py` /
-//! `make_parity_qwen3.py` / `make_parity_phi35.py` / `make_parity_qwen25.py` computed with
-//! transformers: the prompt's token ids (transformers' `apply_chat_template`), the greedy
+//! `tiny_qwen3`, `tiny_qwen3_thinking`, `tiny_phi35`, `tiny_qwen25`), grade the example
+//! of `inputs.json`, and everything the run reads must equal what
+//! `make_parity_llama31.py` / `make_parity_qwen3.py` / `make_parity_phi35.py` /
+//! `make_parity_qwen25.py` computed with transformers: the prompt's token ids (transformers' `apply_chat_template`), the greedy
 //! feedback (token for token as text), its format outcome, and the distribution read after
 //! the last result marker, within 1e-4 (scores: normalised, and raw relative to its size;
 //! relative grading: P(A)).
@@ -15,7 +15,10 @@
 //!   pairwise prompt).
 //! - Qwen3 (ChatML, Qwen3-0.6B's template) in `plain-thinking` with thinking off: the
 //!   answer opens with the empty reasoning `<think>\n\n</think>\n\n` that
-//!   `enable_thinking=False` writes, then `Feedback:`; with feedback and without.
+//!   `enable_thinking=False` writes, then `Feedback:`; with feedback and without. With
+//!   thinking on (`tiny_qwen3_thinking`, the same model with another seed): the reasoning
+//!   round after apply_chat_template's prompt, cut at its budget and closed by us
+//!   (`\n</think>\n\n`), then the feedback round after it and `Feedback:`.
 //! - Phi-3.5 (`phi3`; Llama 2's tokenizer with byte fallback, role tokens that take the
 //!   newline after them) in GLIDER's protocol, each score read on its own line after
 //!   `<score>`; with feedback, which the model ends with `<|end|>` (not the checkpoint's
@@ -38,7 +41,7 @@ use nlg_judge::judge::rubric::protocol::Start;
 use nlg_judge::judge::rubric::relative::RelativeGrading;
 use nlg_judge::judge::rubric::run::RubricMethod;
 use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
-use nlg_judge::judge::{run_scoring, ResolvedMethod};
+use nlg_judge::judge::{run_scoring, ResolvedMethod, ScoreDistribution};
 use nlg_judge::progress::Progress;
 use nlg_judge::rank::RankMethod;
 use serde_json::Value;
@@ -129,7 +132,12 @@ fn grade(scorer: &mut DecoderScorer, grading: Grading) {
     } else {
         assert!(entry.feedback.is_none(), "{name}");
     }
-    let distribution = entry.distribution.as_ref().expect("a distribution");
+    scores_match(entry.distribution.as_ref(), expected, name);
+}
+
+/// The distribution over 1-5 read after the marker, against transformers'.
+fn scores_match(distribution: Option<&ScoreDistribution>, expected: &Value, name: &str) {
+    let distribution = distribution.expect("a distribution");
     assert_eq!(distribution.scores, [1, 2, 3, 4, 5]);
     assert_close(
         &distribution.normalised,
@@ -285,6 +293,69 @@ fn plain_thinking_on_qwen3_with_thinking_off_reads_what_transformers_reads() {
             },
         );
     }
+}
+
+#[test]
+fn plain_thinking_on_qwen3_with_thinking_on_reads_what_transformers_reads() {
+    let reference = reference("parity_qwen3_thinking.json");
+    let name = "absolute_thinking";
+    let expected = case(&reference, name);
+    let (template, mut scorer) = load_judge("tiny_qwen3_thinking");
+    assert_eq!(template.family(), "chatml");
+    let max_tokens = reference["max_feedback_tokens"].as_u64().unwrap() as usize;
+    let budget = reference["reasoning_tokens"].as_u64().unwrap() as usize;
+    let (rubric, _) = example();
+    let method = RubricMethod::new(
+        &scorer,
+        rubric,
+        Some(RubricProtocol::named("plain-thinking").unwrap()),
+        Some(max_tokens),
+        true,
+    )
+    .unwrap()
+    .with_thinking(Some(budget), false)
+    .unwrap();
+    let context = example_context(false);
+    // The reasoning round's prompt is apply_chat_template's with thinking on; the
+    // feedback round's follows the reasoning as we close it, and the opening.
+    let thought = expected["thought"].as_str().unwrap();
+    for (start, field) in [
+        (Start::Reasoning, "template_ids"),
+        (Start::Feedback(thought), "prompt_ids"),
+    ] {
+        let request = method
+            .feedback_request(&scorer, &context, &context.candidates[0], start, max_tokens)
+            .unwrap();
+        assert_eq!(
+            scorer.encode_prompt(&request.prompt).unwrap().input,
+            ids(&expected[field]),
+            "{name}: {field}"
+        );
+    }
+    let run = run_scoring(
+        &mut scorer,
+        std::slice::from_ref(&context),
+        &ResolvedMethod::Rubric(method),
+        &Progress::none(),
+        None,
+    )
+    .unwrap();
+    let entry = &run.candidates[0];
+    // The greedy reasoning (cut at its budget, closed by us), then the greedy feedback.
+    assert_eq!(
+        entry.reasoning.as_deref(),
+        expected["reasoning"].as_str(),
+        "{name}: the reasoning"
+    );
+    assert!(entry.reasoning_cut, "{name}: closed by us");
+    assert_eq!(
+        entry.feedback.as_deref(),
+        expected["feedback"].as_str(),
+        "{name}: the greedy feedback"
+    );
+    let format: FormatOutcome = serde_json::from_value(expected["format"].clone()).unwrap();
+    assert_eq!(entry.format, Some(format), "{name}: format");
+    scores_match(entry.distribution.as_ref(), expected, name);
 }
 
 #[test]
