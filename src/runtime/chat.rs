@@ -214,6 +214,22 @@ impl ChatTemplate {
         found
     }
 
+    /// The token that closes an assistant turn in this template (`None` without one).
+    /// A checkpoint's `tokenizer_config.json` may name another end-of-text token:
+    /// Phi-3.5's names `<|endoftext|>` and Gemma's `<eos>` while their models end a turn
+    /// with `<|end|>` and `<end_of_turn>`, which transformers stops at through
+    /// `generation_config.json`'s eos ids.
+    pub fn turn_end(&self) -> Option<&'static str> {
+        match self {
+            ChatTemplate::None => None,
+            ChatTemplate::ChatMl { .. } => Some("<|im_end|>"),
+            ChatTemplate::Llama2 { .. } | ChatTemplate::Mistral { .. } => Some("</s>"),
+            ChatTemplate::Llama3 { .. } => Some("<|eot_id|>"),
+            ChatTemplate::Gemma { .. } => Some("<end_of_turn>"),
+            ChatTemplate::Phi3 { .. } | ChatTemplate::Phi4 { .. } => Some("<|end|>"),
+        }
+    }
+
     /// Whether this is a real chat template.
     pub fn is_chat(&self) -> bool {
         !matches!(self, ChatTemplate::None)
@@ -582,6 +598,66 @@ mod tests {
         );
         assert!(phi.is_chat());
         assert_eq!(phi.family(), "phi3");
+    }
+
+    #[test]
+    fn each_family_closes_an_answer_with_its_turn_end() {
+        // The token each family's template writes after an assistant message
+        // (tests/fixtures/chat_templates: `multi_turn`'s answer "4" and what follows it).
+        let cases = [
+            (
+                ChatTemplate::ChatMl {
+                    default_system: None,
+                },
+                "4<|im_end|>",
+            ),
+            (
+                ChatTemplate::Llama2 {
+                    default_system: None,
+                },
+                " 4 </s>",
+            ),
+            (
+                ChatTemplate::Llama3 {
+                    default_system: None,
+                    dated: true,
+                },
+                "4<|eot_id|>",
+            ),
+            (
+                ChatTemplate::Mistral {
+                    default_system: None,
+                },
+                " 4</s>",
+            ),
+            (
+                ChatTemplate::Gemma {
+                    default_system: None,
+                },
+                "4<end_of_turn>",
+            ),
+            (
+                ChatTemplate::Phi3 {
+                    default_system: None,
+                },
+                "4<|end|>",
+            ),
+            (
+                ChatTemplate::Phi4 {
+                    default_system: None,
+                },
+                "4<|end|>",
+            ),
+        ];
+        for (template, answer) in cases {
+            let end = template.turn_end().unwrap();
+            assert!(answer.ends_with(end), "{}", template.family());
+            let text = template
+                .render_conversation(&[("user", "Q"), ("assistant", "4"), ("user", "R")])
+                .unwrap();
+            assert!(text.contains(answer), "{}: {text:?}", template.family());
+        }
+        assert_eq!(ChatTemplate::None.turn_end(), None);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use nlg_judge::judge::rubric::{FormatOutcome, RubricProtocol};
 use nlg_judge::judge::{run_scoring, ResolvedMethod};
 use nlg_judge::progress::Progress;
 use nlg_judge::rank::RankMethod;
-use nlg_judge::runtime::resolve_model;
+use nlg_judge::runtime::{resolve_model, ChatTemplate};
 use serde_json::Value;
 
 /// Agreement asked of every probability (f32 model arithmetic against transformers' f32).
@@ -71,9 +71,9 @@ fn judge() -> DecoderScorer {
     load_judge("tiny_mistral").1
 }
 
-/// The fixture checkpoint directory `name` loaded as a user's: the chat template family
+/// The fixture checkpoint directory `name` loaded as a user's: the chat template
 /// nlg-judge recognised in it, and the judge.
-pub(crate) fn load_judge(name: &str) -> (&'static str, DecoderScorer) {
+pub(crate) fn load_judge(name: &str) -> (ChatTemplate, DecoderScorer) {
     let cache = tempfile::tempdir().unwrap();
     let options = LoadOptions {
         resolve: common::resolve_options_in(cache.path()),
@@ -86,8 +86,8 @@ pub(crate) fn load_judge(name: &str) -> (&'static str, DecoderScorer) {
     };
     let dir = fixture_dir().join(name);
     let resolved = resolve_model(dir.to_str().unwrap(), &options.resolve).unwrap();
-    let family = resolved.chat_template.family();
-    (family, load_decoder(&resolved, &options).unwrap())
+    let template = resolved.chat_template.clone();
+    (template, load_decoder(&resolved, &options).unwrap())
 }
 
 fn candidate(id: &str, text: &str, reference: &str) -> Candidate {

@@ -87,8 +87,14 @@ impl DecoderScorer {
                 tokenizer.vocab_size()
             );
         }
+        // The end-of-text token, the chat template's end of a turn (which a checkpoint's
+        // tokenizer may not call its eos: Phi-3.5's `<|end|>`), and the usual ends.
         let mut stop_ids: Vec<u32> = tokenizer.special().eos.into_iter().collect();
-        for tag in ["<|im_end|>", "<|endoftext|>", "</s>"] {
+        for tag in chat
+            .turn_end()
+            .into_iter()
+            .chain(["<|im_end|>", "<|endoftext|>", "</s>"])
+        {
             if let Some(id) = tokenizer.token_id(tag) {
                 stop_ids.push(id);
             }
