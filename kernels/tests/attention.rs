@@ -434,3 +434,131 @@ fn split_rotate_places_and_rotates_every_head() {
         }
     }
 }
+
+/// Decoding rows: many groups of one row of a few tokens, each after a first prefix
+/// segment they all share (one copy in memory, as the trie's article is) and segments of
+/// their own. The kernel bundles such groups, reading the shared segment's tiles once for
+/// all their queries; every output must equal the plain formulation, and bit for bit the
+/// output of the same group attended alone, in a call of its own (where nothing bundles).
+#[test]
+fn groups_sharing_their_first_segment_give_the_bits_each_gives_alone() {
+    let mut rng = Random(58);
+    for (heads, kv_heads, head_dim, groups, shared_len) in
+        [(9, 3, 64, 16, 522), (8, 2, 128, 11, 70), (4, 4, 32, 40, 33)]
+    {
+        let dims = AttentionDims {
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        let hd = head_dim;
+        let n = kv_heads * shared_len * hd;
+        let shared = (rng.fill(n, 2.0), rng.fill(n, 1.0), shared_len);
+        let max_tokens = (32 / dims.group_size()).clamp(1, 3);
+        let mut data = Vec::new();
+        let mut tokens = 0;
+        for _ in 0..groups {
+            let own_len = rng.below(90);
+            let m = kv_heads * own_len * hd;
+            let length = 1 + rng.below(max_tokens);
+            let stride = length + rng.below(2);
+            tokens += length;
+            data.push(GroupData {
+                segments: vec![
+                    shared.clone(),
+                    (rng.fill(m, 2.0), rng.fill(m, 1.0), own_len),
+                ],
+                lengths: vec![length],
+                stride,
+                keys: rng.fill(kv_heads * stride * hd, 2.0),
+                values: rng.fill(kv_heads * stride * hd, 1.0),
+            });
+        }
+        let case = Case {
+            dims,
+            scale: 1.0 / (hd as f32).sqrt(),
+            queries: rng.fill(tokens * heads * hd, 2.0),
+            groups: data,
+            tokens,
+        };
+        let want = reference(&case);
+        let width = heads * hd;
+        for path in paths() {
+            // Every group's first segment is the one shared copy.
+            let segments: Vec<Vec<Segment>> = case
+                .groups
+                .iter()
+                .map(|g| {
+                    let own = &g.segments[1];
+                    vec![
+                        Segment {
+                            keys: &shared.0,
+                            values: &shared.1,
+                            len: shared.2,
+                        },
+                        Segment {
+                            keys: &own.0,
+                            values: &own.1,
+                            len: own.2,
+                        },
+                    ]
+                })
+                .collect();
+            let mut first_token = 0;
+            let row_groups: Vec<RowGroup> = case
+                .groups
+                .iter()
+                .zip(&segments)
+                .map(|(g, s)| {
+                    let group = RowGroup {
+                        prefix: s,
+                        lengths: &g.lengths,
+                        first_token,
+                        keys: &g.keys,
+                        values: &g.values,
+                        stride: g.stride,
+                    };
+                    first_token += g.lengths[0];
+                    group
+                })
+                .collect();
+            let mut together = vec![f32::NAN; tokens * width];
+            segment_attention_on(
+                path,
+                dims,
+                case.scale,
+                &row_groups,
+                &case.queries,
+                &mut together,
+            )
+            .unwrap();
+            let diff = max_abs_diff(&together, &want);
+            assert!(diff <= TOLERANCE, "{dims:?}, {path:?}: max |diff| {diff}");
+            for group in &row_groups {
+                let span =
+                    group.first_token * width..(group.first_token + group.lengths[0]) * width;
+                let alone_group = RowGroup {
+                    first_token: 0,
+                    ..*group
+                };
+                let mut alone = vec![f32::NAN; span.len()];
+                segment_attention_on(
+                    path,
+                    dims,
+                    case.scale,
+                    &[alone_group],
+                    &case.queries[span.clone()],
+                    &mut alone,
+                )
+                .unwrap();
+                assert!(
+                    alone
+                        .iter()
+                        .zip(&together[span])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{dims:?}, {path:?}: a group bundled with others differs from itself alone"
+                );
+            }
+        }
+    }
+}

@@ -262,6 +262,7 @@ fn run_job(
 ) {
     let offsets = transpose_prefixes(path, dims, groups, prefix_buffer);
     let own_offsets = transpose_own_keys(path, dims, groups, own_buffer);
+    let (plan, bundles) = work_plan(dims, groups, masking.window);
     let (transposed, own_transposed) = (&prefix_buffer[..], &own_buffer[..]);
     let job = Job {
         dims,
@@ -279,6 +280,8 @@ fn run_job(
         own_transposed,
         own_offsets: &own_offsets,
         path,
+        plan: &plan,
+        bundles: &bundles,
     };
     // Head width in lane arrays => value-block queries on wide and on narrow registers.
     macro_rules! run {
@@ -523,6 +526,101 @@ struct Job<'a> {
     own_offsets: &'a [Option<usize>],
     /// The instruction path (for transpositions done inside a chunk).
     path: SimdPath,
+    /// The work items of one key/value head ([`work_plan`]), and the groups of the
+    /// bundles in it.
+    plan: &'a [Work],
+    bundles: &'a [usize],
+}
+
+/// Where each query of a work item comes from: its group's row, its position in that
+/// row, and its (token, head) slot in the output.
+struct ChunkQueries {
+    rows: [usize; QUERY_CHUNK],
+    positions: [usize; QUERY_CHUNK],
+    slots: [usize; QUERY_CHUNK],
+}
+
+impl Default for ChunkQueries {
+    fn default() -> Self {
+        Self {
+            rows: [0; QUERY_CHUNK],
+            positions: [0; QUERY_CHUNK],
+            slots: [0; QUERY_CHUNK],
+        }
+    }
+}
+
+/// One work item for a key/value head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Work {
+    /// A chunk of [`QUERY_CHUNK`] queries of one group.
+    Chunk { group: usize, chunk: usize },
+    /// Groups of one chunk each whose first prefix segment is the same (`bundles[members]`,
+    /// their queries together at most one chunk): decoding rows after a shared article.
+    /// That segment's tiles are read once for all their queries, then each group's
+    /// other segments and own keys for its own queries. A query's arithmetic is the same
+    /// as in a chunk of its own (each query's softmax and sums see the same tiles in the
+    /// same order, whatever else the chunk holds), so bundling changes no bit.
+    Bundle { members: std::ops::Range<usize> },
+}
+
+/// The work items of one key/value head, in group order: each chunk of each group, but
+/// one-chunk groups that start with the same prefix segment bundled (no sliding window:
+/// the window's reach differs between groups), and the groups of every bundle, in order.
+fn work_plan(
+    dims: AttentionDims,
+    groups: &[RowGroup],
+    window: Option<usize>,
+) -> (Vec<Work>, Vec<usize>) {
+    let queries_of = |g: &RowGroup| g.lengths.iter().sum::<usize>() * dims.group_size();
+    let bundleable = |g: &RowGroup| {
+        window.is_none()
+            && queries_of(g) <= QUERY_CHUNK
+            && g.prefix.first().is_some_and(|s| s.len > 0)
+    };
+    // Open bundles by their first segment: (members, queries).
+    let mut open: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut lists: Vec<(Vec<usize>, usize)> = Vec::new();
+    let mut bundle_of = vec![None; groups.len()];
+    for (index, group) in groups.iter().enumerate() {
+        if !bundleable(group) {
+            continue;
+        }
+        let first = &group.prefix[0];
+        let key = (first.keys.as_ptr() as usize, first.len);
+        let n = queries_of(group);
+        let list = match open.get(&key) {
+            Some(&list) if lists[list].1 + n <= QUERY_CHUNK => list,
+            _ => {
+                lists.push((Vec::new(), 0));
+                open.insert(key, lists.len() - 1);
+                lists.len() - 1
+            }
+        };
+        lists[list].0.push(index);
+        lists[list].1 += n;
+        bundle_of[index] = Some(list);
+    }
+    let mut plan = Vec::new();
+    let mut members = Vec::new();
+    for (index, group) in groups.iter().enumerate() {
+        match bundle_of[index].map(|list| &lists[list].0) {
+            Some(list) if list.len() > 1 => {
+                if list[0] == index {
+                    let start = members.len();
+                    members.extend_from_slice(list);
+                    plan.push(Work::Bundle {
+                        members: start..members.len(),
+                    });
+                }
+            }
+            _ => plan.extend((0..query_chunks(dims, group)).map(|chunk| Work::Chunk {
+                group: index,
+                chunk,
+            })),
+        }
+    }
+    (plan, members)
 }
 
 /// Work items of [`QUERY_CHUNK`] query vectors for one key/value head of `group` (its
@@ -533,16 +631,8 @@ pub(super) fn query_chunks(dims: AttentionDims, group: &RowGroup) -> usize {
 }
 
 impl Job<'_> {
-    /// Chunks of one key/value head of group `g`.
-    fn chunks(&self, group: &RowGroup) -> usize {
-        query_chunks(self.dims, group)
-    }
-
     fn items(&self) -> usize {
-        self.groups
-            .iter()
-            .map(|g| self.chunks(g) * self.dims.kv_heads)
-            .sum()
+        self.plan.len() * self.dims.kv_heads
     }
 
     /// `PV` queries per value block where the registers hold 512 floats (AVX-512; whole
@@ -583,62 +673,97 @@ impl Job<'_> {
         self.item::<Fused, NV, PV, SB, true>(item)
     }
 
-    /// One work item: a chunk of queries of one key/value head of one group.
+    /// One work item: a chunk of queries of one group, or a bundle of one-chunk groups
+    /// ([`Work`]), for one key/value head.
     #[inline(always)]
     fn item<M: MulAdd, const NV: usize, const PV: usize, const SB: usize, const SLICED: bool>(
         &self,
-        mut item: usize,
+        item: usize,
     ) {
-        // Key/value head first, then group and chunk: the items of one head run one
+        // Key/value head first, then the plan's order: the items of one head run one
         // after the other, so a prefix that many groups share (a document's article,
         // under every decoding row) is read for one head while it is still in cache,
         // rather than for all heads and again for the next group.
-        let per_head: usize = self.groups.iter().map(|g| self.chunks(g)).sum();
-        let kv_head = item / per_head;
-        item %= per_head;
-        let mut group_index = 0;
-        loop {
-            let n = self.chunks(&self.groups[group_index]);
-            if item < n {
-                break;
+        let (kv_head, work) = (item / self.plan.len(), &self.plan[item % self.plan.len()]);
+        let mut st = ChunkState::<NV>::new();
+        st.softcap = self.softcap;
+        let mut queries = ChunkQueries::default();
+        match *work {
+            Work::Chunk { group, chunk } => {
+                let n = self.fill::<NV>(&mut st, &mut queries, 0, group, kv_head, chunk);
+                self.group_keys::<M, NV, PV, SB, SLICED>(
+                    &mut st,
+                    &queries,
+                    0..n,
+                    group,
+                    0,
+                    kv_head,
+                );
+                self.write(&st, &queries, n);
             }
-            item -= n;
-            group_index += 1;
+            Work::Bundle { ref members } => {
+                let mut spans = [(0usize, 0usize, 0usize); QUERY_CHUNK];
+                let mut n = 0;
+                for (span, &group) in spans.iter_mut().zip(&self.bundles[members.clone()]) {
+                    let start = n;
+                    n += self.fill::<NV>(&mut st, &mut queries, n, group, kv_head, 0);
+                    *span = (group, start, n);
+                }
+                // The first segment, shared by every member: all the bundle's queries
+                // at once (no sliding window in a bundle: every query sees every key).
+                let first = &self.groups[self.bundles[members.start]].prefix[0];
+                self.segment_tiles::<M, NV, PV, SB, SLICED>(
+                    &mut st,
+                    &queries,
+                    0..n,
+                    first,
+                    0,
+                    0,
+                    kv_head,
+                );
+                for &(group, start, end) in &spans[..members.len()] {
+                    self.group_keys::<M, NV, PV, SB, SLICED>(
+                        &mut st,
+                        &queries,
+                        start..end,
+                        group,
+                        1,
+                        kv_head,
+                    );
+                }
+                self.write(&st, &queries, n);
+            }
         }
-        let group = &self.groups[group_index];
-        let chunk = item;
-        let own_keys_t = self.own_offsets[group_index].map(|at| &self.own_transposed[at..]);
-        self.chunk::<M, NV, PV, SB, SLICED>(group, own_keys_t, kv_head, chunk);
     }
 
+    /// Queries of `chunk` of group `group_index` for `kv_head`, scaled, into the chunk
+    /// state from position `at`, with where each comes from; returns how many.
     #[inline(always)]
-    fn chunk<M: MulAdd, const NV: usize, const PV: usize, const SB: usize, const SLICED: bool>(
+    fn fill<const NV: usize>(
         &self,
-        group: &RowGroup,
-        own_keys_t: Option<&[f32]>,
+        st: &mut ChunkState<NV>,
+        queries: &mut ChunkQueries,
+        at: usize,
+        group_index: usize,
         kv_head: usize,
         chunk: usize,
-    ) {
-        let dims = self.dims;
-        let (hd, g) = (dims.head_dim, dims.group_size());
-        let width = dims.heads * hd;
+    ) -> usize {
+        let group = &self.groups[group_index];
+        let (hd, g) = (self.dims.head_dim, self.dims.group_size());
+        let width = self.dims.heads * hd;
         let tokens: usize = group.lengths.iter().sum();
         let first_query = chunk * QUERY_CHUNK;
         let n = QUERY_CHUNK.min(tokens * g - first_query);
-
-        // Where each query of the chunk comes from: row, position, packed token, head.
-        let mut rows = [0usize; QUERY_CHUNK];
-        let mut positions = [0usize; QUERY_CHUNK];
-        let mut slots = [0usize; QUERY_CHUNK];
+        assert!(
+            at + n <= QUERY_CHUNK,
+            "a bundle holds at most one chunk of queries"
+        );
         let first_token = first_query / g;
         let (mut row, mut row_start) = (0, 0);
         while row_start + group.lengths[row] <= first_token {
             row_start += group.lengths[row];
             row += 1;
         }
-        let mut st = ChunkState::<NV>::new();
-        st.softcap = self.softcap;
-        let prefix_len: usize = group.prefix.iter().map(|s| s.len).sum();
         for i in 0..n {
             let query = first_query + i;
             let token = query / g;
@@ -647,76 +772,67 @@ impl Job<'_> {
                 row += 1;
             }
             let head = kv_head * g + query % g;
-            rows[i] = row;
-            positions[i] = token - row_start;
-            slots[i] = (group.first_token + token) * width + head * hd;
-            let q = &self.queries[slots[i]..slots[i] + hd];
+            queries.rows[at + i] = row;
+            queries.positions[at + i] = token - row_start;
+            queries.slots[at + i] = (group.first_token + token) * width + head * hd;
+            let slot = queries.slots[at + i];
+            let q = &self.queries[slot..slot + hd];
             for v in 0..NV {
                 for lane in 0..LANES {
-                    st.q[i][v][lane] = q[v * LANES + lane] * self.scale;
+                    st.q[at + i][v][lane] = q[v * LANES + lane] * self.scale;
                 }
             }
         }
+        n
+    }
 
-        // The shared prefix: every query of the chunk sees every key (but those a
-        // sliding window hides: keys at least `window` positions behind the query).
-        let mut segment_start = 0;
-        for segment in group.prefix {
-            let segment_at = segment_start;
+    /// Queries `range` (all of group `group_index`) attend to the group's prefix
+    /// segments from `first_segment` on, then, causally, to their rows' own keys.
+    #[inline(always)]
+    fn group_keys<
+        M: MulAdd,
+        const NV: usize,
+        const PV: usize,
+        const SB: usize,
+        const SLICED: bool,
+    >(
+        &self,
+        st: &mut ChunkState<NV>,
+        queries: &ChunkQueries,
+        range: std::ops::Range<usize>,
+        group_index: usize,
+        first_segment: usize,
+        kv_head: usize,
+    ) {
+        let group = &self.groups[group_index];
+        let dims = self.dims;
+        let hd = dims.head_dim;
+        let prefix_len: usize = group.prefix.iter().map(|s| s.len).sum();
+
+        // The shared prefix: every query sees every key (but those a sliding window
+        // hides: keys at least `window` positions behind the query).
+        let mut segment_start: usize = group.prefix[..first_segment].iter().map(|s| s.len).sum();
+        for segment in &group.prefix[first_segment..] {
+            self.segment_tiles::<M, NV, PV, SB, SLICED>(
+                st,
+                queries,
+                range.clone(),
+                segment,
+                segment_start,
+                prefix_len,
+                kv_head,
+            );
             segment_start += segment.len;
-            if segment.len == 0 {
-                continue;
-            }
-            let base = kv_head * segment.len * hd;
-            let tiles = segment.len.div_ceil(KEY_TILE);
-            let transposed = self
-                .offsets
-                .get(&(segment.keys.as_ptr() as usize, segment.len))
-                .map(|&at| &self.transposed[at + kv_head * tiles * hd * KEY_TILE..]);
-            for t in 0..tiles {
-                let start = t * KEY_TILE;
-                let len = KEY_TILE.min(segment.len - start);
-                st.visible[..n].fill(len);
-                if let Some(window) = self.window {
-                    let tile_at = segment_at + start;
-                    for (first, &position) in st.first_visible[..n].iter_mut().zip(&positions[..n])
-                    {
-                        // Keys at positions >= p + 1 - window are visible.
-                        let lowest = (prefix_len + position + 1).saturating_sub(window);
-                        *first = lowest.saturating_sub(tile_at).min(len);
-                    }
-                    if st.first_visible[..n].iter().all(|&f| f >= len) {
-                        continue;
-                    }
-                }
-                let at = base + start * hd;
-                let values = &segment.values[at..at + len * hd];
-                match transposed {
-                    Some(transposed) => st.tile::<M, PV, SB, SLICED>(
-                        0,
-                        n,
-                        &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
-                        values,
-                        len,
-                    ),
-                    None => st.tile_from_rows::<M, PV, SB, SLICED>(
-                        self.path,
-                        0,
-                        n,
-                        &segment.keys[at..at + len * hd],
-                        values,
-                        len,
-                    ),
-                }
-            }
         }
 
         // Each row's own keys, causally: runs of queries from the same row.
-        let mut first = 0;
-        while first < n {
+        let own_keys_t = self.own_offsets[group_index].map(|at| &self.own_transposed[at..]);
+        let (rows, positions) = (&queries.rows, &queries.positions);
+        let mut first = range.start;
+        while first < range.end {
             let row = rows[first];
             let mut end = first;
-            while end < n && rows[end] == row {
+            while end < range.end && rows[end] == row {
                 end += 1;
             }
             let base = (row * dims.kv_heads + kv_head) * group.stride * hd;
@@ -769,8 +885,84 @@ impl Job<'_> {
             }
             first = end;
         }
+    }
 
-        for (i, &slot) in slots.iter().enumerate().take(n) {
+    /// Queries `range` attend to every key of one prefix segment, which starts
+    /// `segment_at` positions into a prefix of `prefix_len` (for a sliding window).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn segment_tiles<
+        M: MulAdd,
+        const NV: usize,
+        const PV: usize,
+        const SB: usize,
+        const SLICED: bool,
+    >(
+        &self,
+        st: &mut ChunkState<NV>,
+        queries: &ChunkQueries,
+        range: std::ops::Range<usize>,
+        segment: &Segment,
+        segment_at: usize,
+        prefix_len: usize,
+        kv_head: usize,
+    ) {
+        if segment.len == 0 {
+            return;
+        }
+        let hd = self.dims.head_dim;
+        let base = kv_head * segment.len * hd;
+        let tiles = segment.len.div_ceil(KEY_TILE);
+        let transposed = self
+            .offsets
+            .get(&(segment.keys.as_ptr() as usize, segment.len))
+            .map(|&at| &self.transposed[at + kv_head * tiles * hd * KEY_TILE..]);
+        let (from, end) = (range.start, range.end);
+        for t in 0..tiles {
+            let start = t * KEY_TILE;
+            let len = KEY_TILE.min(segment.len - start);
+            st.visible[from..end].fill(len);
+            if let Some(window) = self.window {
+                let tile_at = segment_at + start;
+                for (first, &position) in st.first_visible[from..end]
+                    .iter_mut()
+                    .zip(&queries.positions[from..end])
+                {
+                    // Keys at positions >= p + 1 - window are visible.
+                    let lowest = (prefix_len + position + 1).saturating_sub(window);
+                    *first = lowest.saturating_sub(tile_at).min(len);
+                }
+                if st.first_visible[from..end].iter().all(|&f| f >= len) {
+                    continue;
+                }
+            }
+            let at = base + start * hd;
+            let values = &segment.values[at..at + len * hd];
+            match transposed {
+                Some(transposed) => st.tile::<M, PV, SB, SLICED>(
+                    from,
+                    end,
+                    &transposed[t * hd * KEY_TILE..(t + 1) * hd * KEY_TILE],
+                    values,
+                    len,
+                ),
+                None => st.tile_from_rows::<M, PV, SB, SLICED>(
+                    self.path,
+                    from,
+                    end,
+                    &segment.keys[at..at + len * hd],
+                    values,
+                    len,
+                ),
+            }
+        }
+    }
+
+    /// The first `n` queries' outputs, normalised, into their slots.
+    #[inline(always)]
+    fn write<const NV: usize>(&self, st: &ChunkState<NV>, queries: &ChunkQueries, n: usize) {
+        let hd = self.dims.head_dim;
+        for (i, &slot) in queries.slots.iter().enumerate().take(n) {
             let inverse = 1.0 / st.total(i);
             // SAFETY: `slot` is this work item's own (token, head), inside `out`
             // (checked by `validate`); no other item writes it.
