@@ -111,14 +111,14 @@ fn a_thinking_judge_reasons_first_and_its_verdict_is_read_after_the_reasoning() 
         .all(|p| p.ends_with("summary one") || p.ends_with("summary two")));
     for prompt in &generated[2..] {
         assert!(
-            prompt.ends_with("<think>\nIt may be Score: 5? No, less.\n</think>Feedback:"),
+            prompt.ends_with("<think>\nIt may be Score: 5? No, less.\n</think>\n\nFeedback:"),
             "{prompt:?}"
         );
     }
     // The score is read after the verdict's marker, not the one quoted in the reasoning.
     for prompt in labelled.lock().unwrap().iter() {
         assert!(
-            prompt.ends_with("</think>Feedback: Fair.\nScore:"),
+            prompt.ends_with("</think>\n\nFeedback: Fair.\nScore:"),
             "{prompt:?}"
         );
     }

@@ -118,9 +118,11 @@ pub fn thought_of(reasoning: &Reasoning, generation: &Generation) -> Thought {
         };
     }
     if generation.finish == FinishReason::Stop {
-        // Cut before the closing marker the model wrote.
+        // Cut before the closing marker the model wrote; the round stopped there, before
+        // the blank the model writes after it (Qwen3's "\n\n"), which is added as when we
+        // close a reasoning ourselves.
         return Thought {
-            text: format!("{text}{}", reasoning.close),
+            text: format!("{text}{}{}", reasoning.close, reasoning.after_close),
             whole: None,
             closed_by_us: false,
         };
@@ -229,7 +231,7 @@ mod tests {
     fn a_reasoning_is_closed_by_the_model_or_by_us() {
         let r = think();
         let closed = thought_of(&r, &generation("<think>\nA is better", FinishReason::Stop));
-        assert_eq!(closed.text, "<think>\nA is better</think>");
+        assert_eq!(closed.text, "<think>\nA is better</think>\n\n");
         assert!(!closed.closed_by_us && closed.whole.is_none());
         let cut = thought_of(
             &r,

@@ -132,7 +132,9 @@ pub struct Reasoning {
     pub open: String,
     /// Closes it (`</think>`): written by us after a reasoning cut at its budget.
     pub close: String,
-    /// Written between the closing marker and what follows when we close a reasoning.
+    /// Written between the closing marker and what follows: after a reasoning we close,
+    /// and after one the model closed (its round stops at the marker, before the blank
+    /// the model writes next: Qwen3's "\n\n").
     #[serde(default = "newline")]
     pub after_close: String,
     /// The opening of the answer that switches thinking off where the model allows it
