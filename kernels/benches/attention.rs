@@ -10,7 +10,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nlg_judge_kernels::attention::{
-    segment_attention_on, AttentionDims, RowGroup, Segment, SimdPath,
+    segment_attention_on, tile_keys, AttentionDims, RowGroup, Segment, SimdPath,
 };
 
 fn filled(n: usize, seed: u32) -> Vec<f32> {
@@ -61,6 +61,7 @@ fn bench(c: &mut Criterion) {
                 keys: k,
                 values: v,
                 len,
+                tiled_keys: None,
             })
             .collect();
         let lengths = vec![len; rows];
@@ -120,11 +121,13 @@ fn decode_step(c: &mut Criterion) {
                     keys: &shared.0,
                     values: &shared.1,
                     len: article,
+                    tiled_keys: None,
                 },
                 Segment {
                     keys: k,
                     values: v,
                     len: own,
+                    tiled_keys: None,
                 },
             ]
         })
@@ -156,6 +159,39 @@ fn decode_step(c: &mut Criterion) {
             b.iter(|| segment_attention_on(path, dims, 0.125, &groups, &queries, &mut out).unwrap())
         });
     }
+    // As the decoder runs it: every segment's keys kept tiled from an earlier step.
+    let shared_tiled = tile_keys(dims, &shared.0, article).unwrap();
+    let tails_tiled: Vec<Vec<f32>> = tails
+        .iter()
+        .map(|(k, _)| tile_keys(dims, k, own).unwrap())
+        .collect();
+    let tiled_prefixes: Vec<[Segment; 2]> = prefixes
+        .iter()
+        .zip(&tails_tiled)
+        .map(|(prefix, tail_tiled)| {
+            [
+                Segment {
+                    tiled_keys: Some(&shared_tiled),
+                    ..prefix[0]
+                },
+                Segment {
+                    tiled_keys: Some(tail_tiled),
+                    ..prefix[1]
+                },
+            ]
+        })
+        .collect();
+    let tiled_groups: Vec<RowGroup> = groups
+        .iter()
+        .zip(&tiled_prefixes)
+        .map(|(group, prefix)| RowGroup { prefix, ..*group })
+        .collect();
+    let path = SimdPath::best();
+    g.bench_function(format!("{path:?}_tiled_keys"), |b| {
+        b.iter(|| {
+            segment_attention_on(path, dims, 0.125, &tiled_groups, &queries, &mut out).unwrap()
+        })
+    });
     g.finish();
 }
 

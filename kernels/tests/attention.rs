@@ -6,8 +6,8 @@
 //! kernel accumulates in f32 and uses a polynomial exponential; the reference is f64).
 
 use nlg_judge_kernels::attention::{
-    segment_attention, segment_attention_on, split_rotate, AttentionDims, RopeTables, RowGroup,
-    Segment, SimdPath,
+    segment_attention, segment_attention_on, split_rotate, tile_keys, tiled_keys_len,
+    AttentionDims, RopeTables, RowGroup, Segment, SimdPath,
 };
 
 const TOLERANCE: f32 = 2e-5;
@@ -94,16 +94,34 @@ fn random_case(rng: &mut Random, dims: AttentionDims, prefix_len: usize, groups:
 
 /// The kernel's output for a case, on `path` (or the best path).
 fn run(case: &Case, path: Option<SimdPath>) -> Vec<f32> {
-    let segments: Vec<Vec<Segment>> = case
+    run_keys(case, path, false)
+}
+
+/// [`run`], every prefix segment given with its keys tiled ([`tile_keys`]) when `tiled`.
+fn run_keys(case: &Case, path: Option<SimdPath>, tiled: bool) -> Vec<f32> {
+    let tiles: Vec<Vec<Option<Vec<f32>>>> = case
         .groups
         .iter()
         .map(|g| {
             g.segments
                 .iter()
-                .map(|(k, v, len)| Segment {
+                .map(|(k, _, len)| tiled.then(|| tile_keys(case.dims, k, *len).unwrap()))
+                .collect()
+        })
+        .collect();
+    let segments: Vec<Vec<Segment>> = case
+        .groups
+        .iter()
+        .zip(&tiles)
+        .map(|(g, tiles)| {
+            g.segments
+                .iter()
+                .zip(tiles)
+                .map(|((k, v, len), tiled)| Segment {
                     keys: k,
                     values: v,
                     len: *len,
+                    tiled_keys: tiled.as_deref(),
                 })
                 .collect()
         })
@@ -259,6 +277,70 @@ fn matches_the_plain_formulation_on_random_shapes() {
             }
         }
     }
+}
+
+#[test]
+fn segments_given_with_tiled_keys_give_the_bits_of_their_plain_keys() {
+    // The tiled keys are what the kernel makes of the plain ones, so no bit may change:
+    // on segments many chunks read (transposed once per call otherwise) and few, of every
+    // length around the tile's (0, 1, 31, 32, 33, ...), on every path.
+    let mut rng = Random(61);
+    for &(heads, kv_heads, head_dim) in &[(9, 3, 64), (8, 2, 128), (4, 4, 32), (6, 3, 80)] {
+        let dims = AttentionDims {
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        for prefix in [0, 1, 31, 32, 33, 95, 300] {
+            let groups = 1 + rng.below(3);
+            let case = random_case(&mut rng, dims, prefix, groups);
+            for path in paths() {
+                let plain = run_keys(&case, Some(path), false);
+                let tiled = run_keys(&case, Some(path), true);
+                assert!(
+                    plain
+                        .iter()
+                        .zip(&tiled)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{dims:?}, prefix {prefix}, {path:?}: tiled keys changed the output"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_keys_of_the_wrong_size_are_refused() {
+    let dims = AttentionDims {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+    };
+    let len = 40;
+    let keys = vec![0.5f32; dims.kv_heads * len * dims.head_dim];
+    assert!(tile_keys(dims, &keys[1..], len).is_err());
+    let tiled = tile_keys(dims, &keys, len).unwrap();
+    assert_eq!(tiled.len(), tiled_keys_len(dims, len));
+    let short = &tiled[..tiled.len() - 1];
+    let own = vec![0.25f32; dims.kv_heads * dims.head_dim];
+    let segment = [Segment {
+        keys: &keys,
+        values: &keys,
+        len,
+        tiled_keys: Some(short),
+    }];
+    let group = RowGroup {
+        prefix: &segment,
+        lengths: &[1],
+        first_token: 0,
+        keys: &own,
+        values: &own,
+        stride: 1,
+    };
+    let queries = vec![0.1f32; dims.heads * dims.head_dim];
+    let mut out = vec![0f32; queries.len()];
+    let err = segment_attention(dims, 0.2, &[group], &queries, &mut out).unwrap_err();
+    assert!(err.to_string().contains("tiled key floats"), "{err}");
 }
 
 #[test]
@@ -483,23 +565,33 @@ fn groups_sharing_their_first_segment_give_the_bits_each_gives_alone() {
         };
         let want = reference(&case);
         let width = heads * hd;
-        for path in paths() {
+        // The decoder keeps its segments' keys tiled: bundles read those too.
+        let shared_tiled = tile_keys(dims, &shared.0, shared.2).unwrap();
+        let own_tiled: Vec<Vec<f32>> = case
+            .groups
+            .iter()
+            .map(|g| tile_keys(dims, &g.segments[1].0, g.segments[1].2).unwrap())
+            .collect();
+        for (path, tiled) in paths().into_iter().flat_map(|p| [(p, false), (p, true)]) {
             // Every group's first segment is the one shared copy.
             let segments: Vec<Vec<Segment>> = case
                 .groups
                 .iter()
-                .map(|g| {
+                .zip(&own_tiled)
+                .map(|(g, own_tiled)| {
                     let own = &g.segments[1];
                     vec![
                         Segment {
                             keys: &shared.0,
                             values: &shared.1,
                             len: shared.2,
+                            tiled_keys: tiled.then_some(&shared_tiled[..]),
                         },
                         Segment {
                             keys: &own.0,
                             values: &own.1,
                             len: own.2,
+                            tiled_keys: tiled.then_some(&own_tiled[..]),
                         },
                     ]
                 })

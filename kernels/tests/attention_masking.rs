@@ -87,6 +87,7 @@ fn check(rng: &mut Random, dims: AttentionDims, masking: Masking, case: usize) {
             keys: k,
             values: v,
             len: *len,
+            tiled_keys: None,
         })
         .collect();
     let group = RowGroup {

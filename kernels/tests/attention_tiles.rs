@@ -212,6 +212,7 @@ fn with_inputs<T>(case: &Case, attend: impl FnOnce(&[RowGroup]) -> T) -> T {
             keys,
             values,
             len: *len,
+            tiled_keys: None,
         })
         .collect();
     let prefixes: Vec<Vec<Segment>> = case

@@ -46,6 +46,8 @@ pub struct GenerationStatsJson {
     pub generated_tokens: usize,
     pub decode_steps: usize,
     pub rows_per_step: f64,
+    /// Whether decoding rows kept their keys tiled for the attention kernel.
+    pub tiled_keys: bool,
     pub follow_ups: usize,
     pub follow_up_tokens: usize,
     pub seconds_prefill: f64,
@@ -62,6 +64,7 @@ impl From<GenerationStats> for GenerationStatsJson {
             generated_tokens: s.generated_tokens,
             decode_steps: s.decode_steps,
             rows_per_step: s.decode_rows as f64 / s.decode_steps.max(1) as f64,
+            tiled_keys: s.tiled_keys,
             follow_ups: s.follow_ups,
             follow_up_tokens: s.follow_up_tokens,
             seconds_prefill: s.prefill_seconds,

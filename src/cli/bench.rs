@@ -260,6 +260,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
             "generated_tokens": s.generated_tokens,
             "decode_steps": s.decode_steps,
             "rows_per_step": s.rows_per_step,
+            "tiled_keys": s.tiled_keys,
             "follow_ups": s.follow_ups,
             "follow_up_tokens": s.follow_up_tokens,
             "decode_tokens_per_second": s.decode_tokens_per_second,
@@ -289,13 +290,18 @@ fn generate(args: GenerateArgs) -> Result<()> {
     );
     println!(
         "decoding: {} tokens in {} steps ({:.1} rows a step), {:.2} s in passes + {:.2} s \
-         between them, {:.1} tokens/s",
+         between them, {:.1} tokens/s{}",
         s.generated_tokens,
         s.decode_steps,
         s.rows_per_step,
         s.seconds_decode,
         s.seconds_step,
-        s.decode_tokens_per_second
+        s.decode_tokens_per_second,
+        if s.tiled_keys {
+            "; keys kept tiled for attention"
+        } else {
+            ""
+        }
     );
     println!(
         "scores: {} read from their feedback's state ({} tokens run); {:.2} s outside the \

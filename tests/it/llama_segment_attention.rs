@@ -31,6 +31,11 @@ fn tokens(len: usize, seed: usize) -> Vec<u32> {
 /// Label logits (three ids) at every position of every row of a multi-group pass whose
 /// groups continue chains of prefix segments of different lengths.
 fn label_logits(model: &LlamaModel, segments: &[KvCache]) -> Result<Vec<f32>> {
+    label_logits_tiling(model, segments, false)
+}
+
+/// [`label_logits`], the groups asking for their segments' keys kept tiled when `tile`.
+fn label_logits_tiling(model: &LlamaModel, segments: &[KvCache], tile: bool) -> Result<Vec<f32>> {
     let rows_a = [tokens(17, 1), tokens(5, 2), tokens(40, 3)];
     let rows_b = [tokens(1, 4), tokens(33, 5)];
     let rows_c = [tokens(9, 6)];
@@ -38,14 +43,17 @@ fn label_logits(model: &LlamaModel, segments: &[KvCache]) -> Result<Vec<f32>> {
         RowGroup {
             prefix: vec![&segments[0], &segments[1], &segments[2]],
             rows: rows_a.iter().map(|r| r.as_slice()).collect(),
+            tile_keys: tile,
         },
         RowGroup {
             prefix: vec![&segments[0]],
             rows: rows_b.iter().map(|r| r.as_slice()).collect(),
+            tile_keys: tile,
         },
         RowGroup {
             prefix: vec![],
             rows: rows_c.iter().map(|r| r.as_slice()).collect(),
+            tile_keys: tile,
         },
     ];
     let outputs = model.forward_groups(&groups, true)?;
@@ -143,5 +151,54 @@ fn attention_on_the_tile_model_stays_close_to_the_f32_kernel() -> Result<()> {
         "the tiles' bf16 rounding changed nothing: not on tiles?"
     );
     assert!(worst < TILE_TOLERANCE, "label logits differ by {worst}");
+    Ok(())
+}
+
+/// Decoding rows ask for their segments' keys kept tiled for the kernel: the logits keep
+/// every bit (the kernel transposes the keys into the same tiles otherwise), the tiled
+/// keys are made once and kept in the segment (their bytes counted), and only where a
+/// group asks and the segment is long enough to be worth it.
+#[test]
+fn keys_kept_tiled_in_the_segments_change_no_bit() -> Result<()> {
+    let model = common::smollm2().clone();
+    assert!(
+        model.keeps_tiled_keys(),
+        "f32 on the CPU attends on the vector kernel"
+    );
+    let segments = segments(&model)?;
+    let bytes = |segments: &[KvCache]| segments.iter().map(KvCache::memory_bytes).collect();
+    let plain_bytes: Vec<usize> = bytes(&segments);
+    let plain = label_logits(&model, &segments)?;
+    assert_eq!(bytes(&segments), plain_bytes, "nothing tiled unless asked");
+    let tiled = label_logits_tiling(&model, &segments, true)?;
+    let kept: Vec<usize> = bytes(&segments);
+    // 300 and 80 positions are tiled (in whole tiles: about half their bytes again); the
+    // one-position segment is read as it is.
+    for (index, (&before, &after)) in plain_bytes.iter().zip(&kept).enumerate() {
+        if segments[index].len() >= 16 {
+            assert!(
+                after > before + before / 2 - 1,
+                "segment {index}: {before} -> {after}"
+            );
+        } else {
+            assert_eq!(after, before, "segment {index}");
+        }
+    }
+    let again = label_logits_tiling(&model, &segments, true)?;
+    assert_eq!(
+        bytes(&segments),
+        kept,
+        "the kept tiles are reused, not made again"
+    );
+    for (name, other) in [("tiled", &tiled), ("tiled again", &again)] {
+        assert_eq!(other.len(), plain.len());
+        assert!(
+            plain
+                .iter()
+                .zip(other)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name} logits differ from the plain keys' logits"
+        );
+    }
     Ok(())
 }

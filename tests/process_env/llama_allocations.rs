@@ -26,6 +26,7 @@ fn one_pass(model: &LlamaModel, prefix: &[&KvCache], keep_kv: bool) -> Result<(u
     let group = RowGroup {
         prefix: prefix.to_vec(),
         rows: rows.iter().map(|r| r.as_slice()).collect(),
+        tile_keys: false,
     };
     // Warm-up: the workspace grows to this shape once.
     model.forward_groups(std::slice::from_ref(&group), keep_kv)?;

@@ -11,8 +11,11 @@
 //! - the softmax is online (running max and sum per query, one pass over the keys, no
 //!   score tensor), with the causal mask on each row's own keys; padding positions are
 //!   never queried and never attended to;
-//! - keys are transposed once per call (prefix segments and each row's own keys), into
-//!   buffers the calling thread keeps from call to call;
+//! - keys are read transposed, tile by tile (`(head_dim, KEY_TILE)`): a segment whose
+//!   caller keeps its keys tiled ([`tile_keys`], [`Segment::tiled_keys`]) is read as it
+//!   is; the others are transposed once per call (prefix segments many chunks read, each
+//!   row's own keys), into buffers the calling thread keeps from call to call, or inside
+//!   the one chunk that reads them;
 //! - the softmax's exponential, maximum and sums are written so that they compile to
 //!   vector instructions (see `exp.rs` and `ChunkState::softmax_update`): written the
 //!   obvious way (`f32::max`, `as i32`), they compiled to scalar code and cost more than
@@ -81,6 +84,52 @@ pub struct Segment<'a> {
     pub keys: &'a [f32],
     pub values: &'a [f32],
     pub len: usize,
+    /// The same keys tiled as the kernel reads them ([`tile_keys`]), where the caller
+    /// keeps them: the kernel then transposes nothing of this segment. A decoding row
+    /// reads the same prefix segments at every step; transposing them at every call was
+    /// a tenth of a generation's time.
+    pub tiled_keys: Option<&'a [f32]>,
+}
+
+/// Floats that [`tile_keys`] makes of a segment of `len` positions.
+pub fn tiled_keys_len(dims: AttentionDims, len: usize) -> usize {
+    dims.kv_heads * len.div_ceil(KEY_TILE) * dims.head_dim * KEY_TILE
+}
+
+/// A segment's keys, `(kv_heads, len, head_dim)`, tiled as the kernel reads them:
+/// `(kv_heads, tiles, head_dim, KEY_TILE)`, dimension-major within each tile of
+/// `KEY_TILE` positions, zero past `len`. Given as [`Segment::tiled_keys`], they give
+/// the same bits as the keys themselves (the kernel transposes those into this layout).
+pub fn tile_keys(
+    dims: AttentionDims,
+    keys: &[f32],
+    len: usize,
+) -> Result<Vec<f32>, AttentionError> {
+    if !dims.supported() || keys.len() != dims.kv_heads * len * dims.head_dim {
+        return Err(AttentionError(format!(
+            "cannot tile {} floats as {len} keys of {dims:?}",
+            keys.len()
+        )));
+    }
+    let mut out = vec![0f32; tiled_keys_len(dims, len)];
+    tile_segment(SimdPath::best(), dims, keys, len, &mut out);
+    Ok(out)
+}
+
+/// [`tile_keys`] into `out` on a chosen instruction path.
+fn tile_segment(path: SimdPath, dims: AttentionDims, keys: &[f32], len: usize, out: &mut [f32]) {
+    let hd = dims.head_dim;
+    let tiles = len.div_ceil(KEY_TILE);
+    for kv_head in 0..dims.kv_heads {
+        let base = kv_head * len * hd;
+        for t in 0..tiles {
+            let start = t * KEY_TILE;
+            let n = KEY_TILE.min(len - start);
+            let at = base + start * hd;
+            let tile = &mut out[(kv_head * tiles + t) * hd * KEY_TILE..];
+            transpose_tile_on(path, &keys[at..at + n * hd], hd, n, tile);
+        }
+    }
 }
 
 /// Rows continuing the same prefix.
@@ -344,6 +393,15 @@ fn validate(
                     segment.values.len()
                 ));
             }
+            if let Some(tiled) = segment.tiled_keys {
+                let need = tiled_keys_len(dims, segment.len);
+                if tiled.len() != need {
+                    return fail(format!(
+                        "group {index}, prefix segment {s}: {} tiled key floats, expected {need}",
+                        tiled.len()
+                    ));
+                }
+            }
         }
     }
     if queries.len() < end_token * width || out.len() < end_token * width {
@@ -367,7 +425,8 @@ fn validate(
     Ok(())
 }
 
-/// Every distinct prefix segment that more than one chunk reads (per key/value head),
+/// Every distinct prefix segment that more than one chunk reads (per key/value head) and
+/// whose caller keeps no tiled keys,
 /// its keys transposed once, tile by tile, per key/value head (`(kv_heads, tiles,
 /// head_dim, KEY_TILE)`), so that the many chunks reading a shared prefix copy tiles
 /// instead of transposing them again; and where each such segment (by the address and
@@ -395,7 +454,11 @@ fn transpose_prefixes(
     for group in groups {
         for segment in group.prefix {
             let key = (segment.keys.as_ptr() as usize, segment.len);
-            if segment.len > 0 && readers[&key] > 1 && !offsets.contains_key(&key) {
+            if segment.len > 0
+                && segment.tiled_keys.is_none()
+                && readers[&key] > 1
+                && !offsets.contains_key(&key)
+            {
                 offsets.insert(key, total);
                 distinct.push((*segment, total));
                 total += dims.kv_heads * segment.len.div_ceil(KEY_TILE) * hd * KEY_TILE;
@@ -411,17 +474,7 @@ fn transpose_prefixes(
         rest = tail;
     }
     pieces.into_par_iter().for_each(|(segment, piece)| {
-        let tiles = segment.len.div_ceil(KEY_TILE);
-        for kv_head in 0..dims.kv_heads {
-            let base = kv_head * segment.len * hd;
-            for t in 0..tiles {
-                let start = t * KEY_TILE;
-                let len = KEY_TILE.min(segment.len - start);
-                let at = base + start * hd;
-                let out = &mut piece[(kv_head * tiles + t) * hd * KEY_TILE..];
-                transpose_tile_on(path, &segment.keys[at..at + len * hd], hd, len, out);
-            }
-        }
+        tile_segment(path, dims, segment.keys, segment.len, piece);
     });
     offsets
 }
@@ -913,10 +966,13 @@ impl Job<'_> {
         let hd = self.dims.head_dim;
         let base = kv_head * segment.len * hd;
         let tiles = segment.len.div_ceil(KEY_TILE);
-        let transposed = self
-            .offsets
-            .get(&(segment.keys.as_ptr() as usize, segment.len))
-            .map(|&at| &self.transposed[at + kv_head * tiles * hd * KEY_TILE..]);
+        let transposed = match segment.tiled_keys {
+            Some(tiled) => Some(&tiled[kv_head * tiles * hd * KEY_TILE..]),
+            None => self
+                .offsets
+                .get(&(segment.keys.as_ptr() as usize, segment.len))
+                .map(|&at| &self.transposed[at + kv_head * tiles * hd * KEY_TILE..]),
+        };
         let (from, end) = (range.start, range.end);
         for t in 0..tiles {
             let start = t * KEY_TILE;

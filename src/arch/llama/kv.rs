@@ -4,18 +4,31 @@
 //! prefix's keys and values between many continuations, cuts a batch's caches into one
 //! per row, and joins a parent's cache with a child's.
 
+use std::sync::{Arc, OnceLock};
+
 use anyhow::{bail, Result};
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
+use nlg_judge_kernels::attention::{tiled_keys_len, AttentionDims};
 
 /// Keys and values of a run of positions, for every layer.
 ///
-/// Each layer holds `(keys, values)` of shape `(rows, kv_heads, len, head_dim)`.
+/// Each layer holds `(keys, values)` of shape `(rows, kv_heads, len, head_dim)`. A
+/// one-row f32 cache on the CPU also keeps each layer's keys tiled for the attention
+/// kernel ([`KvCache::tiled_keys`]), made the first time the kernel reads them: a
+/// decoding row reads the same segments at every step.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     layers: Vec<(Tensor, Tensor)>,
     rows: usize,
     len: usize,
+    /// Per layer, the keys tiled for the CPU attention kernel once made (shared by the
+    /// clones of this cache, which hold the same tensors).
+    tiled: Arc<[OnceLock<Vec<f32>>]>,
 }
+
+/// Shortest cache whose keys are worth tiling: a shorter one is transposed where it is
+/// read (a decoding row's newest tokens, joined into longer blocks soon).
+pub const MIN_TILED_POSITIONS: usize = 16;
 
 impl KvCache {
     /// Wrap per-layer tensors, checking that their shapes agree.
@@ -34,7 +47,13 @@ impl KvCache {
                 );
             }
         }
-        Ok(Self { layers, rows, len })
+        let tiled = (0..layers.len()).map(|_| OnceLock::new()).collect();
+        Ok(Self {
+            layers,
+            rows,
+            len,
+            tiled,
+        })
     }
 
     /// Number of sequences (1 for a cache shared by a whole batch).
@@ -60,12 +79,92 @@ impl KvCache {
         &self.layers[index]
     }
 
-    /// Bytes held by the keys and values.
+    /// Bytes held by the keys and values, and by the tiled keys made of them so far.
     pub fn memory_bytes(&self) -> usize {
         self.layers
             .iter()
             .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
-            .sum()
+            .sum::<usize>()
+            + self
+                .tiled
+                .iter()
+                .filter_map(OnceLock::get)
+                .map(|tiled| tiled.len() * 4)
+                .sum::<usize>()
+    }
+
+    /// The same keys and values with tiled keys of its own (none made yet): what a
+    /// decoding row tiles then lives as long as the row's copy, not as long as the
+    /// prefix cache's entry it came from.
+    pub fn with_own_tiles(&self) -> KvCache {
+        KvCache {
+            layers: self.layers.clone(),
+            rows: self.rows,
+            len: self.len,
+            tiled: (0..self.layers.len()).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Whether `other` is this cache or a clone of it (sharing its tiled keys).
+    pub fn shares_tiles_with(&self, other: &KvCache) -> bool {
+        Arc::ptr_eq(&self.tiled, &other.tiled)
+    }
+
+    /// The kernel's view of this cache's heads (its query heads do not matter here).
+    fn kernel_dims(&self) -> Option<AttentionDims> {
+        let (_, kv_heads, _, head_dim) = self.layers[0].0.dims4().ok()?;
+        let dims = AttentionDims {
+            heads: kv_heads,
+            kv_heads,
+            head_dim,
+        };
+        dims.supported().then_some(dims)
+    }
+
+    /// Whether the attention kernel keeps this cache's keys tiled: one row of at least
+    /// [`MIN_TILED_POSITIONS`] f32 positions on the CPU, of a head width it takes.
+    pub fn keeps_tiled_keys(&self) -> bool {
+        let (k, _) = &self.layers[0];
+        self.rows == 1
+            && self.len >= MIN_TILED_POSITIONS
+            && k.dtype() == DType::F32
+            && k.device().is_cpu()
+            && self.kernel_dims().is_some()
+    }
+
+    /// Floats of one layer's tiled keys ([`tiled_keys_len`]; 0 where none are kept).
+    fn tiled_key_floats(&self) -> usize {
+        match self.kernel_dims() {
+            Some(dims) if self.keeps_tiled_keys() => tiled_keys_len(dims, self.len),
+            _ => 0,
+        }
+    }
+
+    /// One layer's keys tiled by `make` (from the keys tensor), made on the first call and
+    /// kept while the cache (or a clone) lives; `None` where [`Self::keeps_tiled_keys`] is
+    /// false.
+    pub fn tiled_keys(
+        &self,
+        layer: usize,
+        make: impl FnOnce(&Tensor) -> Result<Vec<f32>>,
+    ) -> Result<Option<&[f32]>> {
+        if !self.keeps_tiled_keys() {
+            return Ok(None);
+        }
+        let lock = &self.tiled[layer];
+        if let Some(tiled) = lock.get() {
+            return Ok(Some(tiled));
+        }
+        let made = make(&self.layers[layer].0)?;
+        if made.len() != self.tiled_key_floats() {
+            bail!(
+                "tiled keys of layer {layer} hold {} floats, expected {}",
+                made.len(),
+                self.tiled_key_floats()
+            );
+        }
+        // Two threads may both make them; the first one kept is the one read.
+        Ok(Some(lock.get_or_init(|| made)))
     }
 
     /// The first `len` positions of one row, as a one-row cache (copied, so the batch's
@@ -88,11 +187,7 @@ impl KvCache {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache {
-            layers,
-            rows: 1,
-            len,
-        })
+        KvCache::new(layers)
     }
 
     /// `self` followed by `next` along the positions (same rows).
@@ -114,11 +209,7 @@ impl KvCache {
                 Ok((Tensor::cat(&[k0, k1], 2)?, Tensor::cat(&[v0, v1], 2)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache {
-            layers,
-            rows: self.rows,
-            len: self.len + next.len,
-        })
+        KvCache::new(layers)
     }
 }
 

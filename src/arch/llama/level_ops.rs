@@ -629,6 +629,7 @@ impl RaggedAttention<'_> {
                         keys: &laid_out[i].0,
                         values: &laid_out[i].1,
                         len: distinct[i].len(),
+                        tiled_keys: None,
                     })
                     .collect()
             })

@@ -46,6 +46,11 @@ pub struct RowGroup<'a> {
     pub prefix: Vec<&'a KvCache>,
     /// The rows' token ids.
     pub rows: Vec<&'a [u32]>,
+    /// Keep the prefix segments' keys tiled for the attention kernel, in the segments
+    /// ([`KvCache::tiled_keys`]), where the model attends with its vector kernel: for
+    /// segments read again and again (a decoding row's), at the memory cost of a second
+    /// copy of their keys ([`Llama::keeps_tiled_keys`]).
+    pub tile_keys: bool,
 }
 
 /// Where a group's tokens are and how they are laid out.
@@ -538,6 +543,15 @@ impl LlamaModel {
         self.embedding.dtype()
     }
 
+    /// Whether groups asking for it ([`RowGroup::tile_keys`]) get their segments' keys
+    /// kept tiled: where the f32 vector kernel attends (the CPU, a head width it takes,
+    /// not the AMX tiles). Each such segment then holds its keys twice.
+    pub fn keeps_tiled_keys(&self) -> bool {
+        self.kernel().is_some()
+            && self.attention_tiles.is_none()
+            && self.activation_dtype() == DType::F32
+    }
+
     /// The same model attending with candle's operations (broadcast prefix, explicit
     /// scores) even on the CPU: the reference the segment-attention kernel is tested
     /// against.
@@ -602,6 +616,7 @@ impl LlamaModel {
         let group = RowGroup {
             prefix: prefix.into_iter().collect(),
             rows: rows.to_vec(),
+            tile_keys: false,
         };
         let mut outputs = self.forward_groups(std::slice::from_ref(&group), keep_kv)?;
         Ok(outputs.remove(0))

@@ -13,14 +13,15 @@ use std::cell::RefCell;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Storage, Tensor};
 use nlg_judge_kernels::attention::{
-    segment_attention_masked, segment_attention_tiles, split_rotate, AttentionDims, Masking,
-    RopeTables, RowGroup as KernelGroup, Segment,
+    segment_attention_masked, segment_attention_tiles, split_rotate, tile_keys, AttentionDims,
+    Masking, RopeTables, RowGroup as KernelGroup, Segment,
 };
+use rayon::prelude::*;
 
 use nlg_judge_kernels::gemm::amx::Unit;
 
 use super::time_split::{timed, Part};
-use super::{GroupPlan, LlamaConfig, RowGroup};
+use super::{GroupPlan, KvCache, LlamaConfig, RowGroup};
 
 /// Buffers of the attention path, grown to the largest pass seen and then reused.
 #[derive(Default)]
@@ -65,6 +66,15 @@ macro_rules! cpu_slice {
             .with_context(|| format!("{} is not contiguous", $what))?;
         &cpu.as_slice::<f32>()?[start..end]
     }};
+}
+
+/// A one-row key cache `(1, kv_heads, len, head_dim)` tiled for the vector kernel.
+fn tile_cached_keys(dims: AttentionDims, keys: &Tensor) -> Result<Vec<f32>> {
+    let keys = keys.contiguous()?;
+    let len = keys.dim(2)?;
+    let (guard, layout) = keys.storage_and_layout();
+    let data = cpu_slice!(guard, layout, "a prefix key cache");
+    Ok(tile_keys(dims, data, len)?)
 }
 
 /// Attention of every group's tokens from the packed projection `(tokens, q + 2 kv)`,
@@ -151,12 +161,31 @@ pub(super) fn attend_into(
         .iter()
         .map(|(k, v, len)| (k.storage_and_layout(), v.storage_and_layout(), *len))
         .collect();
+    // The segments' keys tiled as the vector kernel reads them, made once per cache and
+    // kept with it, for the groups that ask (the tile kernel reads the keys as they lie).
+    let tiled: Vec<Option<&[f32]>> = if tiles.is_none() {
+        timed(Part::Attention, || {
+            groups
+                .iter()
+                .flat_map(|group| group.prefix.iter().map(|&s| (s, group.tile_keys)))
+                .collect::<Vec<(&KvCache, bool)>>()
+                .par_iter()
+                .map(|&(segment, tile)| match tile {
+                    true => segment.tiled_keys(layer_index, |k| tile_cached_keys(dims, k)),
+                    false => Ok(None),
+                })
+                .collect::<Result<Vec<_>>>()
+        })?
+    } else {
+        vec![None; guards.len()]
+    };
     let mut all_segments = Vec::with_capacity(guards.len());
-    for ((k_guard, k_layout), (v_guard, v_layout), len) in &guards {
+    for (((k_guard, k_layout), (v_guard, v_layout), len), tiled_keys) in guards.iter().zip(tiled) {
         all_segments.push(Segment {
             keys: cpu_slice!(k_guard, k_layout, "a prefix key cache"),
             values: cpu_slice!(v_guard, v_layout, "a prefix value cache"),
             len: *len,
+            tiled_keys,
         });
     }
 

@@ -69,6 +69,9 @@ pub struct GenerationStats {
     /// token bounds, the prefix cache at its bytes): at most the budget, `max_arena_bytes`,
     /// unless one row alone exceeds it.
     pub peak_kv_bytes: usize,
+    /// Whether decoding rows kept their segments' keys tiled for the attention kernel
+    /// (where the key/value budget held them; see the admission).
+    pub tiled_keys: bool,
     /// Follow-up label reads, and the tokens they ran (what the rows' own state lacked).
     pub follow_ups: usize,
     pub follow_up_tokens: usize,
@@ -87,6 +90,7 @@ impl GenerationStats {
         self.decode_steps += other.decode_steps;
         self.decode_rows += other.decode_rows;
         self.peak_kv_bytes = self.peak_kv_bytes.max(other.peak_kv_bytes);
+        self.tiled_keys |= other.tiled_keys;
         self.follow_ups += other.follow_ups;
         self.follow_up_tokens += other.follow_up_tokens;
         self.prefill_seconds += other.prefill_seconds;
@@ -181,6 +185,20 @@ impl KvBlocks {
         }
         Ok(())
     }
+}
+
+/// `segment` with tiled keys of its own, the same copy for every row of a wave whose
+/// prompt holds it (`wave`: each segment met so far and its copy).
+fn with_wave_tiles(wave: &mut Vec<(KvCache, KvCache)>, segment: &KvCache) -> KvCache {
+    if let Some((_, copy)) = wave
+        .iter()
+        .find(|(seen, _)| seen.shares_tiles_with(segment))
+    {
+        return copy.clone();
+    }
+    let copy = segment.with_own_tiles();
+    wave.push((segment.clone(), copy.clone()));
+    copy
 }
 
 /// How many tokens `a` and `b` start with alike.
@@ -379,7 +397,7 @@ impl DecoderScorer {
         // Keys and values of one position, all layers (f32 on the CPU's buffer path, the
         // activations' type elsewhere), and the most the running rows may hold.
         let config = self.model.config();
-        let position_bytes = config.num_layers
+        let plain_position_bytes = config.num_layers
             * 2
             * config.num_kv_heads
             * config.head_dim
@@ -396,7 +414,6 @@ impl DecoderScorer {
             }),
             max_tokens: call.requests[index].max_tokens as u64,
         };
-        let bytes_of = |positions: u64| position_bytes.saturating_mul(positions as usize);
         let scoring: Vec<usize> = (0..requests.len())
             .filter(|&i| requests[i].max_tokens == 0)
             .collect();
@@ -405,6 +422,32 @@ impl DecoderScorer {
             .collect();
         waiting.sort_by(|&a, &b| call.prompts[a].cmp(&call.prompts[b]));
         waiting.reverse(); // popped from the end, in prompt order
+                           // Decoding rows keep their segments' keys tiled for the attention kernel (a third
+                           // copy of each position's keys and values; the kernel transposed them at every
+                           // step otherwise) where the budget holds the whole first wave that way beside a
+                           // full prefix cache: then the rows count at three copies. Where it does not (a
+                           // large judge near its budget), rows count at two and nothing is tiled, so that
+                           // tiling never costs a row its place in the batch.
+        let tiled_position_bytes = plain_position_bytes / 2 * 3;
+        let first_wave: Vec<usize> = waiting.iter().rev().take(rows_at_once).copied().collect();
+        let first_wave_positions = held_positions(
+            first_wave
+                .iter()
+                .enumerate()
+                .map(|(k, &index)| extent(index, k.checked_sub(1).map(|p| first_wave[p]))),
+        );
+        let tiling = self.model.keeps_tiled_keys()
+            && tiled_position_bytes
+                .saturating_mul(first_wave_positions as usize)
+                .saturating_add(cache.capacity())
+                <= kv_budget;
+        let position_bytes = if tiling {
+            tiled_position_bytes
+        } else {
+            plain_position_bytes
+        };
+        figures.tiled_keys = tiling;
+        let bytes_of = |positions: u64| position_bytes.saturating_mul(positions as usize);
         let mut pieces = TokenPieces::new(&self.tokenizer);
         let mut rows: Vec<Row> = Vec::new();
         let mut follow_ups: Vec<FollowUp> = Vec::new();
@@ -476,10 +519,18 @@ impl DecoderScorer {
                     })
                     .map(|&i| call.prompts[i].len())
                     .sum::<usize>();
+                // Tiled keys of the wave's prompt segments belong to the wave's rows (one
+                // copy for the rows sharing a segment), not to the prefix cache's entries.
+                let mut wave_segments: Vec<(KvCache, KvCache)> = Vec::new();
                 for &index in &jobs {
-                    let prompt = prefilled
+                    let mut prompt = prefilled
                         .remove(&index)
                         .context("a prompt was not evaluated")?;
+                    if tiling {
+                        for segment in &mut prompt.prefix {
+                            *segment = with_wave_tiles(&mut wave_segments, segment);
+                        }
+                    }
                     if call.requests[index].max_tokens == 0 {
                         let result = self.result_of(&call, index, prompt, Vec::new(), None)?;
                         if let Some(request) = sink.generated(index, result, self)? {
@@ -586,12 +637,14 @@ impl DecoderScorer {
                 .map(|(row, token)| RowGroup {
                     prefix: row.prompt.prefix.iter().chain(&row.own.blocks).collect(),
                     rows: vec![token.as_slice()],
+                    tile_keys: tiling,
                 })
                 .collect();
             for follow_up in &follow_ups {
                 groups.push(RowGroup {
                     prefix: follow_up.prefix.iter().collect(),
                     rows: follow_up.rows.iter().map(Vec::as_slice).collect(),
+                    tile_keys: false,
                 });
             }
             let outputs = self.model.forward_groups(&groups, true)?;
@@ -1005,6 +1058,7 @@ impl DecoderScorer {
                 .map(|&i| RowGroup {
                     prefix: Vec::new(),
                     rows: vec![call.prompts[i].as_slice()],
+                    tile_keys: false,
                 })
                 .collect();
             let outputs = self.model.forward_groups(&groups, true)?;

@@ -560,6 +560,7 @@ impl<'m> TreeEvaluator<'m> {
                         .iter()
                         .map(|&n| trie.node(n).tokens.as_slice())
                         .collect(),
+                    tile_keys: false,
                 })
                 .collect();
             self.model.forward_groups(&row_groups, keep_kv)?
@@ -631,6 +632,7 @@ impl<'m> TreeEvaluator<'m> {
             let group = RowGroup {
                 prefix,
                 rows: vec![&node.tokens[start..end]],
+                tile_keys: false,
             };
             let mut out = self.model.forward_groups(&[group], keep_kv)?.remove(0);
             walk.stats.forward_calls += 1;
