@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    nlg_judge::allocations::keep_freed_memory();
     let cli = nlg_judge::cli::Cli::parse();
     nlg_judge::cli::init_logging(cli.verbose);
     match nlg_judge::cli::run(cli) {

@@ -17,6 +17,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    nlg_judge::allocations::keep_freed_memory();
     let py = m.py();
     m.add("NlgJudgeError", py.get_type::<errors::NlgJudgeError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
