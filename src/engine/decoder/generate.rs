@@ -422,12 +422,13 @@ impl DecoderScorer {
             .collect();
         waiting.sort_by(|&a, &b| call.prompts[a].cmp(&call.prompts[b]));
         waiting.reverse(); // popped from the end, in prompt order
-                           // Decoding rows keep their segments' keys tiled for the attention kernel (a third
-                           // copy of each position's keys and values; the kernel transposed them at every
-                           // step otherwise) where the budget holds the whole first wave that way beside a
-                           // full prefix cache: then the rows count at three copies. Where it does not (a
-                           // large judge near its budget), rows count at two and nothing is tiled, so that
-                           // tiling never costs a row its place in the batch.
+
+        // Decoding rows keep their segments' keys tiled for the attention kernel (a third
+        // copy of each position's keys and values; the kernel transposed them at every
+        // step otherwise) where the budget holds the whole first wave that way beside a
+        // full prefix cache: then the rows count at three copies. Where it does not (a
+        // large judge near its budget), rows count at two and nothing is tiled, so that
+        // tiling never costs a row its place in the batch.
         let tiled_position_bytes = plain_position_bytes / 2 * 3;
         let first_wave: Vec<usize> = waiting.iter().rev().take(rows_at_once).copied().collect();
         let first_wave_positions = held_positions(
