@@ -3,7 +3,8 @@
 //! - rubric feedbacks generated together (one call, admitted in waves when the row or the
 //!   key/value budget is small) are the feedbacks each generates alone, token for token;
 //!   the rows admitted hold what the memory plan's arithmetic counts (`held_positions`),
-//!   never more than the budget;
+//!   never more than the budget, with their keys kept tiled (a third copy) only where
+//!   the budget holds that;
 //! - the score read as a follow-up from a feedback's own keys and values equals the same
 //!   label request read on its own through the prefix trie, within 1e-5;
 //! - `score --method rubric` killed midway (some feedbacks stored) and started again
@@ -122,6 +123,14 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
     });
     let all_at_once = exact.generate_batch(&requests)?;
     assert_eq!(exact.generation_stats().peak_kv_bytes, bytes(5));
+    // That budget holds no third copy of the keys: none are tiled, every row still runs.
+    assert!(!exact.generation_stats().tiled_keys);
+    // The default budget holds it: decoding rows keep their keys tiled for the attention
+    // kernel, and the rows count at three copies (keys, values, tiled keys).
+    let mut roomy = common::smollm2_scorer(DecoderSettings::default());
+    let tiled = roomy.generate_batch(&requests)?;
+    assert!(roomy.generation_stats().tiled_keys);
+    assert_eq!(roomy.generation_stats().peak_kv_bytes, bytes(5) / 2 * 3);
     // Between two rows and three: rows wait for memory, not for slots, and the rows and
     // the prefix cache never hold more than the budget.
     let budget = (bytes(2) + bytes(3)) / 2;
@@ -160,6 +169,7 @@ fn feedbacks_generated_together_are_the_feedbacks_generated_alone() -> Result<()
             one, &all_at_once[index],
             "feedback {index}, the budget of all rows"
         );
+        assert_eq!(one, &tiled[index], "feedback {index}, keys kept tiled");
     }
     Ok(())
 }
