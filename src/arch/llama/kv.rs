@@ -30,6 +30,11 @@ pub struct KvCache {
 /// read (a decoding row's newest tokens, joined into longer blocks soon).
 pub const MIN_TILED_POSITIONS: usize = 16;
 
+/// Tiled keys for `layers` layers, none made yet.
+fn untiled(layers: usize) -> Arc<[OnceLock<Vec<f32>>]> {
+    (0..layers).map(|_| OnceLock::new()).collect()
+}
+
 impl KvCache {
     /// Wrap per-layer tensors, checking that their shapes agree.
     pub fn new(layers: Vec<(Tensor, Tensor)>) -> Result<Self> {
@@ -47,7 +52,7 @@ impl KvCache {
                 );
             }
         }
-        let tiled = (0..layers.len()).map(|_| OnceLock::new()).collect();
+        let tiled = untiled(layers.len());
         Ok(Self {
             layers,
             rows,
@@ -101,7 +106,7 @@ impl KvCache {
             layers: self.layers.clone(),
             rows: self.rows,
             len: self.len,
-            tiled: (0..self.layers.len()).map(|_| OnceLock::new()).collect(),
+            tiled: untiled(self.layers.len()),
         }
     }
 
